@@ -1,0 +1,36 @@
+-- Acknowledge finished jobs: each leaves the in-flight ledger (LREM) and becomes completed.
+-- Acking again with the lease that completed the job answers "already completed", so a worker
+-- whose response was lost can retry safely.
+-- KEYS[1..10] the queue's keys (see include/common.lua); writes ACTIVE, DEADLINES, WORKERS,
+--             COMPLETED, the jobs' hashes, locks and holds sets
+-- ARGV[1]     key prefix "emq:{queue}:"
+-- ARGV[2]     JSON array of [id, lease_id] pairs
+-- ARGV[3..]   each ack's result as raw JSON, in the same order; "" = no result
+-- Returns     array with one code per ack: 1 completed now, 2 already completed by this lease,
+--             -1 job not found, -2 lease lost
+-- @include common
+local acks = cjson.decode(ARGV[2])
+local now = now_ms()
+local codes = {}
+for i, ack in ipairs(acks) do
+  local id, lease_id = ack[1], ack[2]
+  local key = job_key(id)
+  local state = redis.call('HGET', key, 'state')
+  local code
+  if not state then
+    code = JOB_NOT_FOUND
+  elseif holds_lease(id, key, lease_id) then
+    leave_ledger(id, key)
+    redis.call('HSET', key, 'state', 'completed', 'done_lease', lease_id,
+      'finished_at', now, 'updated_at', now)
+    if ARGV[i + 2] ~= '' then redis.call('HSET', key, 'result', ARGV[i + 2]) end
+    redis.call('ZADD', COMPLETED, now, id)
+    code = 1
+  elseif state == 'completed' and redis.call('HGET', key, 'done_lease') == lease_id then
+    code = 2
+  else
+    code = LEASE_LOST
+  end
+  codes[i] = code
+end
+return codes

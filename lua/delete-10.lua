@@ -1,0 +1,23 @@
+-- Delete a job that is not leased, with its keys.
+-- KEYS[1..10] the queue's keys (see include/common.lua); writes WAIT, PRIO, DELAYED, COMPLETED
+--             or FAILED (whichever holds the job) and deletes the job's hash
+-- ARGV[1]     key prefix "emq:{queue}:"
+-- ARGV[2]     job id
+-- Returns     1 deleted, -1 job not found, -3 job active
+-- @include common
+local id = ARGV[2]
+local key = job_key(id)
+local state = redis.call('HGET', key, 'state')
+if not state then return JOB_NOT_FOUND end
+if state == 'active' then return JOB_ACTIVE end
+if state == 'waiting' then
+  if redis.call('ZREM', PRIO, id) == 0 then redis.call('LREM', WAIT, 1, id) end
+elseif state == 'delayed' then
+  redis.call('ZREM', DELAYED, id)
+elseif state == 'completed' then
+  redis.call('ZREM', COMPLETED, id)
+else
+  redis.call('ZREM', FAILED, id)
+end
+redis.call('DEL', key)
+return 1

@@ -1,0 +1,48 @@
+-- A worker reports a failed attempt. With attempts left (and retry allowed) the job waits out its
+-- backoff in DELAYED, or joins the back of the line when the delay is 0; otherwise it is
+-- dead-lettered into FAILED.
+-- KEYS[1..10] the queue's keys (see include/common.lua); writes ACTIVE, DEADLINES, WORKERS,
+--             DELAYED or WAIT/PRIO or FAILED, META, publishes on WAKE
+-- ARGV[1]     key prefix "emq:{queue}:"
+-- ARGV[2]     job id
+-- ARGV[3]     lease id
+-- ARGV[4]     JSON {retry: bool, retry_after_ms?: int}; without retry_after_ms the job's backoff
+--             applies: fixed = backoff_ms, exponential = backoff_ms * 2^(attempt-1) capped at
+--             max(@MAX_EXPONENTIAL_BACKOFF_MS@, backoff_ms)
+-- ARGV[5]     error text
+-- Returns     {1, state, attempt} with state "waiting"|"delayed"|"failed",
+--             {-1} job not found, {-2} lease lost
+-- @include common
+local id, lease_id = ARGV[2], ARGV[3]
+local key = job_key(id)
+if redis.call('EXISTS', key) == 0 then return {JOB_NOT_FOUND} end
+if not holds_lease(id, key, lease_id) then return {LEASE_LOST} end
+local options = cjson.decode(ARGV[4])
+local now = now_ms()
+local job = redis.call('HMGET', key, 'attempt', 'max_attempts', 'backoff_type', 'backoff_ms', 'priority')
+local attempt, max_attempts = tonumber(job[1]), tonumber(job[2])
+leave_ledger(id, key)
+redis.call('HSET', key, 'error', ARGV[5], 'updated_at', now)
+if not options.retry or attempt >= max_attempts then
+  dead_letter(id, key, now)
+  return {1, 'failed', attempt}
+end
+local delay_ms = options.retry_after_ms
+if delay_ms == nil then
+  local backoff_ms = tonumber(job[4])
+  if job[3] == 'fixed' then
+    delay_ms = backoff_ms
+  else
+    local cap = math.max(@MAX_EXPONENTIAL_BACKOFF_MS@, backoff_ms)
+    delay_ms = math.min(backoff_ms * 2 ^ (attempt - 1), cap)
+  end
+end
+if delay_ms > 0 then
+  redis.call('HSET', key, 'state', 'delayed')
+  redis.call('ZADD', DELAYED, now + delay_ms, id)
+  return {1, 'delayed', attempt}
+end
+redis.call('HSET', key, 'state', 'waiting')
+push_waiting(id, tonumber(job[5]), false)
+wake_waiters(1)
+return {1, 'waiting', attempt}

@@ -1,0 +1,87 @@
+-- Shared by every script; the loader (service/scripts.py) inlines it where a script says
+-- "@include common" and fills in the placeholders between at-signs (service/scripts.py).
+-- Every script takes the same ten KEYS, in the order of service.keys.QueueKeys.script_keys,
+-- and ARGV[1] = the queue's key prefix "emq:{queue}:". Per-job and per-worker keys are derived
+-- from that prefix, so they carry the same hash tag and live in the queue's cluster slot.
+local META, WAIT, PRIO, DELAYED, ACTIVE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local DEADLINES, WORKERS, COMPLETED, FAILED, WAKE = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local PREFIX = ARGV[1]
+
+local JOB_NOT_FOUND = -1
+local LEASE_LOST = -2
+local JOB_ACTIVE = -3
+
+-- Waiting jobs with priority > 0 sit in PRIO scored (MAX_PRIORITY - priority) * BAND + offset,
+-- so higher priorities come first. Within a band, jobs handed back (release, sweep) get offsets
+-- below MIDDLE (leased next) and new or retried jobs offsets above it (FIFO). All scores stay
+-- below 2^53, so doubles hold them exactly.
+local MAX_PRIORITY = @MAX_PRIORITY@
+local PRIORITY_BAND = 8796093022208 -- 2^43
+local PRIORITY_MIDDLE = 4398046511104 -- 2^42
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function job_key(id) return PREFIX .. id .. '@JOB_SUFFIX@' end
+local function lock_key(id) return PREFIX .. id .. '@LOCK_SUFFIX@' end
+local function holds_key(worker) return PREFIX .. worker .. '@HOLDS_SUFFIX@' end
+
+-- Make a job leasable. front = true puts it first in line among its priority.
+local function push_waiting(id, priority, front)
+  if priority == 0 then
+    if front then redis.call('RPUSH', WAIT, id) else redis.call('LPUSH', WAIT, id) end
+    return
+  end
+  local score = (MAX_PRIORITY - priority) * PRIORITY_BAND + PRIORITY_MIDDLE
+  if front then
+    score = score - redis.call('HINCRBY', META, 'front_seq', 1)
+  else
+    score = score + redis.call('HINCRBY', META, 'back_seq', 1)
+  end
+  redis.call('ZADD', PRIO, score, id)
+end
+
+-- True when lease_id is the job's current, unexpired lease (its lock names it).
+local function holds_lease(id, key, lease_id)
+  local lock = redis.call('GET', lock_key(id))
+  return lock ~= false and lock == lease_id .. ':' .. redis.call('HGET', key, 'worker')
+end
+
+-- Take a job out of the in-flight ledger and everything that attributes it to its worker.
+-- LREM with count -1 scans from the right, where the oldest leases are: a typical ack is cheap
+-- however many jobs are in flight.
+local function leave_ledger(id, key)
+  local worker = redis.call('HGET', key, 'worker')
+  redis.call('LREM', ACTIVE, -1, id)
+  redis.call('ZREM', DEADLINES, id)
+  redis.call('DEL', lock_key(id))
+  if worker then
+    local holds = holds_key(worker)
+    redis.call('SREM', holds, id)
+    if redis.call('SCARD', holds) == 0 then redis.call('SREM', WORKERS, worker) end
+  end
+  redis.call('HDEL', key, 'worker', 'lease_id', 'leased_at', 'lease_expires_at', 'lease_ms')
+end
+
+local function dead_letter(id, key, now)
+  redis.call('HSET', key, 'state', 'failed', 'finished_at', now, 'updated_at', now)
+  redis.call('ZADD', FAILED, now, id)
+end
+
+-- Move due delayed jobs to waiting; returns how many moved.
+local function promote_due(now, limit)
+  local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(due) do
+    local key = job_key(id)
+    redis.call('ZREM', DELAYED, id)
+    redis.call('HSET', key, 'state', 'waiting', 'updated_at', now)
+    push_waiting(id, tonumber(redis.call('HGET', key, 'priority')), false)
+  end
+  return #due
+end
+
+local function wake_waiters(count)
+  if count > 0 then redis.call('PUBLISH', WAKE, count) end
+end

@@ -1,0 +1,14 @@
+-- Pause or resume leasing from a queue. Resuming wakes the queue's long-poll waiters.
+-- KEYS[1..10] the queue's keys (see include/common.lua); writes META, publishes on WAKE
+-- ARGV[1]     key prefix "emq:{queue}:"
+-- ARGV[2]     "1" = pause, "0" = resume
+-- Returns     1 paused, 0 not paused
+-- @include common
+if ARGV[2] == '1' then
+  redis.call('HSET', META, 'paused', 1)
+  return 1
+end
+if redis.call('HDEL', META, 'paused') == 1 then
+  wake_waiters(redis.call('LLEN', WAIT) + redis.call('ZCARD', PRIO))
+end
+return 0

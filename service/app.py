@@ -1,0 +1,161 @@
+"""create_app(settings) and its lifespan: wiring only."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from litestar import Litestar, Request, Response, get
+from litestar.datastructures import State
+from litestar.exceptions import HTTPException
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from service import metrics, openapi
+from service.config import Settings
+from service.errors import PROBLEMS, QueueError
+from service.longpoll import TooManyWaiters, WakeHub
+from service.queue import JobQueues
+from service.routes import QUEUE_HANDLERS, json_response
+from service.schemas import Health, Problem
+from service.sweeper import Sweeper
+
+log = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+RETRY_AFTER_S = 1
+REDIS_RETRY_BASE_S = 0.01
+REDIS_RETRY_CAP_S = 0.1
+# Redis answers these while it cannot serve writes for now: not the client's fault, retry later.
+_UNAVAILABLE_REPLIES = ("OOM", "READONLY", "MASTERDOWN", "LOADING", "BUSY", "NOREPLICAS")
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large",
+               400: "invalid_request"}
+
+
+def problem(status: int, code: str, title: str, detail: str, retry_after: bool = False) -> Response[bytes]:
+    body = Problem(type=f"https://echomq.dev/problems/{code}", title=title, status=status,
+                   detail=detail, code=code)
+    response = json_response(body, status)
+    response.media_type = PROBLEM_JSON
+    if retry_after:
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return response
+
+
+def on_queue_error(_: Request[Any, Any, State], error: QueueError) -> Response[bytes]:
+    status, code, title = PROBLEMS[type(error)]
+    return problem(status, code, title, str(error), retry_after=status == 503)
+
+
+def on_too_many_waiters(_: Request[Any, Any, State], error: TooManyWaiters) -> Response[bytes]:
+    return problem(429, "too_many_requests", "Too many waiting requests", str(error), retry_after=True)
+
+
+def on_http_error(_: Request[Any, Any, State], error: HTTPException) -> Response[bytes]:
+    status = error.status_code
+    code = _HTTP_CODES.get(status, "http_error")
+    detail = error.detail
+    if status == 400 and error.extra:
+        detail = f"{detail}: {error.extra}"
+    return problem(status, code, code.replace("_", " ").capitalize(), str(detail))
+
+
+def on_redis_error(_: Request[Any, Any, State], error: RedisError) -> Response[bytes]:
+    unavailable = isinstance(error, RedisConnectionError | RedisTimeoutError) or (
+        isinstance(error, ResponseError) and str(error).startswith(_UNAVAILABLE_REPLIES)
+    )
+    if unavailable:
+        return problem(503, "backend_unavailable", "Backend unavailable",
+                       f"Redis is unavailable: {error}", retry_after=True)
+    log.error("unexpected Redis error", exc_info=error)
+    return problem(500, "internal_error", "Internal error", "unexpected backend error")
+
+
+def on_unexpected(_: Request[Any, Any, State], error: Exception) -> Response[bytes]:
+    log.error("unhandled error", exc_info=error)
+    return problem(500, "internal_error", "Internal error", "unexpected error; see the service log")
+
+
+def redis_client(settings: Settings) -> Redis:
+    if settings.redis_url is None:
+        raise ValueError("no Redis URL: the launcher starts the embedded server and sets one")
+    # A blocking pool: a burst of requests waits for a connection instead of opening hundreds.
+    pool = BlockingConnectionPool.from_url(
+        settings.redis_url,
+        max_connections=settings.redis_pool_size,
+        timeout=settings.redis_timeout_s,
+        socket_timeout=settings.redis_timeout_s,
+        socket_connect_timeout=settings.redis_timeout_s,
+        health_check_interval=30,
+        # One quick retry survives a pooled connection that died with a Redis restart; more
+        # would only delay the 503 a client should get while Redis is down.
+        retry=Retry(ExponentialBackoff(cap=REDIS_RETRY_CAP_S, base=REDIS_RETRY_BASE_S), 1),
+    )
+    return Redis(connection_pool=pool)
+
+
+def create_app(settings: Settings) -> Litestar:
+    document = openapi.render(openapi.document())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        client = redis_client(settings)
+        queues = JobQueues(
+            client,
+            completed_retention_s=settings.completed_retention_s,
+            failed_retention_s=settings.failed_retention_s,
+            sweep_batch=settings.sweep_batch,
+        )
+        hub = WakeHub(client, settings.max_waiters)
+        sweeper = Sweeper(queues, settings.sweep_interval_ms)
+        app.state.update(client=client, queues=queues, hub=hub, sweeper=sweeper)
+        hub.start()
+        sweeper.start()
+        try:
+            yield
+        finally:
+            await hub.stop()
+            await sweeper.stop()
+            await client.aclose()
+
+    @get("/healthz", include_in_schema=False)
+    async def healthz() -> Response[bytes]:
+        return json_response(Health(status="ok"))
+
+    @get("/readyz", include_in_schema=False)
+    async def readyz(state: State) -> Response[bytes]:
+        try:
+            await state.client.ping()
+        except (RedisError, OSError) as error:
+            return problem(503, "backend_unavailable", "Backend unavailable",
+                           f"Redis does not answer: {error}", retry_after=True)
+        return json_response(Health(status="ready"))
+
+    @get("/metrics", include_in_schema=False)
+    async def metrics_text(state: State) -> Response[str]:
+        text = await metrics.render(state.queues, state.hub, state.sweeper)
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @get("/openapi.json", include_in_schema=False)
+    async def openapi_json() -> Response[bytes]:
+        return Response(document, media_type="application/json")
+
+    return Litestar(
+        route_handlers=[*QUEUE_HANDLERS, healthz, readyz, metrics_text, openapi_json],
+        lifespan=[lifespan],
+        openapi_config=None,
+        request_max_body_size=settings.max_body_bytes,
+        exception_handlers={
+            QueueError: on_queue_error,
+            TooManyWaiters: on_too_many_waiters,
+            HTTPException: on_http_error,
+            RedisError: on_redis_error,
+            Exception: on_unexpected,
+        },
+    )

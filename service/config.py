@@ -1,0 +1,70 @@
+"""Settings read from the environment (EMQ_*, HOST, PORT); every default a named constant."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+DEFAULT_DATA_DIR = "./.emq-data"
+DEFAULT_SWEEP_INTERVAL_MS = 1000
+DEFAULT_SWEEP_BATCH = 1000
+DEFAULT_COMPLETED_RETENTION_S = 3600
+DEFAULT_FAILED_RETENTION_S = 7 * 24 * 3600
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_MAX_WAITERS = 2000
+DEFAULT_REDIS_POOL_SIZE = 64
+DEFAULT_REDIS_TIMEOUT_S = 5.0
+
+
+class ConfigError(ValueError):
+    """A setting in the environment is malformed; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    redis_url: str | None = None  # None: start the embedded Valkey server
+    data_dir: Path = Path(DEFAULT_DATA_DIR)
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    sweep_interval_ms: int = DEFAULT_SWEEP_INTERVAL_MS
+    sweep_batch: int = DEFAULT_SWEEP_BATCH
+    completed_retention_s: int = DEFAULT_COMPLETED_RETENTION_S
+    failed_retention_s: int = DEFAULT_FAILED_RETENTION_S
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_waiters: int = DEFAULT_MAX_WAITERS  # long-poll requests waiting at once, per replica
+    redis_pool_size: int = DEFAULT_REDIS_POOL_SIZE
+    redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
+        def integer(name: str, default: int, minimum: int) -> int:
+            raw = env.get(name, "").strip()
+            if not raw:
+                return default
+            try:
+                value = int(raw)
+            except ValueError:
+                raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+            if value < minimum:
+                raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+            return value
+
+        return cls(
+            redis_url=env.get("EMQ_REDIS_URL") or None,
+            data_dir=Path(env.get("EMQ_DATA_DIR") or DEFAULT_DATA_DIR),
+            host=env.get("HOST") or DEFAULT_HOST,
+            port=integer("PORT", DEFAULT_PORT, 0),
+            sweep_interval_ms=integer("EMQ_SWEEP_INTERVAL_MS", DEFAULT_SWEEP_INTERVAL_MS, 10),
+            sweep_batch=integer("EMQ_SWEEP_BATCH", DEFAULT_SWEEP_BATCH, 1),
+            completed_retention_s=integer(
+                "EMQ_COMPLETED_RETENTION_S", DEFAULT_COMPLETED_RETENTION_S, 0
+            ),
+            failed_retention_s=integer("EMQ_FAILED_RETENTION_S", DEFAULT_FAILED_RETENTION_S, 0),
+            max_body_bytes=integer("EMQ_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1024),
+            max_waiters=integer("EMQ_MAX_WAITERS", DEFAULT_MAX_WAITERS, 1),
+            redis_pool_size=integer("EMQ_REDIS_POOL_SIZE", DEFAULT_REDIS_POOL_SIZE, 2),
+        )

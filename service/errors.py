@@ -1,0 +1,75 @@
+"""Domain errors: the script result codes, the exceptions they become, and their HTTP problems.
+
+Scripts answer small negative integers (lua/include/common.lua); ``ScriptCode`` mirrors them,
+``raise_for_code`` turns them into exceptions in one place, and ``PROBLEMS`` maps every
+exception to its status and problem code in one table.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ScriptCode(IntEnum):
+    JOB_NOT_FOUND = -1
+    LEASE_LOST = -2
+    JOB_ACTIVE = -3
+
+
+class QueueError(Exception):
+    """Base of the errors a client caused or can act on."""
+
+
+class InvalidRequest(QueueError):
+    pass
+
+
+class JobNotFound(QueueError):
+    pass
+
+
+class LeaseLost(QueueError):
+    pass
+
+
+class JobActive(QueueError):
+    pass
+
+
+class BackendUnavailable(QueueError):
+    pass
+
+
+_EXCEPTION_OF_CODE: dict[ScriptCode, type[QueueError]] = {
+    ScriptCode.JOB_NOT_FOUND: JobNotFound,
+    ScriptCode.LEASE_LOST: LeaseLost,
+    ScriptCode.JOB_ACTIVE: JobActive,
+}
+
+_DETAIL_OF_CODE: dict[ScriptCode, str] = {
+    ScriptCode.JOB_NOT_FOUND: "no such job in this queue",
+    ScriptCode.LEASE_LOST: "this lease id is not the job's current, unexpired lease",
+    ScriptCode.JOB_ACTIVE: "the job is leased; this is not allowed while it is active",
+}
+
+
+def raise_for_code(code: int, job_id: str) -> None:
+    """Raise the domain exception of a negative script code; do nothing for success codes."""
+    if code < 0:
+        script_code = ScriptCode(code)
+        raise _EXCEPTION_OF_CODE[script_code](f"{_DETAIL_OF_CODE[script_code]}: {job_id}")
+
+
+def problem_code_of(code: int) -> str:
+    """The API's error code for a per-item failure in a batch answer (e.g. ack many)."""
+    return PROBLEMS[_EXCEPTION_OF_CODE[ScriptCode(code)]][1]
+
+
+# exception -> (HTTP status, problem code, title)
+PROBLEMS: dict[type[QueueError], tuple[int, str, str]] = {
+    InvalidRequest: (400, "invalid_request", "Invalid request"),
+    JobNotFound: (404, "job_not_found", "Job not found"),
+    LeaseLost: (409, "lease_lost", "Lease lost"),
+    JobActive: (409, "job_active", "Job is active"),
+    BackendUnavailable: (503, "backend_unavailable", "Backend unavailable"),
+}

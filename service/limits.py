@@ -1,0 +1,27 @@
+"""The limits of the API contract (../shared/API.md): ranges of every number and size a client sends."""
+
+MAX_PRIORITY = 1000
+MAX_ATTEMPTS = 1000
+DEFAULT_MAX_ATTEMPTS = 3
+MAX_DELAY_MS = 30 * 24 * 3600 * 1000  # 30 days
+MAX_BACKOFF_DELAY_MS = 24 * 3600 * 1000
+DEFAULT_BACKOFF_MS = 1000
+MAX_EXPONENTIAL_BACKOFF_MS = 3600 * 1000
+
+MIN_LEASE_MS = 1000
+MAX_LEASE_MS = 12 * 3600 * 1000
+DEFAULT_LEASE_MS = 30_000
+MAX_JOBS_PER_LEASE = 100
+MAX_WAIT_MS = 20_000
+
+MAX_BATCH = 1000  # jobs per enqueue-many, acks per ack-many
+MAX_ERROR_BYTES = 8 * 1024
+MAX_PAGE = 1000  # jobs per page of the failed list
+DEFAULT_PAGE = 100
+MAX_LEDGER_PAGE = 10_000
+DEFAULT_LEDGER_PAGE = 1000
+
+LEASE_ID_BYTES = 16  # 128 random bits
+LEASE_ID_CHARS = LEASE_ID_BYTES * 2  # hex
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"

@@ -1,0 +1,140 @@
+"""Long-poll leases without a Redis connection per waiting request.
+
+Each replica holds one pub/sub connection (``WakeHub``). Scripts that make jobs leasable
+publish "<n>" on the queue's wake channel; the hub wakes up to n of that queue's waiters, which
+retry the lease script. A waiter also retries on a coarse timer, so a missed message (or a
+pub/sub reconnect) costs latency, never a lost wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from service.keys import WAKE_CHANNEL_PATTERN, queue_of_wake_channel
+
+log = logging.getLogger(__name__)
+
+FALLBACK_POLL_S = 1.0  # a waiter re-tries this often even when no message arrives
+RECONNECT_DELAY_S = 0.5
+
+T = TypeVar("T")
+
+
+class TooManyWaiters(Exception):
+    """The replica already holds its maximum number of long-poll requests."""
+
+
+class Waiter:
+    __slots__ = ("event",)
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+
+class WakeHub:
+    def __init__(self, client: Redis, max_waiters: int) -> None:
+        self._client = client
+        self._max_waiters = max_waiters
+        self._waiters: dict[str, list[Waiter]] = {}
+        self._count = 0
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def waiting(self) -> int:
+        return self._count
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._listen(), name="emq-wake-hub")
+
+    async def stop(self) -> None:
+        """Answer every waiter now (they return what they have) and close the subscription."""
+        self._closing = True
+        self._wake_all()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    @contextlib.contextmanager
+    def register(self, queue: str) -> Iterator[Waiter]:
+        if self._count >= self._max_waiters:
+            raise TooManyWaiters(f"{self._count} long-poll requests are waiting already")
+        waiter = Waiter()
+        waiters = self._waiters.setdefault(queue, [])
+        waiters.append(waiter)
+        self._count += 1
+        try:
+            yield waiter
+        finally:
+            self._count -= 1
+            waiters.remove(waiter)
+            if not waiters:
+                del self._waiters[queue]
+
+    def wake(self, queue: str, count: int) -> None:
+        """Wake up to count waiters of a queue, oldest first, skipping ones already woken."""
+        for waiter in self._waiters.get(queue, ()):
+            if count <= 0:
+                return
+            if not waiter.event.is_set():
+                waiter.event.set()
+                count -= 1
+
+    def _wake_all(self) -> None:
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                waiter.event.set()
+
+    async def _listen(self) -> None:
+        while True:
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.psubscribe(WAKE_CHANNEL_PATTERN)
+                # Anything published while we were not subscribed was missed: let everyone look.
+                self._wake_all()
+                async for message in pubsub.listen():
+                    if message["type"] == "pmessage":
+                        queue = queue_of_wake_channel(message["channel"].decode())
+                        self.wake(queue, int(message["data"]))
+            except (RedisError, OSError) as error:
+                log.warning("wake subscription lost (%s); reconnecting", error)
+                await asyncio.sleep(RECONNECT_DELAY_S)
+            finally:
+                with contextlib.suppress(RedisError, OSError):
+                    await pubsub.aclose()
+
+
+async def lease_with_wait(
+    hub: WakeHub,
+    queue: str,
+    wait_ms: int,
+    lease: Callable[[], Awaitable[list[T]]],
+) -> list[T]:
+    """Lease now; with wait_ms, keep trying on each wake-up until a job comes or time is up."""
+    jobs = await lease()
+    if jobs or wait_ms <= 0 or hub.closing:
+        return jobs
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_ms / 1000
+    with hub.register(queue) as waiter:
+        while True:
+            # Registered before this lease attempt: a wake-up during it is not lost.
+            waiter.event.clear()
+            jobs = await lease()
+            remaining_s = deadline - loop.time()
+            if jobs or remaining_s <= 0 or hub.closing:
+                return jobs
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter.event.wait(), min(remaining_s, FALLBACK_POLL_S))

