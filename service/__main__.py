@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import signal
 import sys
+from types import FrameType
 
 import uvicorn
 
@@ -13,6 +15,12 @@ from service.config import ConfigError, Settings
 from service.embedded import EmbeddedValkey
 
 log = logging.getLogger("service")
+
+
+def _stop_gracefully(signum: int, frame: FrameType | None) -> None:
+    # uvicorn shuts down on SIGTERM/SIGINT and then re-raises the signal to the handler that was
+    # there before it; this one turns it into a normal exit, so the embedded server is stopped.
+    raise SystemExit(0)
 
 
 def main() -> int:
@@ -27,6 +35,8 @@ def main() -> int:
         embedded = EmbeddedValkey(settings.data_dir)
         log.info("starting the embedded Valkey server in %s", settings.data_dir.resolve())
         settings = dataclasses.replace(settings, redis_url=embedded.start())
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _stop_gracefully)
     try:
         uvicorn.run(
             create_app(settings),

@@ -97,7 +97,7 @@ def redis_client(settings: Settings) -> Redis:
         # would only delay the 503 a client should get while Redis is down.
         retry=Retry(ExponentialBackoff(cap=REDIS_RETRY_CAP_S, base=REDIS_RETRY_BASE_S), 1),
     )
-    return Redis(connection_pool=pool)
+    return Redis.from_pool(pool)  # the client owns the pool: aclose() closes its connections
 
 
 def create_app(settings: Settings) -> Litestar:
@@ -150,6 +150,7 @@ def create_app(settings: Settings) -> Litestar:
         route_handlers=[*QUEUE_HANDLERS, healthz, readyz, metrics_text, openapi_json],
         lifespan=[lifespan],
         openapi_config=None,
+        logging_config=None,  # the launcher configures logging; no queue-listener threads
         request_max_body_size=settings.max_body_bytes,
         exception_handlers={
             QueueError: on_queue_error,

