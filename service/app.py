@@ -10,14 +10,12 @@ from typing import Any
 from litestar import Litestar, Request, Response, get
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service import metrics, openapi
+from service.backend import check_server, redis_client
 from service.config import Settings
 from service.errors import PROBLEMS, QueueError
 from service.longpoll import TooManyWaiters, WakeHub
@@ -30,17 +28,15 @@ log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
 RETRY_AFTER_S = 1
-REDIS_RETRY_BASE_S = 0.01
-REDIS_RETRY_CAP_S = 0.1
 # Redis answers these while it cannot serve writes for now: not the client's fault, retry later.
 _UNAVAILABLE_REPLIES = ("OOM", "READONLY", "MASTERDOWN", "LOADING", "BUSY", "NOREPLICAS")
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large",
-               400: "invalid_request"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "invalid_request"}
 
 
 def problem(status: int, code: str, title: str, detail: str, retry_after: bool = False) -> Response[bytes]:
-    body = Problem(type=f"https://echomq.dev/problems/{code}", title=title, status=status,
-                   detail=detail, code=code)
+    body = Problem(
+        type=f"https://echomq.dev/problems/{code}", title=title, status=status, detail=detail, code=code
+    )
     response = json_response(body, status)
     response.media_type = PROBLEM_JSON
     if retry_after:
@@ -71,8 +67,13 @@ def on_redis_error(_: Request[Any, Any, State], error: RedisError) -> Response[b
         isinstance(error, ResponseError) and str(error).startswith(_UNAVAILABLE_REPLIES)
     )
     if unavailable:
-        return problem(503, "backend_unavailable", "Backend unavailable",
-                       f"Redis is unavailable: {error}", retry_after=True)
+        return problem(
+            503,
+            "backend_unavailable",
+            "Backend unavailable",
+            f"Redis is unavailable: {error}",
+            retry_after=True,
+        )
     log.error("unexpected Redis error", exc_info=error)
     return problem(500, "internal_error", "Internal error", "unexpected backend error")
 
@@ -82,30 +83,13 @@ def on_unexpected(_: Request[Any, Any, State], error: Exception) -> Response[byt
     return problem(500, "internal_error", "Internal error", "unexpected error; see the service log")
 
 
-def redis_client(settings: Settings) -> Redis:
-    if settings.redis_url is None:
-        raise ValueError("no Redis URL: the launcher starts the embedded server and sets one")
-    # A blocking pool: a burst of requests waits for a connection instead of opening hundreds.
-    pool = BlockingConnectionPool.from_url(
-        settings.redis_url,
-        max_connections=settings.redis_pool_size,
-        timeout=settings.redis_timeout_s,
-        socket_timeout=settings.redis_timeout_s,
-        socket_connect_timeout=settings.redis_timeout_s,
-        health_check_interval=30,
-        # One quick retry survives a pooled connection that died with a Redis restart; more
-        # would only delay the 503 a client should get while Redis is down.
-        retry=Retry(ExponentialBackoff(cap=REDIS_RETRY_CAP_S, base=REDIS_RETRY_BASE_S), 1),
-    )
-    return Redis.from_pool(pool)  # the client owns the pool: aclose() closes its connections
-
-
 def create_app(settings: Settings) -> Litestar:
     document = openapi.render(openapi.document())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         client = redis_client(settings)
+        await check_server(client)
         queues = JobQueues(
             client,
             completed_retention_s=settings.completed_retention_s,
@@ -133,8 +117,13 @@ def create_app(settings: Settings) -> Litestar:
         try:
             await state.client.ping()
         except (RedisError, OSError) as error:
-            return problem(503, "backend_unavailable", "Backend unavailable",
-                           f"Redis does not answer: {error}", retry_after=True)
+            return problem(
+                503,
+                "backend_unavailable",
+                "Backend unavailable",
+                f"Redis does not answer: {error}",
+                retry_after=True,
+            )
         return json_response(Health(status="ready"))
 
     @get("/metrics", include_in_schema=False)

@@ -60,9 +60,7 @@ class Settings:
             port=integer("PORT", DEFAULT_PORT, 0),
             sweep_interval_ms=integer("EMQ_SWEEP_INTERVAL_MS", DEFAULT_SWEEP_INTERVAL_MS, 10),
             sweep_batch=integer("EMQ_SWEEP_BATCH", DEFAULT_SWEEP_BATCH, 1),
-            completed_retention_s=integer(
-                "EMQ_COMPLETED_RETENTION_S", DEFAULT_COMPLETED_RETENTION_S, 0
-            ),
+            completed_retention_s=integer("EMQ_COMPLETED_RETENTION_S", DEFAULT_COMPLETED_RETENTION_S, 0),
             failed_retention_s=integer("EMQ_FAILED_RETENTION_S", DEFAULT_FAILED_RETENTION_S, 0),
             max_body_bytes=integer("EMQ_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1024),
             max_waiters=integer("EMQ_MAX_WAITERS", DEFAULT_MAX_WAITERS, 1),

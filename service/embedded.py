@@ -90,7 +90,11 @@ class EmbeddedValkey:
     """Starts, adopts and stops the valkey-server that serves one data directory."""
 
     def __init__(
-        self, data_dir: Path, *, binary: Path | None = None, startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
+        self,
+        data_dir: Path,
+        *,
+        binary: Path | None = None,
+        startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
     ) -> None:
         self._data_dir = Path(data_dir).resolve()
         self._binary = Path(binary) if binary is not None else get_binary_path()
@@ -168,9 +172,13 @@ class EmbeddedValkey:
 
     def _client(self, timeout_s: float = PING_TIMEOUT_S) -> redis.Redis:
         # No retries: the callers poll on their own deadlines.
-        return redis.Redis(unix_socket_path=str(self._socket), password=self._secret,
-                           socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                           retry=Retry(NoBackoff(), 0))
+        return redis.Redis(
+            unix_socket_path=str(self._socket),
+            password=self._secret,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+        )
 
     def _wait_ready(self, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
         """PING until the server answers; one attempt when timeout_s is 0."""
@@ -269,8 +277,14 @@ class EmbeddedValkey:
         config = "".join(f"{key} {_quote_conf(value)}\n" for key, value in settings.items())
         # The config (and so the password) goes through stdin, never on the command line.
         with open(self._logfile, "ab") as logf:
-            proc = subprocess.Popen([str(self._binary), "-"], stdin=subprocess.PIPE, stdout=logf,
-                                    stderr=subprocess.STDOUT, cwd=self._data_dir, start_new_session=True)
+            proc = subprocess.Popen(
+                [str(self._binary), "-"],
+                stdin=subprocess.PIPE,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                cwd=self._data_dir,
+                start_new_session=True,
+            )
         assert proc.stdin is not None
         try:
             proc.stdin.write(config.encode())
@@ -282,7 +296,8 @@ class EmbeddedValkey:
             proc.wait()
             raise RuntimeError(
                 f"valkey-server did not become ready within {self._startup_timeout_s}s "
-                f"(exit code {proc.returncode}); tail of {self._logfile}:\n{self._log_tail()}")
+                f"(exit code {proc.returncode}); tail of {self._logfile}:\n{self._log_tail()}"
+            )
         self._proc = proc
         self._pid = proc.pid
         log.info("started valkey-server pid %d on %s", proc.pid, self._socket)

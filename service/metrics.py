@@ -33,16 +33,29 @@ async def render(queues: JobQueues, hub: WakeHub, sweeper: Sweeper) -> str:
     lines = [
         *_family("emq_jobs", "gauge", "Jobs per queue and state.", jobs),
         *_family("emq_queue_paused", "gauge", "1 when the queue is paused.", paused),
-        *_family("emq_long_poll_waiters", "gauge", "Lease requests waiting on this replica.",
-                 [("", hub.waiting)]),
-        *_family("emq_sweep_runs_total", "counter", "Stalled sweeps run by this replica.",
-                 [("", sweeper.runs)]),
-        *_family("emq_sweep_reclaimed_total", "counter",
-                 "Expired leases this replica's sweep returned to waiting.", [("", totals.reclaimed)]),
-        *_family("emq_sweep_dead_lettered_total", "counter",
-                 "Expired leases on their last attempt this replica's sweep moved to failed.",
-                 [("", totals.dead_lettered)]),
-        *_family("emq_sweep_duration_seconds", "gauge", "Duration of the last sweep.",
-                 [("", sweeper.last_duration_s)]),
+        *_family(
+            "emq_long_poll_waiters", "gauge", "Lease requests waiting on this replica.", [("", hub.waiting)]
+        ),
+        *_family(
+            "emq_sweep_runs_total", "counter", "Stalled sweeps run by this replica.", [("", sweeper.runs)]
+        ),
+        *_family(
+            "emq_sweep_reclaimed_total",
+            "counter",
+            "Expired leases this replica's sweep returned to waiting.",
+            [("", totals.reclaimed)],
+        ),
+        *_family(
+            "emq_sweep_dead_lettered_total",
+            "counter",
+            "Expired leases on their last attempt this replica's sweep moved to failed.",
+            [("", totals.dead_lettered)],
+        ),
+        *_family(
+            "emq_sweep_duration_seconds",
+            "gauge",
+            "Duration of the last sweep.",
+            [("", sweeper.last_duration_s)],
+        ),
     ]
     return "\n".join(lines) + "\n"

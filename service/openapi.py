@@ -54,8 +54,12 @@ def _operation(handler: HTTPRouteHandler, path_params: list[str]) -> tuple[dict[
     opt = handler.opt
     structs: list[type] = []
     parameters: list[dict[str, Any]] = [
-        {"name": name, "in": "path", "required": True,
-         "schema": {"type": "string", "pattern": limits.NAME_PATTERN}}
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "pattern": limits.NAME_PATTERN},
+        }
         for name in path_params
     ]
     for name, kind, description in opt.get("query", ()):
@@ -64,8 +68,9 @@ def _operation(handler: HTTPRouteHandler, path_params: list[str]) -> tuple[dict[
             schema["minimum"] = 0 if name == "offset" else 1
         else:
             schema["pattern"] = limits.NAME_PATTERN
-        parameters.append({"name": name, "in": "query", "required": False,
-                           "description": description, "schema": schema})
+        parameters.append(
+            {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
+        )
     operation: dict[str, Any] = {"operationId": handler.operation_id, "summary": handler.summary}
     if parameters:
         operation["parameters"] = parameters
@@ -116,16 +121,41 @@ def build_document(handlers: Iterable[HTTPRouteHandler], service_paths: dict[str
 
 
 SERVICE_PATHS: dict[str, Any] = {
-    "/healthz": {"get": {"operationId": "healthz", "summary": "The process is running",
-                         "responses": {"200": _json(Health, "Alive")}}},
-    "/readyz": {"get": {"operationId": "readyz", "summary": "Redis answers",
-                        "responses": {"200": _json(Health, "Ready"), "503": _problem(503)}}},
-    "/metrics": {"get": {"operationId": "metrics", "summary": "Prometheus text format",
-                         "responses": {"200": {"description": "Metrics",
-                                               "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
-    "/openapi.json": {"get": {"operationId": "openapi", "summary": "This document",
-                              "responses": {"200": {"description": "OpenAPI 3.1 document",
-                                                    "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+    "/healthz": {
+        "get": {
+            "operationId": "healthz",
+            "summary": "The process is running",
+            "responses": {"200": _json(Health, "Alive")},
+        }
+    },
+    "/readyz": {
+        "get": {
+            "operationId": "readyz",
+            "summary": "Redis answers",
+            "responses": {"200": _json(Health, "Ready"), "503": _problem(503)},
+        }
+    },
+    "/metrics": {
+        "get": {
+            "operationId": "metrics",
+            "summary": "Prometheus text format",
+            "responses": {
+                "200": {"description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}
+            },
+        }
+    },
+    "/openapi.json": {
+        "get": {
+            "operationId": "openapi",
+            "summary": "This document",
+            "responses": {
+                "200": {
+                    "description": "OpenAPI 3.1 document",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                }
+            },
+        }
+    },
 }
 
 

@@ -189,9 +189,7 @@ class JobQueues:
         raise_for_code(reply[0], job_id)
         return HeartbeatResponse(id=job_id, lease_id=lease_id, lease_expires_at=reply[1])
 
-    async def _ack_codes(
-        self, queue: str, acks: Sequence[tuple[str, str, Raw | UnsetType]]
-    ) -> list[int]:
+    async def _ack_codes(self, queue: str, acks: Sequence[tuple[str, str, Raw | UnsetType]]) -> list[int]:
         pairs = [(job_id, lease_id) for job_id, lease_id, _ in acks]
         results = [_NO_RESULT if result is UNSET else bytes(result) for _, _, result in acks]
         return await self._call("ack", queue, _encode(pairs), *results)  # type: ignore[return-value]

@@ -113,20 +113,33 @@ def hub_of(request: Request[Any, Any, State]) -> WakeHub:
     return request.app.state.hub  # type: ignore[no-any-return]
 
 
-def _opt(request_body: type | None = None, responses: dict[int, type | None] | None = None,
-         errors: tuple[int, ...] = (), query: tuple[tuple[str, str, str], ...] = (),
-         body_optional: bool = False) -> dict[str, Any]:
+def _opt(
+    request_body: type | None = None,
+    responses: dict[int, type | None] | None = None,
+    errors: tuple[int, ...] = (),
+    query: tuple[tuple[str, str, str], ...] = (),
+    body_optional: bool = False,
+) -> dict[str, Any]:
     """What service.openapi documents for a handler."""
-    return {"request_body": request_body, "responses": responses or {}, "errors": errors,
-            "query": query, "body_optional": body_optional}
+    return {
+        "request_body": request_body,
+        "responses": responses or {},
+        "errors": errors,
+        "query": query,
+        "body_optional": body_optional,
+    }
 
 
 Q = "/v1/queues/{queue:str}"
 JOB = Q + "/jobs/{id:str}"
 
 
-@post(Q + "/jobs", operation_id="enqueue", summary="Enqueue a job",
-      opt=_opt(EnqueueRequest, {201: EnqueueResponse, 200: EnqueueResponse}, (400, 413)))
+@post(
+    Q + "/jobs",
+    operation_id="enqueue",
+    summary="Enqueue a job",
+    opt=_opt(EnqueueRequest, {201: EnqueueResponse, 200: EnqueueResponse}, (400, 413)),
+)
 async def enqueue(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     job = await read_body(request, EnqueueRequest)
@@ -134,16 +147,24 @@ async def enqueue(request: Request[Any, Any, State]) -> Response[bytes]:
     return json_response(created, 201 if created.created else 200)
 
 
-@post(Q + "/enqueue", operation_id="enqueueMany", summary="Enqueue up to 1000 jobs",
-      opt=_opt(EnqueueManyRequest, {200: EnqueueManyResponse}, (400, 413)))
+@post(
+    Q + "/enqueue",
+    operation_id="enqueueMany",
+    summary="Enqueue up to 1000 jobs",
+    opt=_opt(EnqueueManyRequest, {200: EnqueueManyResponse}, (400, 413)),
+)
 async def enqueue_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     batch = await read_body(request, EnqueueManyRequest)
     return json_response(EnqueueManyResponse(jobs=await queues_of(request).enqueue(queue, batch.jobs)))
 
 
-@post(Q + "/lease", operation_id="lease", summary="Lease jobs (long poll with wait_ms)",
-      opt=_opt(LeaseRequest, {200: LeaseResponse}, (400, 429)))
+@post(
+    Q + "/lease",
+    operation_id="lease",
+    summary="Lease jobs (long poll with wait_ms)",
+    opt=_opt(LeaseRequest, {200: LeaseResponse}, (400, 429)),
+)
 async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     ask = await read_body(request, LeaseRequest)
@@ -156,16 +177,24 @@ async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
     return json_response(LeaseResponse(jobs=jobs))
 
 
-@post(JOB + "/heartbeat", operation_id="heartbeat", summary="Renew a lease",
-      opt=_opt(HeartbeatRequest, {200: HeartbeatResponse}, (400, 404, 409)))
+@post(
+    JOB + "/heartbeat",
+    operation_id="heartbeat",
+    summary="Renew a lease",
+    opt=_opt(HeartbeatRequest, {200: HeartbeatResponse}, (400, 404, 409)),
+)
 async def heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
     beat = await read_body(request, HeartbeatRequest)
     return json_response(await queues_of(request).heartbeat(queue, id, beat.lease_id, beat.lease_ms))
 
 
-@post(JOB + "/ack", operation_id="ack", summary="Acknowledge a finished job",
-      opt=_opt(AckRequest, {200: AckResponse}, (400, 404, 409, 413)))
+@post(
+    JOB + "/ack",
+    operation_id="ack",
+    summary="Acknowledge a finished job",
+    opt=_opt(AckRequest, {200: AckResponse}, (400, 404, 409, 413)),
+)
 async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
     done = await read_body(request, AckRequest)
@@ -173,16 +202,24 @@ async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
     return json_response(AckResponse(id=id, state="completed"))
 
 
-@post(Q + "/ack", operation_id="ackMany", summary="Acknowledge up to 1000 jobs",
-      opt=_opt(AckManyRequest, {200: AckManyResponse}, (400, 413)))
+@post(
+    Q + "/ack",
+    operation_id="ackMany",
+    summary="Acknowledge up to 1000 jobs",
+    opt=_opt(AckManyRequest, {200: AckManyResponse}, (400, 413)),
+)
 async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     batch = await read_body(request, AckManyRequest)
     return json_response(AckManyResponse(results=await queues_of(request).ack(queue, batch.acks)))
 
 
-@post(JOB + "/fail", operation_id="fail", summary="Report a failed attempt",
-      opt=_opt(FailRequest, {200: FailResponse}, (400, 404, 409)))
+@post(
+    JOB + "/fail",
+    operation_id="fail",
+    summary="Report a failed attempt",
+    opt=_opt(FailRequest, {200: FailResponse}, (400, 404, 409)),
+)
 async def fail(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
     report = await read_body(request, FailRequest)
@@ -193,8 +230,12 @@ async def fail(request: Request[Any, Any, State]) -> Response[bytes]:
     )
 
 
-@post(JOB + "/release", operation_id="release", summary="Give a leased job back",
-      opt=_opt(ReleaseRequest, {200: ReleaseResponse}, (400, 404, 409)))
+@post(
+    JOB + "/release",
+    operation_id="release",
+    summary="Give a leased job back",
+    opt=_opt(ReleaseRequest, {200: ReleaseResponse}, (400, 404, 409)),
+)
 async def release(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
     given_back = await read_body(request, ReleaseRequest)
@@ -208,23 +249,36 @@ async def get_job(request: Request[Any, Any, State]) -> Response[bytes]:
     return json_response(await queues_of(request).get_job(queue, id))
 
 
-@delete(JOB, operation_id="deleteJob", summary="Delete a job that is not leased", status_code=204,
-        opt=_opt(None, {204: None}, (400, 404, 409)))
+@delete(
+    JOB,
+    operation_id="deleteJob",
+    summary="Delete a job that is not leased",
+    status_code=204,
+    opt=_opt(None, {204: None}, (400, 404, 409)),
+)
 async def delete_job(request: Request[Any, Any, State]) -> None:
     queue, id = path_queue(request), path_job_id(request)
     await queues_of(request).delete(queue, id)
 
 
-@get("/v1/queues", operation_id="listQueues", summary="List queues with their counts",
-     opt=_opt(None, {200: QueueList}))
+@get(
+    "/v1/queues",
+    operation_id="listQueues",
+    summary="List queues with their counts",
+    opt=_opt(None, {200: QueueList}),
+)
 async def list_queues(request: Request[Any, Any, State]) -> Response[bytes]:
     queues = queues_of(request)
     views = [await queues.queue_view(name) for name in await queues.queue_names()]
     return json_response(QueueList(queues=views))
 
 
-@get(Q, operation_id="getQueue", summary="A queue's counts and pause state",
-     opt=_opt(None, {200: QueueView}, (400,)))
+@get(
+    Q,
+    operation_id="getQueue",
+    summary="A queue's counts and pause state",
+    opt=_opt(None, {200: QueueView}, (400,)),
+)
 async def get_queue(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     return json_response(await queues_of(request).queue_view(queue))
@@ -232,13 +286,21 @@ async def get_queue(request: Request[Any, Any, State]) -> Response[bytes]:
 
 LEDGER_QUERY = (
     ("worker", "string", "only the jobs this worker holds"),
-    ("limit", "integer", f"at most this many jobs (default {limits.DEFAULT_LEDGER_PAGE}, max {limits.MAX_LEDGER_PAGE})"),
+    (
+        "limit",
+        "integer",
+        f"at most this many jobs (default {limits.DEFAULT_LEDGER_PAGE}, max {limits.MAX_LEDGER_PAGE})",
+    ),
     ("offset", "integer", "skip this many of the oldest leases"),
 )
 
 
-@get(Q + "/active", operation_id="getLedger", summary="The in-flight ledger, oldest lease first",
-     opt=_opt(None, {200: LedgerView}, (400,), LEDGER_QUERY))
+@get(
+    Q + "/active",
+    operation_id="getLedger",
+    summary="The in-flight ledger, oldest lease first",
+    opt=_opt(None, {200: LedgerView}, (400,), LEDGER_QUERY),
+)
 async def get_ledger(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     worker = request.query_params.get("worker")
@@ -249,8 +311,12 @@ async def get_ledger(request: Request[Any, Any, State]) -> Response[bytes]:
     return json_response(LedgerView(jobs=await queues_of(request).ledger(queue, worker, offset, limit)))
 
 
-@get(Q + "/workers", operation_id="listWorkers", summary="Who holds what",
-     opt=_opt(None, {200: WorkersView}, (400,)))
+@get(
+    Q + "/workers",
+    operation_id="listWorkers",
+    summary="Who holds what",
+    opt=_opt(None, {200: WorkersView}, (400,)),
+)
 async def list_workers(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     return json_response(WorkersView(workers=await queues_of(request).workers(queue)))
@@ -262,8 +328,12 @@ FAILED_QUERY = (
 )
 
 
-@get(Q + "/failed", operation_id="listFailed", summary="Dead-lettered jobs, most recent first",
-     opt=_opt(None, {200: FailedPage}, (400,), FAILED_QUERY))
+@get(
+    Q + "/failed",
+    operation_id="listFailed",
+    summary="Dead-lettered jobs, most recent first",
+    opt=_opt(None, {200: FailedPage}, (400,), FAILED_QUERY),
+)
 async def list_failed(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     limit = query_int(request, "limit", limits.DEFAULT_PAGE, 1, limits.MAX_PAGE)
@@ -272,31 +342,47 @@ async def list_failed(request: Request[Any, Any, State]) -> Response[bytes]:
     return json_response(FailedPage(jobs=jobs, total=total))
 
 
-@post(Q + "/workers/{worker:str}/release", operation_id="releaseWorker",
-      summary="Release every job a worker holds (operator declares it dead)",
-      opt=_opt(None, {200: WorkerReleaseResponse}, (400,)))
+@post(
+    Q + "/workers/{worker:str}/release",
+    operation_id="releaseWorker",
+    summary="Release every job a worker holds (operator declares it dead)",
+    opt=_opt(None, {200: WorkerReleaseResponse}, (400,)),
+)
 async def release_worker(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, worker = path_queue(request), path_name(request, "worker", "worker")
-    return json_response(WorkerReleaseResponse(released=await queues_of(request).release_worker(queue, worker)))
+    return json_response(
+        WorkerReleaseResponse(released=await queues_of(request).release_worker(queue, worker))
+    )
 
 
-@post(Q + "/pause", operation_id="pauseQueue", summary="Stop leasing from a queue",
-      opt=_opt(None, {200: PauseResponse}, (400,)))
+@post(
+    Q + "/pause",
+    operation_id="pauseQueue",
+    summary="Stop leasing from a queue",
+    opt=_opt(None, {200: PauseResponse}, (400,)),
+)
 async def pause(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     return json_response(PauseResponse(name=queue, paused=await queues_of(request).set_paused(queue, True)))
 
 
-@post(Q + "/resume", operation_id="resumeQueue", summary="Resume leasing from a queue",
-      opt=_opt(None, {200: PauseResponse}, (400,)))
+@post(
+    Q + "/resume",
+    operation_id="resumeQueue",
+    summary="Resume leasing from a queue",
+    opt=_opt(None, {200: PauseResponse}, (400,)),
+)
 async def resume(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     return json_response(PauseResponse(name=queue, paused=await queues_of(request).set_paused(queue, False)))
 
 
-@post(Q + "/failed/retry", operation_id="redriveFailed",
-      summary="Send dead-lettered jobs (all, or the listed ids) back to waiting",
-      opt=_opt(RedriveRequest, {200: RedriveResponse}, (400, 413), body_optional=True))
+@post(
+    Q + "/failed/retry",
+    operation_id="redriveFailed",
+    summary="Send dead-lettered jobs (all, or the listed ids) back to waiting",
+    opt=_opt(RedriveRequest, {200: RedriveResponse}, (400, 413), body_optional=True),
+)
 async def redrive(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     ask = await read_body(request, RedriveRequest, optional=True)
@@ -304,7 +390,23 @@ async def redrive(request: Request[Any, Any, State]) -> Response[bytes]:
 
 
 QUEUE_HANDLERS = [
-    enqueue, enqueue_many, lease, heartbeat, ack, ack_many, fail, release, get_job, delete_job,
-    list_queues, get_queue, get_ledger, list_workers, list_failed, release_worker, pause, resume,
+    enqueue,
+    enqueue_many,
+    lease,
+    heartbeat,
+    ack,
+    ack_many,
+    fail,
+    release,
+    get_job,
+    delete_job,
+    list_queues,
+    get_queue,
+    get_ledger,
+    list_workers,
+    list_failed,
+    release_worker,
+    pause,
+    resume,
     redrive,
 ]

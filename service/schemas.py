@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
 from service import limits
@@ -265,4 +264,3 @@ class Problem(Struct):
 
 class Health(Struct):
     status: str
-

@@ -47,10 +47,23 @@ class ValkeyProcess:
     def start(self) -> ValkeyProcess:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
-            [str(get_binary_path()), "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.directory),
-             "--maxmemory-policy", "noeviction"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                str(get_binary_path()),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+                "--maxmemory-policy",
+                "noeviction",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
         while True:

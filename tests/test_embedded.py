@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import stat
@@ -55,10 +56,8 @@ def make_server() -> Iterator[Factory]:
             server.stop()
         except Exception:
             if pid is not None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 wait_gone(pid)
 
 

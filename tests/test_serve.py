@@ -31,8 +31,9 @@ class ServiceProcess:
     def start(self) -> ServiceProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
         env.update(EMQ_DATA_DIR=str(self.data_dir), PORT=str(self.port), HOST="127.0.0.1")
-        self.process = subprocess.Popen([sys.executable, "-m", "service"], env=env,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "service"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:

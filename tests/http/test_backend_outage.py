@@ -25,8 +25,9 @@ async def test_redis_outage_gives_503_and_service_recovers(private_valkey: Valke
             down = await http.post(f"/v1/queues/{queue}/jobs", json={"payload": "during"})
             assert_problem(down, 503, "backend_unavailable")
             assert int(down.headers["retry-after"]) >= 1
-            assert_problem(await http.post(f"/v1/queues/{queue}/lease", json={"worker": "w"}),
-                           503, "backend_unavailable")
+            assert_problem(
+                await http.post(f"/v1/queues/{queue}/lease", json={"worker": "w"}), 503, "backend_unavailable"
+            )
             assert_problem(await http.get("/readyz"), 503, "backend_unavailable")
             assert (await http.get("/healthz")).status_code == 200
 

@@ -28,7 +28,13 @@ async def test_enqueue_lease_heartbeat_ack(client: AsyncClient, queue: str) -> N
     view = await get_job(client, queue, job["id"])
     assert view["state"] == "completed" and view["result"] == {"sent": True}
     assert view["worker"] is None and view["lease_expires_at"] is None
-    assert await counts(client, queue) == {"waiting": 0, "delayed": 0, "active": 0, "completed": 1, "failed": 0}
+    assert await counts(client, queue) == {
+        "waiting": 0,
+        "delayed": 0,
+        "active": 0,
+        "completed": 1,
+        "failed": 0,
+    }
 
 
 async def test_enqueue_is_idempotent_by_id(client: AsyncClient, queue: str) -> None:
@@ -36,7 +42,10 @@ async def test_enqueue_is_idempotent_by_id(client: AsyncClient, queue: str) -> N
     again = await client.post(f"/v1/queues/{queue}/jobs", json={"id": "order-7", "payload": 2})
     assert first.status_code == 201 and first.json()["created"] is True
     assert again.status_code == 200 and again.json() == {
-        "id": "order-7", "queue": queue, "state": "waiting", "created": False,
+        "id": "order-7",
+        "queue": queue,
+        "state": "waiting",
+        "created": False,
     }
     job = await lease_one(client, queue)
     assert job["payload"] == 1
@@ -46,7 +55,10 @@ async def test_enqueue_is_idempotent_by_id(client: AsyncClient, queue: str) -> N
 
 async def test_enqueue_many_answers_in_order(client: AsyncClient, queue: str) -> None:
     await enqueue(client, queue, 0, id="dup")
-    jobs = [{"payload": i} for i in range(5)] + [{"id": "dup", "payload": "x"}, {"payload": 9, "delay_ms": 60_000}]
+    jobs = [{"payload": i} for i in range(5)] + [
+        {"id": "dup", "payload": "x"},
+        {"payload": 9, "delay_ms": 60_000},
+    ]
     response = await client.post(f"/v1/queues/{queue}/enqueue", json={"jobs": jobs})
     assert response.status_code == 200
     answers = response.json()["jobs"]
@@ -100,7 +112,9 @@ async def test_release_puts_job_first_without_spending_an_attempt(client: AsyncC
     again = await lease_one(client, queue, "w2")
     assert again["id"] == job["id"] and again["attempt"] == 1 and again["fence"] == 2
     assert again["lease_id"] != job["lease_id"]
-    assert_problem(await job_call(client, queue, job["id"], "ack", lease_id=job["lease_id"]), 409, "lease_lost")
+    assert_problem(
+        await job_call(client, queue, job["id"], "ack", lease_id=job["lease_id"]), 409, "lease_lost"
+    )
 
 
 async def test_fail_retries_with_backoff_then_dead_letters(client: AsyncClient, queue: str) -> None:
@@ -118,7 +132,9 @@ async def test_fail_retries_with_backoff_then_dead_letters(client: AsyncClient, 
     assert page["total"] == 1 and page["jobs"][0]["id"] == job["id"]
 
 
-async def test_fail_default_backoff_delays_and_retry_false_dead_letters(client: AsyncClient, queue: str) -> None:
+async def test_fail_default_backoff_delays_and_retry_false_dead_letters(
+    client: AsyncClient, queue: str
+) -> None:
     await enqueue(client, queue, "x")
     job = await lease_one(client, queue)
     failed = await job_call(client, queue, job["id"], "fail", lease_id=job["lease_id"], error="e")
@@ -126,7 +142,9 @@ async def test_fail_default_backoff_delays_and_retry_false_dead_letters(client: 
     assert await lease(client, queue) == []
     await enqueue(client, queue, "y")
     job = await lease_one(client, queue)
-    failed = await job_call(client, queue, job["id"], "fail", lease_id=job["lease_id"], error="e", retry=False)
+    failed = await job_call(
+        client, queue, job["id"], "fail", lease_id=job["lease_id"], error="e", retry=False
+    )
     assert failed.json()["state"] == "failed"
     assert (await counts(client, queue))["failed"] == 1
 
@@ -134,7 +152,9 @@ async def test_fail_default_backoff_delays_and_retry_false_dead_letters(client: 
 async def test_retry_after_ms_schedules_the_retry(client: AsyncClient, queue: str) -> None:
     await enqueue(client, queue, "x")
     job = await lease_one(client, queue)
-    failed = await job_call(client, queue, job["id"], "fail", lease_id=job["lease_id"], error="e", retry_after_ms=300)
+    failed = await job_call(
+        client, queue, job["id"], "fail", lease_id=job["lease_id"], error="e", retry_after_ms=300
+    )
     assert failed.json()["state"] == "delayed"
     again = await lease_one(client, queue, wait_ms=5000)
     assert again["id"] == job["id"] and again["attempt"] == 2
@@ -186,7 +206,13 @@ async def test_delete(client: AsyncClient, queue: str) -> None:
     job = await lease_one(client, queue)
     assert_problem(await client.delete(f"/v1/queues/{queue}/jobs/{job['id']}"), 409, "job_active")
     assert_problem(await client.delete(f"/v1/queues/{queue}/jobs/nope"), 404, "job_not_found")
-    assert await counts(client, queue) == {"waiting": 0, "delayed": 0, "active": 1, "completed": 0, "failed": 0}
+    assert await counts(client, queue) == {
+        "waiting": 0,
+        "delayed": 0,
+        "active": 1,
+        "completed": 0,
+        "failed": 0,
+    }
 
 
 async def test_ledger_and_workers_views(client: AsyncClient, queue: str) -> None:
@@ -218,7 +244,9 @@ async def test_operator_releases_a_dead_workers_jobs(client: AsyncClient, queue:
     assert response.status_code == 200
     assert response.json() == {"released": [job["id"] for job in held]}
     for job in held:
-        assert_problem(await job_call(client, queue, job["id"], "heartbeat", lease_id=job["lease_id"]), 409, "lease_lost")
+        assert_problem(
+            await job_call(client, queue, job["id"], "heartbeat", lease_id=job["lease_id"]), 409, "lease_lost"
+        )
     again = await lease(client, queue, "healthy", max_jobs=3)
     assert [job["id"] for job in again[:2]] == [job["id"] for job in held]
     assert [job["attempt"] for job in again] == [1, 1, 1]
@@ -231,8 +259,13 @@ async def test_queue_listing(client: AsyncClient, queue: str) -> None:
     await enqueue(client, queue, 1)
     listing = (await client.get("/v1/queues")).json()["queues"]
     mine = [entry for entry in listing if entry["name"] == queue]
-    assert mine == [{"name": queue, "paused": False, "counts": {
-        "waiting": 1, "delayed": 0, "active": 0, "completed": 0, "failed": 0}}]
+    assert mine == [
+        {
+            "name": queue,
+            "paused": False,
+            "counts": {"waiting": 1, "delayed": 0, "active": 0, "completed": 0, "failed": 0},
+        }
+    ]
     unknown = (await client.get("/v1/queues/never-used-queue")).json()
     assert unknown["counts"] == {"waiting": 0, "delayed": 0, "active": 0, "completed": 0, "failed": 0}
 

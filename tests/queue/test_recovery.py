@@ -31,7 +31,9 @@ async def lazy_client(private_redis_url: str) -> AsyncIterator[httpx.AsyncClient
             yield http
 
 
-async def test_a_worker_that_never_acks_loses_its_job_to_the_next(client: httpx.AsyncClient, queue: str) -> None:
+async def test_a_worker_that_never_acks_loses_its_job_to_the_next(
+    client: httpx.AsyncClient, queue: str
+) -> None:
     created = await enqueue(client, queue, "work")
     dead = await lease_one(client, queue, "dies", lease_ms=SHORT_LEASE_MS)
     assert (await client.get(f"/v1/queues/{queue}/active")).json()["jobs"][0]["worker"] == "dies"
@@ -41,9 +43,14 @@ async def test_a_worker_that_never_acks_loses_its_job_to_the_next(client: httpx.
     assert time.monotonic() - started < RECLAIM_DEADLINE_S
     # The dead worker's lease is gone for good: its late calls are refused and change nothing.
     for action in ("ack", "heartbeat", "release"):
-        assert_problem(await job_call(client, queue, dead["id"], action, lease_id=dead["lease_id"]), 409, "lease_lost")
-    assert_problem(await job_call(client, queue, dead["id"], "fail", lease_id=dead["lease_id"], error="x"),
-                   409, "lease_lost")
+        assert_problem(
+            await job_call(client, queue, dead["id"], action, lease_id=dead["lease_id"]), 409, "lease_lost"
+        )
+    assert_problem(
+        await job_call(client, queue, dead["id"], "fail", lease_id=dead["lease_id"], error="x"),
+        409,
+        "lease_lost",
+    )
     view = await get_job(client, queue, dead["id"])
     assert view["state"] == "active" and view["worker"] == "survivor"
     assert (await job_call(client, queue, again["id"], "ack", lease_id=again["lease_id"])).status_code == 200
@@ -55,8 +62,11 @@ async def test_an_expired_lease_is_lost_even_before_the_sweep(
     await enqueue(lazy_client, queue, "work")
     zombie = await lease_one(lazy_client, queue, "zombie", lease_ms=SHORT_LEASE_MS)
     await asyncio.sleep(SHORT_LEASE_MS / 1000 + 0.5)
-    assert_problem(await job_call(lazy_client, queue, zombie["id"], "ack", lease_id=zombie["lease_id"]),
-                   409, "lease_lost")
+    assert_problem(
+        await job_call(lazy_client, queue, zombie["id"], "ack", lease_id=zombie["lease_id"]),
+        409,
+        "lease_lost",
+    )
     # Still in the ledger, attributed to the zombie, until a sweep returns it.
     ledger = (await lazy_client.get(f"/v1/queues/{queue}/active")).json()["jobs"]
     assert [(entry["id"], entry["worker"]) for entry in ledger] == [(zombie["id"], "zombie")]
@@ -74,7 +84,13 @@ async def test_expiry_on_the_last_attempt_dead_letters(client: httpx.AsyncClient
         await asyncio.sleep(0.1)
     view = await get_job(client, queue, created["id"])
     assert "lease expired" in view["error"] and view["attempt"] == 1
-    assert await counts(client, queue) == {"waiting": 0, "delayed": 0, "active": 0, "completed": 0, "failed": 1}
+    assert await counts(client, queue) == {
+        "waiting": 0,
+        "delayed": 0,
+        "active": 0,
+        "completed": 0,
+        "failed": 1,
+    }
 
 
 async def test_concurrent_workers_never_share_a_job(client: httpx.AsyncClient, queue: str) -> None:
@@ -96,7 +112,13 @@ async def test_concurrent_workers_never_share_a_job(client: httpx.AsyncClient, q
 
     await asyncio.gather(*(worker(f"w{i}", 1 + i % 5) for i in range(25)))
     assert len(leased) == total and set(leased.values()) == {1}
-    assert await counts(client, queue) == {"waiting": 0, "delayed": 0, "active": 0, "completed": total, "failed": 0}
+    assert await counts(client, queue) == {
+        "waiting": 0,
+        "delayed": 0,
+        "active": 0,
+        "completed": total,
+        "failed": 0,
+    }
 
 
 async def test_long_poll_wakes_on_enqueue(client: httpx.AsyncClient, queue: str) -> None:
@@ -137,7 +159,9 @@ async def test_many_waiters_share_few_redis_connections(
     assert len(ids) == waiters and len(set(ids)) == waiters
 
 
-async def test_finished_jobs_are_removed_after_retention(settings: Settings, queue: str, redis_client: Redis) -> None:
+async def test_finished_jobs_are_removed_after_retention(
+    settings: Settings, queue: str, redis_client: Redis
+) -> None:
     short = dataclasses.replace(settings, completed_retention_s=1, failed_retention_s=1)
     with running_service(short) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
@@ -157,4 +181,6 @@ async def test_finished_jobs_are_removed_after_retention(settings: Settings, que
                 assert_problem(await http.get(f"/v1/queues/{queue}/jobs/{job_id}"), 404, "job_not_found")
                 assert not await redis_client.exists(QueueKeys.for_queue(queue).job(job_id))
             # Once forgotten, the id can be used again.
-            assert (await http.post(f"/v1/queues/{queue}/jobs", json={"id": "keep-me", "payload": 1})).status_code == 201
+            assert (
+                await http.post(f"/v1/queues/{queue}/jobs", json={"id": "keep-me", "payload": 1})
+            ).status_code == 201
