@@ -248,8 +248,11 @@ class JobQueues:
             reply = await self._call("redrive", queue, _encode(list(ids)), 0)
             return [job_id.decode() for job_id in reply]
         redriven: list[str] = []
-        while batch := await self._call("redrive", queue, b"[]", limits.MAX_BATCH):
-            redriven.extend(job_id.decode() for job_id in batch)
+        while True:  # bounded batches, each one script call; a short batch means none are left
+            batch = [job_id.decode() for job_id in await self._call("redrive", queue, b"[]", limits.MAX_BATCH)]
+            redriven.extend(batch)
+            if len(batch) < limits.MAX_BATCH:
+                break
         return redriven
 
     async def queue_view(self, queue: str) -> QueueView:

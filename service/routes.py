@@ -7,6 +7,7 @@ service.openapi builds the OpenAPI document.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeVar
 
 import msgspec
@@ -269,8 +270,8 @@ async def delete_job(request: Request[Any, Any, State]) -> None:
 )
 async def list_queues(request: Request[Any, Any, State]) -> Response[bytes]:
     queues = queues_of(request)
-    views = [await queues.queue_view(name) for name in await queues.queue_names()]
-    return json_response(QueueList(queues=views))
+    views = await asyncio.gather(*(queues.queue_view(name) for name in await queues.queue_names()))
+    return json_response(QueueList(queues=list(views)))
 
 
 @get(

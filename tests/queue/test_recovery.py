@@ -184,3 +184,17 @@ async def test_finished_jobs_are_removed_after_retention(
             assert (
                 await http.post(f"/v1/queues/{queue}/jobs", json={"id": "keep-me", "payload": 1})
             ).status_code == 201
+
+
+async def test_waiters_beyond_the_cap_get_429(settings: Settings, queue: str) -> None:
+    with running_service(dataclasses.replace(settings, max_waiters=2)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            body = {"worker": "w", "wait_ms": 3000}
+            waiting = [asyncio.create_task(http.post(f"/v1/queues/{queue}/lease", json=body)) for _ in range(2)]
+            await asyncio.sleep(0.5)
+            refused = await http.post(f"/v1/queues/{queue}/lease", json=body)
+            assert_problem(refused, 429, "too_many_requests")
+            assert int(refused.headers["retry-after"]) >= 1
+            # A lease that need not wait is still served.
+            assert (await http.post(f"/v1/queues/{queue}/lease", json={"worker": "w"})).status_code == 200
+            assert [response.status_code for response in await asyncio.gather(*waiting)] == [200, 200]

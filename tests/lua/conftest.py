@@ -1,0 +1,332 @@
+"""Helpers for the script tests: a LuaQueue wraps Scripts + QueueKeys for one test queue.
+
+Tests call the scripts exactly as service/queue.py does (keys = QueueKeys.script_keys, ARGV[1] =
+the key prefix) but read the raw replies, and inspect the Redis keys a transition leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+
+from service import limits
+from service.keys import QueueKeys
+from service.scripts import Scripts
+
+LEASE_MS = 30_000
+LONG_RETENTION_MS = 10**12  # longer than any test: nothing finished is old enough to delete
+PAST_MS = 1  # a score far in the past: a deadline that has passed, a delayed job that is due
+PUBSUB_TIMEOUT_S = 5.0
+EXPIRY_POLL_S = 0.005
+WAKE_SENTINEL = "end-of-test-messages"
+
+
+def decoded(value: Any) -> Any:
+    """A reply with every bytes value (nested lists included) decoded to str."""
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list):
+        return [decoded(item) for item in value]
+    return value
+
+
+def random_lease_ids(max_jobs: int) -> str:
+    """ARGV[5] of lease-10.lua, made as service/queue.py makes it: max_jobs random ids, concatenated."""
+    return os.urandom(limits.LEASE_ID_BYTES * max_jobs).hex()
+
+
+def spec(
+    job_id: str | None = None,
+    *,
+    name: str = "job",
+    priority: int = 0,
+    delay_ms: int = 0,
+    max_attempts: int = 3,
+    backoff_type: str = "exponential",
+    backoff_ms: int = 1000,
+    payload: bytes = b"{}",
+) -> dict[str, Any]:
+    """One job for enqueue: its options object (as enqueue-10.lua reads it) plus its payload."""
+    options: dict[str, Any] = {
+        "name": name,
+        "priority": priority,
+        "delay_ms": delay_ms,
+        "max_attempts": max_attempts,
+        "backoff_type": backoff_type,
+        "backoff_ms": backoff_ms,
+    }
+    if job_id is not None:
+        options["id"] = job_id
+    return {"options": options, "payload": payload}
+
+
+@dataclass(frozen=True)
+class Leased:
+    """One job of a lease reply (9 entries)."""
+
+    id: str
+    name: str
+    payload: bytes
+    attempt: int
+    max_attempts: int
+    lease_id: str
+    lease_expires_at: int
+    fence: int
+    enqueued_at: int
+
+
+class WakeListener:
+    """Subscribed to a queue's wake channel; messages() returns what was published so far."""
+
+    def __init__(self, client: Redis, channel: str) -> None:
+        self._client = client
+        self._channel = channel
+        self._pubsub: PubSub = client.pubsub()
+
+    async def __aenter__(self) -> WakeListener:
+        await self._pubsub.subscribe(self._channel)
+        confirmation = await self._pubsub.get_message(timeout=PUBSUB_TIMEOUT_S)
+        assert confirmation is not None and confirmation["type"] == "subscribe"
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._pubsub.unsubscribe()
+        await self._pubsub.aclose()
+
+    async def messages(self) -> list[str]:
+        """Everything published since the last call. A sentinel published after the scripts ran
+        arrives after their messages, so no message can be missed and no sleep is needed."""
+        await self._client.publish(self._channel, WAKE_SENTINEL)
+        received = []
+        while True:
+            message = await self._pubsub.get_message(timeout=PUBSUB_TIMEOUT_S)
+            assert message is not None, "the sentinel never arrived"
+            if message["type"] != "message":
+                continue
+            data = message["data"].decode()
+            if data == WAKE_SENTINEL:
+                return received
+            received.append(data)
+
+
+class LuaQueue:
+    """One queue's scripts, called directly, and readers for the state they leave."""
+
+    spec = staticmethod(spec)  # tests build enqueue batches with q.spec(...)
+
+    def __init__(self, client: Redis, scripts: Scripts, name: str) -> None:
+        self.redis = client
+        self.scripts = scripts
+        self.keys = QueueKeys.for_queue(name)
+
+    async def call(self, operation: str, *args: Any) -> Any:
+        return await self.scripts.call(operation, self.keys.script_keys, (self.keys.prefix, *args))
+
+    # --- the scripts -----------------------------------------------------------------------
+
+    async def enqueue(self, *jobs: dict[str, Any]) -> list[tuple[str, str, int]]:
+        """[(id, state, created)] per job, from the flat reply."""
+        options = json.dumps([job["options"] for job in jobs])
+        reply = decoded(await self.call("enqueue", options, *[job["payload"] for job in jobs]))
+        assert len(reply) == 3 * len(jobs)
+        return [(reply[i], reply[i + 1], reply[i + 2]) for i in range(0, len(reply), 3)]
+
+    async def add(self, job_id: str | None = None, **options: Any) -> str:
+        """Enqueue one new job and return its id."""
+        [(stored_id, _, created)] = await self.enqueue(spec(job_id, **options))
+        assert created == 1
+        return stored_id
+
+    async def lease(
+        self,
+        worker: str = "w1",
+        *,
+        lease_ms: int = LEASE_MS,
+        max_jobs: int = 1,
+        lease_ids: Sequence[str] | None = None,
+    ) -> list[Leased]:
+        tokens = "".join(lease_ids) if lease_ids is not None else random_lease_ids(max_jobs)
+        reply = await self.call("lease", worker, lease_ms, max_jobs, tokens)
+        assert len(reply) % 9 == 0
+        jobs = []
+        for i in range(0, len(reply), 9):
+            job_id, name, payload, attempt, max_attempts, lease_id, expires_at, fence, enqueued_at = (
+                reply[i : i + 9]
+            )
+            for number in (attempt, max_attempts, expires_at, fence, enqueued_at):
+                assert isinstance(number, int)
+            jobs.append(
+                Leased(job_id.decode(), name.decode(), payload, attempt, max_attempts,
+                       lease_id.decode(), expires_at, fence, enqueued_at)
+            )
+        return jobs
+
+    async def lease_one(self, worker: str = "w1", *, lease_ms: int = LEASE_MS) -> Leased:
+        [job] = await self.lease(worker, lease_ms=lease_ms)
+        return job
+
+    async def heartbeat(self, job_id: str, lease_id: str, lease_ms: int = 0) -> list[int]:
+        return await self.call("heartbeat", job_id, lease_id, lease_ms)
+
+    async def ack(self, *acks: tuple[str, str] | tuple[str, str, bytes]) -> list[int]:
+        pairs = json.dumps([[ack[0], ack[1]] for ack in acks])
+        results = [ack[2] if len(ack) == 3 else b"" for ack in acks]
+        return await self.call("ack", pairs, *results)
+
+    async def fail(
+        self,
+        job_id: str,
+        lease_id: str,
+        *,
+        error: str = "boom",
+        retry: bool = True,
+        retry_after_ms: int | None = None,
+    ) -> list[Any]:
+        options: dict[str, Any] = {"retry": retry}
+        if retry_after_ms is not None:
+            options["retry_after_ms"] = retry_after_ms
+        return decoded(await self.call("fail", job_id, lease_id, json.dumps(options), error))
+
+    async def release(self, job_id: str, lease_id: str) -> int:
+        return await self.call("release", job_id, lease_id)
+
+    async def release_worker(self, worker: str) -> list[str]:
+        return decoded(await self.call("release-worker", worker))
+
+    async def sweep(
+        self,
+        batch: int = 100,
+        completed_retention_ms: int = LONG_RETENTION_MS,
+        failed_retention_ms: int = LONG_RETENTION_MS,
+    ) -> list[int]:
+        """[reclaimed, dead_lettered, promoted, deleted, more]."""
+        return await self.call("sweep", batch, completed_retention_ms, failed_retention_ms)
+
+    async def delete(self, job_id: str) -> int:
+        return await self.call("delete", job_id)
+
+    async def set_paused(self, paused: bool) -> int:
+        return await self.call("set-paused", "1" if paused else "0")
+
+    async def redrive(self, ids: Sequence[str] = (), limit: int = limits.MAX_BATCH) -> list[str]:
+        return decoded(await self.call("redrive", json.dumps(list(ids)), limit))
+
+    async def counts(self) -> list[int]:
+        """[paused, waiting, delayed, active, completed, failed]."""
+        return await self.call("counts")
+
+    async def ledger(self, offset: int = 0, limit: int = 100, worker: str = "") -> list[list[str]]:
+        """[[id, worker, attempt, leased_at, lease_expires_at]] from the flat reply."""
+        reply = decoded(await self.call("ledger", offset, limit, worker))
+        assert len(reply) % 5 == 0
+        return [reply[i : i + 5] for i in range(0, len(reply), 5)]
+
+    async def workers(self) -> list[list[Any]]:
+        return decoded(await self.call("workers"))
+
+    async def failed_page(self, offset: int = 0, limit: int = 100) -> tuple[int, list[tuple[str, dict]]]:
+        total, *jobs = await self.call("failed-page", offset, limit)
+        page = []
+        for job_id, flat in jobs:
+            fields = decoded(flat)
+            page.append((job_id.decode(), dict(zip(fields[::2], fields[1::2], strict=True))))
+        return total, page
+
+    # --- the state they leave --------------------------------------------------------------
+
+    async def job(self, job_id: str) -> dict[str, str]:
+        """The job's hash, decoded ({} when it does not exist)."""
+        return decoded_dict(await self.redis.hgetall(self.keys.job(job_id)))
+
+    async def field(self, job_id: str, name: str) -> bytes | None:
+        return await self.redis.hget(self.keys.job(job_id), name)
+
+    async def wait_list(self) -> list[str]:
+        """The priority-0 wait LIST as stored, left to right (leased from the right)."""
+        return decoded(await self.redis.lrange(self.keys.wait, 0, -1))
+
+    async def prio(self) -> list[str]:
+        """The priority ZSET, lowest score (leased first) first."""
+        return decoded(await self.redis.zrange(self.keys.prio, 0, -1))
+
+    async def line(self) -> list[str]:
+        """Every waiting job in the order leases would take them."""
+        return await self.prio() + list(reversed(await self.wait_list()))
+
+    async def active(self) -> list[str]:
+        """The ledger LIST as stored: newest lease on the left."""
+        return decoded(await self.redis.lrange(self.keys.active, 0, -1))
+
+    async def zset(self, key: str) -> dict[str, int]:
+        """A ZSET as {member: score}."""
+        scored = await self.redis.zrange(key, 0, -1, withscores=True)
+        return {member.decode(): int(score) for member, score in scored}
+
+    async def members(self, key: str) -> set[str]:
+        return {member.decode() for member in await self.redis.smembers(key)}
+
+    async def lock(self, job_id: str) -> str | None:
+        value = await self.redis.get(self.keys.lock(job_id))
+        return None if value is None else value.decode()
+
+    async def lock_pttl(self, job_id: str) -> int:
+        return await self.redis.pttl(self.keys.lock(job_id))
+
+    async def meta(self) -> dict[str, str]:
+        return decoded_dict(await self.redis.hgetall(self.keys.meta))
+
+    async def now_ms(self) -> int:
+        seconds, microseconds = await self.redis.time()
+        return seconds * 1000 + microseconds // 1000
+
+    async def next_ms(self) -> None:
+        """Wait (busily, about a millisecond) until the Redis clock moves to a new millisecond,
+        so that the next transition gets a later timestamp than the previous one."""
+        start = await self.now_ms()
+        while await self.now_ms() == start:
+            pass
+
+    # --- time passing ------------------------------------------------------------------------
+
+    async def wait_for_expiry(self, job: Leased) -> None:
+        """Let a (tiny) lease really expire on the Redis clock: its lock is gone and its
+        lease_expires_at has passed."""
+        while await self.lock(job.id) is not None or await self.now_ms() <= job.lease_expires_at:
+            await asyncio.sleep(EXPIRY_POLL_S)
+
+    async def expire_lock(self, job_id: str) -> None:
+        """The lease's lock expired; the sweep has not run yet (the deadline index still has it)."""
+        await self.redis.delete(self.keys.lock(job_id))
+
+    async def expire_lease(self, job_id: str, deadline_ms: int = PAST_MS) -> None:
+        """The lock expired and the deadline index says so: the sweep will find the job."""
+        await self.expire_lock(job_id)
+        await self.redis.zadd(self.keys.deadlines, {job_id: deadline_ms})
+
+    async def make_due(self, job_id: str, due_ms: int = PAST_MS) -> None:
+        await self.redis.zadd(self.keys.delayed, {job_id: due_ms})
+
+    def wake(self) -> WakeListener:
+        return WakeListener(self.redis, self.keys.wake)
+
+
+def decoded_dict(fields: dict[bytes, bytes]) -> dict[str, str]:
+    return {key.decode(): value.decode() for key, value in fields.items()}
+
+
+@pytest.fixture
+def scripts(redis_client: Redis) -> Scripts:
+    return Scripts(redis_client)
+
+
+@pytest.fixture
+async def q(redis_client: Redis, scripts: Scripts, queue: str) -> AsyncIterator[LuaQueue]:
+    yield LuaQueue(redis_client, scripts, queue)

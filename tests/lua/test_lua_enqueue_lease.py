@@ -1,0 +1,273 @@
+"""enqueue-10.lua and lease-10.lua: every reply and the keys each call leaves."""
+
+from __future__ import annotations
+
+import re
+
+from service import limits
+
+LEASE_ID = re.compile(r"^[0-9a-f]{32}$")
+PAYLOAD = b'{"to":  "a@example.com",\n "n": [1, 2.50, null], "s": "\\u00e9"}'  # odd spacing on purpose
+
+
+# --- enqueue -------------------------------------------------------------------------------
+
+
+async def test_enqueue_stores_a_waiting_job(q):
+    before = await q.now_ms()
+    reply = await q.enqueue(q.spec("a", name="email", max_attempts=5, backoff_type="fixed",
+                                   backoff_ms=250, payload=PAYLOAD))
+    after = await q.now_ms()
+
+    assert reply == [("a", "waiting", 1)]
+    job = await q.job("a")
+    assert before <= int(job.pop("created_at")) <= after
+    assert job.pop("updated_at") is not None
+    assert job == {
+        "name": "email", "payload": PAYLOAD.decode(), "priority": "0", "max_attempts": "5",
+        "backoff_type": "fixed", "backoff_ms": "250", "attempt": "0", "fence": "0",
+        "state": "waiting",
+    }
+    assert await q.field("a", "payload") == PAYLOAD  # the bytes exactly
+    assert await q.wait_list() == ["a"]
+    assert await q.prio() == []
+    assert await q.zset(q.keys.delayed) == {}
+
+
+async def test_enqueue_existing_id_keeps_the_stored_job(q):
+    await q.enqueue(q.spec("a", payload=PAYLOAD))
+    stored = await q.job("a")
+
+    reply = await q.enqueue(q.spec("a", name="other", priority=9, delay_ms=60_000, payload=b'{"new":1}'))
+
+    assert reply == [("a", "waiting", 0)]
+    assert await q.job("a") == stored
+    assert await q.field("a", "payload") == PAYLOAD
+    assert await q.wait_list() == ["a"]  # not queued twice
+    assert await q.prio() == []
+    assert await q.zset(q.keys.delayed) == {}
+
+
+async def test_enqueue_existing_id_answers_the_stored_state(q):
+    await q.add("a")
+    job = await q.lease_one()
+    assert await q.enqueue(q.spec("a")) == [("a", "active", 0)]
+    assert await q.ack(("a", job.lease_id)) == [1]
+    assert await q.enqueue(q.spec("a")) == [("a", "completed", 0)]
+    assert await q.active() == []
+    assert await q.wait_list() == []
+
+
+async def test_enqueue_generated_ids_skip_ids_clients_used(q):
+    await q.add("1")
+    await q.add("3")
+
+    reply = await q.enqueue(q.spec(), q.spec(), q.spec())
+
+    assert reply == [("2", "waiting", 1), ("4", "waiting", 1), ("5", "waiting", 1)]
+    assert (await q.meta())["last_id"] == "5"
+    assert await q.line() == ["1", "3", "2", "4", "5"]
+
+
+async def test_enqueue_batch_answers_in_order_and_reports_each_id(q):
+    await q.add("old")
+    reply = await q.enqueue(q.spec("x"), q.spec("old"), q.spec(delay_ms=5000), q.spec("p", priority=3))
+    assert reply == [("x", "waiting", 1), ("old", "waiting", 0), ("1", "delayed", 1), ("p", "waiting", 1)]
+
+
+async def test_enqueue_delayed_job_goes_to_the_delayed_zset(q):
+    reply = await q.enqueue(q.spec("d", delay_ms=60_000, priority=4))
+
+    assert reply == [("d", "delayed", 1)]
+    job = await q.job("d")
+    assert job["state"] == "delayed"
+    assert await q.zset(q.keys.delayed) == {"d": int(job["created_at"]) + 60_000}
+    assert await q.wait_list() == []
+    assert await q.prio() == []
+
+
+async def test_enqueue_priority_goes_to_the_prio_zset_and_zero_to_the_wait_list(q):
+    await q.enqueue(q.spec("zero"), q.spec("five", priority=5), q.spec("top", priority=limits.MAX_PRIORITY))
+
+    assert await q.wait_list() == ["zero"]
+    assert await q.prio() == ["top", "five"]
+
+
+async def test_enqueue_publishes_once_with_the_number_of_leasable_jobs(q):
+    await q.add("existing")
+    async with q.wake() as wake:
+        await q.enqueue(q.spec("a"), q.spec("b", priority=3), q.spec("c", delay_ms=60_000),
+                        q.spec("existing"))
+        assert await wake.messages() == ["2"]
+
+        await q.enqueue(q.spec("d", delay_ms=60_000))
+        await q.enqueue(q.spec("a"))
+        assert await wake.messages() == []  # nothing became leasable: no publish at all
+
+
+# --- lease ---------------------------------------------------------------------------------
+
+
+async def test_lease_answers_empty_when_nothing_waits(q):
+    assert await q.lease(max_jobs=5) == []
+    assert await q.redis.exists(q.keys.active, q.keys.workers, q.keys.holds("w1")) == 0
+
+
+async def test_lease_answers_empty_when_paused(q):
+    await q.add("a")
+    assert await q.set_paused(True) == 1
+
+    assert await q.lease() == []
+    assert await q.wait_list() == ["a"]
+    assert (await q.job("a"))["state"] == "waiting"
+    assert await q.redis.exists(q.keys.active, q.keys.workers, q.keys.holds("w1")) == 0
+
+
+async def test_lease_moves_the_job_into_the_ledger_under_its_lock(q):
+    await q.enqueue(q.spec("a", name="email", max_attempts=4, payload=PAYLOAD))
+    created_at = int((await q.job("a"))["created_at"])
+    lease_id = "0123456789abcdef0123456789abcdef"
+
+    before = await q.now_ms()
+    [job] = await q.lease("w1", lease_ms=5000, lease_ids=[lease_id])
+    after = await q.now_ms()
+
+    assert before + 5000 <= job.lease_expires_at <= after + 5000
+    assert vars(job) == {
+        "id": "a", "name": "email", "payload": PAYLOAD, "attempt": 1, "max_attempts": 4,
+        "lease_id": lease_id, "lease_expires_at": job.lease_expires_at, "fence": 1,
+        "enqueued_at": created_at,
+    }
+    assert await q.wait_list() == []
+    assert await q.active() == ["a"]
+    assert await q.lock("a") == f"{lease_id}:w1"
+    assert 4000 < await q.lock_pttl("a") <= 5000
+    assert await q.zset(q.keys.deadlines) == {"a": job.lease_expires_at}
+    assert await q.members(q.keys.holds("w1")) == {"a"}
+    assert await q.members(q.keys.workers) == {"w1"}
+    stored = await q.job("a")
+    lease_fields = ("state", "worker", "lease_id", "lease_ms", "attempt", "fence")
+    assert {name: stored[name] for name in lease_fields} == {
+        "state": "active", "worker": "w1", "lease_id": lease_id, "lease_ms": "5000", "attempt": "1",
+        "fence": "1",
+    }
+    assert int(stored["lease_expires_at"]) == job.lease_expires_at
+    assert int(stored["leased_at"]) == job.lease_expires_at - 5000 == int(stored["updated_at"])
+
+
+async def test_lease_of_a_job_without_name_answers_an_empty_name(q):
+    await q.add("a", name="")
+    assert (await q.lease_one()).name == ""
+
+
+async def test_lease_puts_the_newest_lease_on_the_left_of_the_ledger(q):
+    for job_id in "abcde":
+        await q.add(job_id)
+    await q.lease("w1")
+    await q.lease("w2")
+    assert await q.active() == ["b", "a"]
+
+    leased = await q.lease("w3", max_jobs=3)
+
+    assert [job.id for job in leased] == ["c", "d", "e"]
+    assert await q.active() == ["e", "d", "c", "b", "a"]
+    assert await q.members(q.keys.holds("w3")) == {"c", "d", "e"}
+    assert await q.members(q.keys.workers) == {"w1", "w2", "w3"}
+
+
+async def test_lease_respects_max_jobs(q):
+    for job_id in "abcde":
+        await q.add(job_id)
+
+    leased = await q.lease(max_jobs=3)
+
+    assert [job.id for job in leased] == ["a", "b", "c"]
+    assert await q.line() == ["d", "e"]
+    assert len(await q.lease(max_jobs=limits.MAX_JOBS_PER_LEASE)) == 2
+
+
+async def test_lease_hands_each_job_its_own_lease_id(q):
+    for job_id in "abc":
+        await q.add(job_id)
+    lease_ids = ["a" * 32, "b" * 32, "c" * 32]
+
+    leased = await q.lease(max_jobs=3, lease_ids=lease_ids)
+
+    assert [job.lease_id for job in leased] == lease_ids
+    assert [await q.lock(job.id) for job in leased] == [f"{lease_id}:w1" for lease_id in lease_ids]
+
+
+async def test_lease_splits_random_tokens_into_distinct_32_hex_lease_ids(q):
+    for _ in range(50):
+        await q.add()
+    leased = await q.lease(max_jobs=50)
+    assert all(LEASE_ID.match(job.lease_id) for job in leased)
+    assert len({job.lease_id for job in leased}) == 50
+
+
+async def test_lease_counts_attempts_but_not_released_deliveries_and_fences_every_lease(q):
+    await q.add("a", max_attempts=5)
+
+    first = await q.lease_one()
+    assert (first.attempt, first.fence) == (1, 1)
+    assert await q.release("a", first.lease_id) == 1
+    assert (await q.job("a"))["redeliver"] == "1"
+
+    second = await q.lease_one()
+    assert (second.attempt, second.fence) == (1, 2)
+    assert "redeliver" not in await q.job("a")
+    assert await q.fail("a", second.lease_id, retry_after_ms=0) == [1, "waiting", 1]
+
+    third = await q.lease_one()
+    assert (third.attempt, third.fence) == (2, 3)
+    assert (await q.job("a"))["attempt"] == "2"
+    assert len({first.lease_id, second.lease_id, third.lease_id}) == 3
+
+
+async def test_lease_takes_higher_priority_first_and_fifo_among_equals(q):
+    await q.enqueue(q.spec("a"), q.spec("b", priority=5), q.spec("c", priority=5), q.spec("d", priority=10),
+                    q.spec("e"), q.spec("f", priority=1))
+
+    leased = await q.lease(max_jobs=6)
+
+    assert [job.id for job in leased] == ["d", "b", "c", "f", "a", "e"]
+
+
+async def test_lease_takes_released_jobs_first_within_their_priority(q):
+    await q.enqueue(q.spec("p1", priority=5), q.spec("p2", priority=5), q.spec("z1"), q.spec("z2"))
+    first = await q.lease_one()
+    assert first.id == "p1"
+    [*_, z1] = await q.lease(max_jobs=2)
+    assert z1.id == "z1"
+    await q.add("top", priority=10)
+
+    assert await q.release("p1", first.lease_id) == 1
+    assert await q.release("z1", z1.lease_id) == 1
+
+    assert await q.line() == ["top", "p1", "z1", "z2"]
+    leased = await q.lease(max_jobs=4)
+    assert [job.id for job in leased] == ["top", "p1", "z1", "z2"]
+
+
+async def test_lease_promotes_due_delayed_jobs(q):
+    await q.enqueue(q.spec("due", delay_ms=60_000), q.spec("later", delay_ms=60_000))
+    await q.make_due("due")
+
+    async with q.wake() as wake:
+        [job] = await q.lease(max_jobs=5)
+        assert await wake.messages() == []  # the promoted job was leased at once
+
+    assert job.id == "due"
+    assert job.attempt == 1
+    assert (await q.job("due"))["state"] == "active"
+    assert set(await q.zset(q.keys.delayed)) == {"later"}
+    assert (await q.job("later"))["state"] == "delayed"
+
+
+async def test_lease_does_not_promote_when_paused(q):
+    await q.add("d", delay_ms=60_000)
+    await q.make_due("d")
+    await q.set_paused(True)
+
+    assert await q.lease() == []
+    assert set(await q.zset(q.keys.delayed)) == {"d"}
