@@ -1,9 +1,10 @@
 -- Enqueue a batch of jobs. An id that is already stored keeps its job unchanged (idempotent).
--- KEYS[1..10] the queue's keys (see include/common.lua); writes META (id counter, sequences),
+-- KEYS[1..10] the queue's keys (see include/common.lua); writes META (priority sequences),
 --             WAIT or PRIO or DELAYED, publishes on WAKE; derives each job's hash from the prefix.
 -- ARGV[1]     key prefix "emq:{queue}:"
--- ARGV[2]     JSON array, one object per job: {id?, name, priority, delay_ms, max_attempts,
---             backoff_type: "fixed"|"exponential", backoff_ms}; no id = server-generated
+-- ARGV[2]     JSON array, one object per job: {id, name, priority, delay_ms, max_attempts,
+--             backoff_type: "fixed"|"exponential", backoff_ms}; ids the client did not choose
+--             are random ones made by the service
 -- ARGV[3..]   the jobs' payloads as raw JSON, in the same order
 -- Returns     flat array, 3 entries per job: id, state ("waiting"|"delayed" or the stored job's
 --             state), created (1 = stored now, 0 = the id existed)
@@ -14,11 +15,6 @@ local reply = {}
 local leasable = 0
 for i, job in ipairs(jobs) do
   local id = job.id
-  if id == nil then
-    repeat
-      id = tostring(redis.call('HINCRBY', META, 'last_id', 1))
-    until redis.call('EXISTS', job_key(id)) == 0
-  end
   local key = job_key(id)
   local state = redis.call('HGET', key, 'state')
   local created = 0
@@ -27,7 +23,7 @@ for i, job in ipairs(jobs) do
     state = job.delay_ms > 0 and 'delayed' or 'waiting'
     redis.call('HSET', key, 'name', job.name, 'payload', ARGV[i + 2], 'priority', job.priority,
       'max_attempts', job.max_attempts, 'backoff_type', job.backoff_type,
-      'backoff_ms', job.backoff_ms, 'attempt', 0, 'fence', 0, 'state', state,
+      'backoff_ms', job.backoff_ms, 'attempt', 0, 'state', state,
       'created_at', now, 'updated_at', now)
     if state == 'delayed' then
       redis.call('ZADD', DELAYED, now + job.delay_ms, id)

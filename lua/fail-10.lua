@@ -8,7 +8,7 @@
 -- ARGV[3]     lease id
 -- ARGV[4]     JSON {retry: bool, retry_after_ms?: int}; without retry_after_ms the job's backoff
 --             applies: fixed = backoff_ms, exponential = backoff_ms * 2^(attempt-1) capped at
---             max(@MAX_EXPONENTIAL_BACKOFF_MS@, backoff_ms)
+--             @MAX_EXPONENTIAL_BACKOFF_MS@ ms (1 h)
 -- ARGV[5]     error text
 -- Returns     {1, state, attempt} with state "waiting"|"delayed"|"failed",
 --             {-1} job not found, {-2} lease lost
@@ -33,8 +33,7 @@ if delay_ms == nil then
   if job[3] == 'fixed' then
     delay_ms = backoff_ms
   else
-    local cap = math.max(@MAX_EXPONENTIAL_BACKOFF_MS@, backoff_ms)
-    delay_ms = math.min(backoff_ms * 2 ^ (attempt - 1), cap)
+    delay_ms = math.min(backoff_ms * 2 ^ (attempt - 1), @MAX_EXPONENTIAL_BACKOFF_MS@)
   end
 end
 if delay_ms > 0 then

@@ -9,14 +9,17 @@
 -- ARGV[4]     max_jobs
 -- ARGV[5]     lease ids: max_jobs random tokens of @LEASE_ID_CHARS@ characters, concatenated
 -- Returns     flat array, 9 entries per leased job: id, name, payload, attempt, max_attempts,
---             lease_id, lease_expires_at (ms), fence, enqueued_at (ms); empty when paused/empty
+--             lease_id, lease_expires_at (ms), fence, enqueued_at (ms); empty when paused/empty.
+--             The fence comes from one counter per queue (META "fence"), so it grows with every
+--             lease of a job, never goes back even when an id is reused, and orders leases.
 -- @include common
 if redis.call('HEXISTS', META, 'paused') == 1 then return {} end
 local worker, lease_ms, max_jobs = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
-local promoted = promote_due(now, max_jobs)
+promote_due(now, max_jobs)
 local expires_at = now + lease_ms
 local holds = holds_key(worker)
+local fence_base = tonumber(redis.call('HGET', META, 'fence') or 0)
 local reply = {}
 local leased = 0
 for i = 1, max_jobs do
@@ -38,12 +41,13 @@ for i = 1, max_jobs do
   else
     attempt = redis.call('HINCRBY', key, 'attempt', 1)
   end
-  local fence = redis.call('HINCRBY', key, 'fence', 1)
+  local fence = fence_base + i
   redis.call('SET', lock_key(id), lease_id .. ':' .. worker, 'PX', lease_ms)
   redis.call('ZADD', DEADLINES, expires_at, id)
   redis.call('SADD', holds, id)
   redis.call('HSET', key, 'state', 'active', 'worker', worker, 'lease_id', lease_id,
-    'lease_ms', lease_ms, 'leased_at', now, 'lease_expires_at', expires_at, 'updated_at', now)
+    'lease_ms', lease_ms, 'leased_at', now, 'lease_expires_at', expires_at, 'fence', fence,
+    'updated_at', now)
   local job = redis.call('HMGET', key, 'name', 'payload', 'max_attempts', 'created_at')
   reply[#reply + 1] = id
   reply[#reply + 1] = job[1]
@@ -55,6 +59,8 @@ for i = 1, max_jobs do
   reply[#reply + 1] = fence
   reply[#reply + 1] = tonumber(job[4])
 end
-if leased > 0 then redis.call('SADD', WORKERS, worker) end
-if promoted > leased then wake_waiters(promoted - leased) end
+if leased > 0 then
+  redis.call('HSET', META, 'fence', fence_base + leased)
+  redis.call('SADD', WORKERS, worker)
+end
 return reply

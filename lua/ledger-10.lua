@@ -16,11 +16,11 @@ if worker == '' then
   for i = 1, math.floor(n / 2) do ids[i], ids[n - i + 1] = ids[n - i + 1], ids[i] end
 else
   local held = redis.call('SMEMBERS', holds_key(worker))
-  local leased_at = {}
+  local fence = {}
   for _, id in ipairs(held) do
-    leased_at[id] = tonumber(redis.call('HGET', job_key(id), 'leased_at'))
+    fence[id] = tonumber(redis.call('HGET', job_key(id), 'fence'))
   end
-  table.sort(held, function(a, b) return leased_at[a] < leased_at[b] end)
+  table.sort(held, function(a, b) return fence[a] < fence[b] end)
   ids = {}
   for i = offset + 1, math.min(#held, offset + limit) do ids[#ids + 1] = held[i] end
 end

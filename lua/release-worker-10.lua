@@ -4,15 +4,16 @@
 --             WAIT or PRIO, META, publishes on WAKE; reads the worker's holds set
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     worker name
--- Returns     array of the released job ids, oldest lease first
+-- Returns     array of the released job ids, oldest lease first (by fence: leases in one
+--             millisecond keep their order)
 -- @include common
 local ids = redis.call('SMEMBERS', holds_key(ARGV[2]))
 local now = now_ms()
-local leased_at = {}
+local fence = {}
 for _, id in ipairs(ids) do
-  leased_at[id] = tonumber(redis.call('HGET', job_key(id), 'leased_at'))
+  fence[id] = tonumber(redis.call('HGET', job_key(id), 'fence'))
 end
-table.sort(ids, function(a, b) return leased_at[a] < leased_at[b] end)
+table.sort(ids, function(a, b) return fence[a] < fence[b] end)
 -- Push the newest first so that the oldest ends up first in line.
 for i = #ids, 1, -1 do
   local id = ids[i]

@@ -17,7 +17,9 @@ local more = 0
 local expired = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', now, 'LIMIT', 0, batch)
 if #expired == batch then more = 1 end
 local reclaimed, dead_lettered = 0, 0
--- Newest deadline first, so that the job whose lease expired first ends up first in line.
+-- Newest deadline first, so that within this batch the job whose lease expired first ends up
+-- first in line (a later batch goes in front of it: its leases are older, not newer, than the
+-- queue's new jobs, so all of them still come before those).
 for i = #expired, 1, -1 do
   local id = expired[i]
   local lock_ttl_ms = redis.call('PTTL', lock_key(id))

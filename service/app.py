@@ -10,6 +10,7 @@ from typing import Any
 from litestar import Litestar, Request, Response, get
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
+from litestar.types import ASGIApp, Receive, Scope, Send
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -83,6 +84,21 @@ def on_unexpected(_: Request[Any, Any, State], error: Exception) -> Response[byt
     return problem(500, "internal_error", "Internal error", "unexpected error; see the service log")
 
 
+def reject_empty_path_segments(app: ASGIApp) -> ASGIApp:
+    """The router would read "/v1/queues//active" as "/v1/queues/active" (queue "active"); an
+    empty segment is a missing name, so such a path is answered 404 instead."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        # The router has already normalised scope["path"]; the raw path still shows the gap.
+        if scope["type"] == "http" and b"//" in (scope.get("raw_path") or scope["path"].encode()):
+            response = problem(404, "not_found", "Not found", f"no such path: {scope['path']}")
+            await response.to_asgi_response(app=None, request=None)(scope, receive, send)  # type: ignore[arg-type]
+            return
+        await app(scope, receive, send)
+
+    return middleware
+
+
 def create_app(settings: Settings) -> Litestar:
     document = openapi.render(openapi.document())
 
@@ -139,7 +155,8 @@ def create_app(settings: Settings) -> Litestar:
         route_handlers=[*QUEUE_HANDLERS, healthz, readyz, metrics_text, openapi_json],
         lifespan=[lifespan],
         openapi_config=None,
-        logging_config=None,  # the launcher configures logging; no queue-listener threads
+        logging_config=None,
+        middleware=[reject_empty_path_segments],  # the launcher configures logging; no queue-listener threads
         request_max_body_size=settings.max_body_bytes,
         exception_handlers={
             QueueError: on_queue_error,

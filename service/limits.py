@@ -23,5 +23,6 @@ DEFAULT_LEDGER_PAGE = 1000
 
 LEASE_ID_BYTES = 16  # 128 random bits
 LEASE_ID_CHARS = LEASE_ID_BYTES * 2  # hex
+GENERATED_ID_BYTES = 12  # server-chosen job ids: 96 random bits, 24 hex characters
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"

@@ -92,6 +92,14 @@ class WakeHub:
                 waiter.event.set()
                 count -= 1
 
+    def _on_message(self, channel: bytes, data: bytes) -> None:
+        try:
+            count = int(data)
+        except ValueError:
+            log.debug("ignored a wake message that is not a count: %r", data)
+            return
+        self.wake(queue_of_wake_channel(channel.decode()), count)
+
     def _wake_all(self) -> None:
         for waiters in self._waiters.values():
             for waiter in waiters:
@@ -106,10 +114,13 @@ class WakeHub:
                 self._wake_all()
                 async for message in pubsub.listen():
                     if message["type"] == "pmessage":
-                        queue = queue_of_wake_channel(message["channel"].decode())
-                        self.wake(queue, int(message["data"]))
+                        self._on_message(message["channel"], message["data"])
             except (RedisError, OSError) as error:
                 log.warning("wake subscription lost (%s); reconnecting", error)
+                await asyncio.sleep(RECONNECT_DELAY_S)
+            except Exception:
+                # The hub must outlive any surprise: without it, waiters only have the slow poll.
+                log.exception("wake subscription failed; reconnecting")
                 await asyncio.sleep(RECONNECT_DELAY_S)
             finally:
                 with contextlib.suppress(RedisError, OSError):

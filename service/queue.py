@@ -40,7 +40,12 @@ _ENQUEUE_REPLY_FIELDS = 3
 _NO_RESULT = b""
 
 
-class _ScriptJob(msgspec.Struct, omit_defaults=True):
+def new_job_id() -> str:
+    """A server-chosen id: random, so it can never take an id a client has used or will use."""
+    return os.urandom(limits.GENERATED_ID_BYTES).hex()
+
+
+class _ScriptJob(msgspec.Struct):
     """One job's options as enqueue-10.lua reads them."""
 
     name: str
@@ -49,7 +54,7 @@ class _ScriptJob(msgspec.Struct, omit_defaults=True):
     max_attempts: int
     backoff_type: str
     backoff_ms: int
-    id: str | None = None
+    id: str
 
 
 class _FailOptions(msgspec.Struct, omit_defaults=True):
@@ -141,7 +146,7 @@ class JobQueues:
         await self._register(queue)
         options = [
             _ScriptJob(
-                id=job.id,
+                id=job.id or new_job_id(),
                 name=job.name or "",
                 priority=job.priority,
                 delay_ms=job.delay_ms,
@@ -249,7 +254,9 @@ class JobQueues:
             return [job_id.decode() for job_id in reply]
         redriven: list[str] = []
         while True:  # bounded batches, each one script call; a short batch means none are left
-            batch = [job_id.decode() for job_id in await self._call("redrive", queue, b"[]", limits.MAX_BATCH)]
+            batch = [
+                job_id.decode() for job_id in await self._call("redrive", queue, b"[]", limits.MAX_BATCH)
+            ]
             redriven.extend(batch)
             if len(batch) < limits.MAX_BATCH:
                 break

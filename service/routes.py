@@ -8,6 +8,7 @@ service.openapi builds the OpenAPI document.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any, TypeVar
 
 import msgspec
@@ -51,6 +52,7 @@ from service.schemas import (
 S = TypeVar("S", bound=msgspec.Struct)
 
 JSON = "application/json"
+_DIGITS = re.compile(r"[0-9]{1,12}")
 _encoder = msgspec.json.Encoder()
 _decoders: dict[type, msgspec.json.Decoder[Any]] = {}
 
@@ -68,9 +70,14 @@ async def read_body(request: Request[Any, Any, State], struct: type[S], *, optio
     if decoder is None:
         decoder = _decoders[struct] = msgspec.json.Decoder(struct)
     try:
+        # msgspec checks the JSON syntax of raw payloads but not their UTF-8; stored payloads
+        # are returned verbatim, so they must be valid JSON text.
+        body.decode()
         return decoder.decode(body)
-    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError) as error:
         raise InvalidRequest(f"request body: {error}") from None
+    except RecursionError:
+        raise InvalidRequest("request body: JSON nested too deeply") from None
 
 
 def checked_name(value: str, what: str) -> str:
@@ -97,10 +104,10 @@ def query_int(request: Request[Any, Any, State], name: str, default: int, low: i
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidRequest(f"query parameter {name} must be an integer, got {raw!r}") from None
+    # Plain ASCII digits only: int() would also take "1_0", " 1" and other scripts' digits.
+    if _DIGITS.fullmatch(raw) is None:
+        raise InvalidRequest(f"query parameter {name} must be a non-negative integer, got {raw!r}")
+    value = int(raw)
     if not low <= value <= high:
         raise InvalidRequest(f"query parameter {name} must be in {low}..{high}, got {value}")
     return value

@@ -7,6 +7,7 @@ the key prefix) but read the raw replies, and inspect the Redis keys a transitio
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 from collections.abc import AsyncIterator, Sequence
@@ -43,6 +44,9 @@ def random_lease_ids(max_jobs: int) -> str:
     return os.urandom(limits.LEASE_ID_BYTES * max_jobs).hex()
 
 
+_GENERATED = itertools.count(1)
+
+
 def spec(
     job_id: str | None = None,
     *,
@@ -63,8 +67,8 @@ def spec(
         "backoff_type": backoff_type,
         "backoff_ms": backoff_ms,
     }
-    if job_id is not None:
-        options["id"] = job_id
+    # The service always sends an id: the client's, or a random one it made (service.queue).
+    options["id"] = job_id if job_id is not None else f"gen-{next(_GENERATED)}"
     return {"options": options, "payload": payload}
 
 
@@ -158,14 +162,23 @@ class LuaQueue:
         assert len(reply) % 9 == 0
         jobs = []
         for i in range(0, len(reply), 9):
-            job_id, name, payload, attempt, max_attempts, lease_id, expires_at, fence, enqueued_at = (
-                reply[i : i + 9]
-            )
+            job_id, name, payload, attempt, max_attempts, lease_id, expires_at, fence, enqueued_at = reply[
+                i : i + 9
+            ]
             for number in (attempt, max_attempts, expires_at, fence, enqueued_at):
                 assert isinstance(number, int)
             jobs.append(
-                Leased(job_id.decode(), name.decode(), payload, attempt, max_attempts,
-                       lease_id.decode(), expires_at, fence, enqueued_at)
+                Leased(
+                    job_id.decode(),
+                    name.decode(),
+                    payload,
+                    attempt,
+                    max_attempts,
+                    lease_id.decode(),
+                    expires_at,
+                    fence,
+                    enqueued_at,
+                )
             )
         return jobs
 

@@ -15,8 +15,9 @@ PAYLOAD = b'{"to":  "a@example.com",\n "n": [1, 2.50, null], "s": "\\u00e9"}'  #
 
 async def test_enqueue_stores_a_waiting_job(q):
     before = await q.now_ms()
-    reply = await q.enqueue(q.spec("a", name="email", max_attempts=5, backoff_type="fixed",
-                                   backoff_ms=250, payload=PAYLOAD))
+    reply = await q.enqueue(
+        q.spec("a", name="email", max_attempts=5, backoff_type="fixed", backoff_ms=250, payload=PAYLOAD)
+    )
     after = await q.now_ms()
 
     assert reply == [("a", "waiting", 1)]
@@ -24,8 +25,13 @@ async def test_enqueue_stores_a_waiting_job(q):
     assert before <= int(job.pop("created_at")) <= after
     assert job.pop("updated_at") is not None
     assert job == {
-        "name": "email", "payload": PAYLOAD.decode(), "priority": "0", "max_attempts": "5",
-        "backoff_type": "fixed", "backoff_ms": "250", "attempt": "0", "fence": "0",
+        "name": "email",
+        "payload": PAYLOAD.decode(),
+        "priority": "0",
+        "max_attempts": "5",
+        "backoff_type": "fixed",
+        "backoff_ms": "250",
+        "attempt": "0",
         "state": "waiting",
     }
     assert await q.field("a", "payload") == PAYLOAD  # the bytes exactly
@@ -58,21 +64,21 @@ async def test_enqueue_existing_id_answers_the_stored_state(q):
     assert await q.wait_list() == []
 
 
-async def test_enqueue_generated_ids_skip_ids_clients_used(q):
-    await q.add("1")
-    await q.add("3")
-
-    reply = await q.enqueue(q.spec(), q.spec(), q.spec())
-
-    assert reply == [("2", "waiting", 1), ("4", "waiting", 1), ("5", "waiting", 1)]
-    assert (await q.meta())["last_id"] == "5"
-    assert await q.line() == ["1", "3", "2", "4", "5"]
+async def test_fence_is_queue_wide_and_never_goes_back_when_an_id_is_reused(q):
+    await q.add("a")
+    first = await q.lease_one()
+    assert await q.ack(("a", first.lease_id)) == [1]
+    assert await q.delete("a") == 1
+    await q.add("a")
+    again = await q.lease_one()
+    assert (first.fence, again.fence) == (1, 2)
+    assert (await q.meta())["fence"] == "2"
 
 
 async def test_enqueue_batch_answers_in_order_and_reports_each_id(q):
     await q.add("old")
-    reply = await q.enqueue(q.spec("x"), q.spec("old"), q.spec(delay_ms=5000), q.spec("p", priority=3))
-    assert reply == [("x", "waiting", 1), ("old", "waiting", 0), ("1", "delayed", 1), ("p", "waiting", 1)]
+    reply = await q.enqueue(q.spec("x"), q.spec("old"), q.spec("d", delay_ms=5000), q.spec("p", priority=3))
+    assert reply == [("x", "waiting", 1), ("old", "waiting", 0), ("d", "delayed", 1), ("p", "waiting", 1)]
 
 
 async def test_enqueue_delayed_job_goes_to_the_delayed_zset(q):
@@ -96,8 +102,9 @@ async def test_enqueue_priority_goes_to_the_prio_zset_and_zero_to_the_wait_list(
 async def test_enqueue_publishes_once_with_the_number_of_leasable_jobs(q):
     await q.add("existing")
     async with q.wake() as wake:
-        await q.enqueue(q.spec("a"), q.spec("b", priority=3), q.spec("c", delay_ms=60_000),
-                        q.spec("existing"))
+        await q.enqueue(
+            q.spec("a"), q.spec("b", priority=3), q.spec("c", delay_ms=60_000), q.spec("existing")
+        )
         assert await wake.messages() == ["2"]
 
         await q.enqueue(q.spec("d", delay_ms=60_000))
@@ -134,8 +141,14 @@ async def test_lease_moves_the_job_into_the_ledger_under_its_lock(q):
 
     assert before + 5000 <= job.lease_expires_at <= after + 5000
     assert vars(job) == {
-        "id": "a", "name": "email", "payload": PAYLOAD, "attempt": 1, "max_attempts": 4,
-        "lease_id": lease_id, "lease_expires_at": job.lease_expires_at, "fence": 1,
+        "id": "a",
+        "name": "email",
+        "payload": PAYLOAD,
+        "attempt": 1,
+        "max_attempts": 4,
+        "lease_id": lease_id,
+        "lease_expires_at": job.lease_expires_at,
+        "fence": 1,
         "enqueued_at": created_at,
     }
     assert await q.wait_list() == []
@@ -148,7 +161,11 @@ async def test_lease_moves_the_job_into_the_ledger_under_its_lock(q):
     stored = await q.job("a")
     lease_fields = ("state", "worker", "lease_id", "lease_ms", "attempt", "fence")
     assert {name: stored[name] for name in lease_fields} == {
-        "state": "active", "worker": "w1", "lease_id": lease_id, "lease_ms": "5000", "attempt": "1",
+        "state": "active",
+        "worker": "w1",
+        "lease_id": lease_id,
+        "lease_ms": "5000",
+        "attempt": "1",
         "fence": "1",
     }
     assert int(stored["lease_expires_at"]) == job.lease_expires_at
@@ -225,8 +242,14 @@ async def test_lease_counts_attempts_but_not_released_deliveries_and_fences_ever
 
 
 async def test_lease_takes_higher_priority_first_and_fifo_among_equals(q):
-    await q.enqueue(q.spec("a"), q.spec("b", priority=5), q.spec("c", priority=5), q.spec("d", priority=10),
-                    q.spec("e"), q.spec("f", priority=1))
+    await q.enqueue(
+        q.spec("a"),
+        q.spec("b", priority=5),
+        q.spec("c", priority=5),
+        q.spec("d", priority=10),
+        q.spec("e"),
+        q.spec("f", priority=1),
+    )
 
     leased = await q.lease(max_jobs=6)
 

@@ -13,8 +13,21 @@ from service.scripts import Scripts, lua_dir
 
 NOT_FOUND, JOB_ACTIVE = ScriptCode.JOB_NOT_FOUND.value, ScriptCode.JOB_ACTIVE.value
 OPERATIONS = [
-    "ack", "counts", "delete", "enqueue", "fail", "failed-page", "heartbeat", "lease", "ledger",
-    "redrive", "release", "release-worker", "set-paused", "sweep", "workers",
+    "ack",
+    "counts",
+    "delete",
+    "enqueue",
+    "fail",
+    "failed-page",
+    "heartbeat",
+    "lease",
+    "ledger",
+    "redrive",
+    "release",
+    "release-worker",
+    "set-paused",
+    "sweep",
+    "workers",
 ]
 HOUR_MS = 3600 * 1000
 
@@ -120,8 +133,11 @@ async def test_sweep_dead_letters_on_the_last_attempt(q):
 
 
 async def test_sweep_promotes_due_delayed_jobs(q):
-    await q.enqueue(q.spec("due", delay_ms=60_000), q.spec("prio", delay_ms=60_000, priority=2),
-                    q.spec("later", delay_ms=60_000))
+    await q.enqueue(
+        q.spec("due", delay_ms=60_000),
+        q.spec("prio", delay_ms=60_000, priority=2),
+        q.spec("later", delay_ms=60_000),
+    )
     await q.make_due("due")
     await q.make_due("prio")
 
@@ -198,10 +214,16 @@ async def test_delete_removes_a_job_from_whichever_structure_holds_it(q):
     [done] = await leased(q, "done")
     await q.ack(("done", done.lease_id))
     await failed(q, "failed")
-    await q.enqueue(q.spec("waiting"), q.spec("prio", priority=3), q.spec("delayed", delay_ms=60_000),
-                    q.spec("keep"))
-    structures = {"waiting": q.keys.wait, "prio": q.keys.prio, "delayed": q.keys.delayed,
-                  "done": q.keys.completed, "failed": q.keys.failed}
+    await q.enqueue(
+        q.spec("waiting"), q.spec("prio", priority=3), q.spec("delayed", delay_ms=60_000), q.spec("keep")
+    )
+    structures = {
+        "waiting": q.keys.wait,
+        "prio": q.keys.prio,
+        "delayed": q.keys.delayed,
+        "done": q.keys.completed,
+        "failed": q.keys.failed,
+    }
 
     for job_id in structures:
         assert await q.delete(job_id) == 1
@@ -260,15 +282,15 @@ async def test_redrive_all_sends_the_oldest_dead_letters_to_the_back_of_the_line
         assert await q.redrive() == ["f1", "f2", "f3"]
         assert await wake.messages() == ["3"]
 
-    for job_id in ("f1", "f2", "f3"):
+    for fence, job_id in enumerate(("f1", "f2", "f3"), start=1):
         stored = await q.job(job_id)
-        assert (stored["state"], stored["attempt"], stored["fence"]) == ("waiting", "0", "1")
+        assert (stored["state"], stored["attempt"], stored["fence"]) == ("waiting", "0", str(fence))
         assert not {"error", "finished_at", "redeliver"} & set(stored)
     assert await q.redis.exists(q.keys.failed) == 0
     assert await q.line() == ["w", "f1", "f2", "f3"]
     job = await q.lease_one()
     job = await q.lease_one()
-    assert (job.id, job.attempt, job.fence) == ("f1", 1, 2)  # attempts reset, fence never goes back
+    assert (job.id, job.attempt, job.fence) == ("f1", 1, 5)  # attempts reset, fence never goes back
 
 
 async def test_redrive_all_takes_at_most_the_limit(q):
@@ -321,8 +343,12 @@ async def test_counts(q):
 
 
 async def test_ledger_pages_oldest_first(q):
-    jobs = [*await leased(q, "a", worker="w1"), *await leased(q, "b", worker="w2"),
-            *await leased(q, "c", "e", worker="w1"), *await leased(q, "d", worker="w2")]
+    jobs = [
+        *await leased(q, "a", worker="w1"),
+        *await leased(q, "b", worker="w2"),
+        *await leased(q, "c", "e", worker="w1"),
+        *await leased(q, "d", worker="w2"),
+    ]
     entries = {
         job.id: [job.id, worker, "1", str(job.lease_expires_at - 30_000), str(job.lease_expires_at)]
         for job, worker in zip(jobs, ["w1", "w2", "w1", "w1", "w2"], strict=True)

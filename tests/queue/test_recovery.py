@@ -190,7 +190,9 @@ async def test_waiters_beyond_the_cap_get_429(settings: Settings, queue: str) ->
     with running_service(dataclasses.replace(settings, max_waiters=2)) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             body = {"worker": "w", "wait_ms": 3000}
-            waiting = [asyncio.create_task(http.post(f"/v1/queues/{queue}/lease", json=body)) for _ in range(2)]
+            waiting = [
+                asyncio.create_task(http.post(f"/v1/queues/{queue}/lease", json=body)) for _ in range(2)
+            ]
             await asyncio.sleep(0.5)
             refused = await http.post(f"/v1/queues/{queue}/lease", json=body)
             assert_problem(refused, 429, "too_many_requests")
@@ -198,3 +200,15 @@ async def test_waiters_beyond_the_cap_get_429(settings: Settings, queue: str) ->
             # A lease that need not wait is still served.
             assert (await http.post(f"/v1/queues/{queue}/lease", json={"worker": "w"})).status_code == 200
             assert [response.status_code for response in await asyncio.gather(*waiting)] == [200, 200]
+
+
+async def test_a_foreign_message_on_the_wake_channel_breaks_nothing(
+    client: httpx.AsyncClient, queue: str, redis_client: Redis
+) -> None:
+    await redis_client.publish(QueueKeys.for_queue(queue).wake, b"not a number")
+    waiter = asyncio.create_task(lease(client, queue, wait_ms=15_000))
+    await asyncio.sleep(0.3)
+    started = time.monotonic()
+    created = await enqueue(client, queue, "now")
+    assert [job["id"] for job in await waiter] == [created["id"]]
+    assert time.monotonic() - started < 0.5
