@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 import signal
 import sys
@@ -11,10 +12,20 @@ from types import FrameType
 import uvicorn
 
 from service.app import create_app
+from service.auth import Authenticator
 from service.config import ConfigError, Settings
 from service.embedded import EmbeddedValkey
 
 log = logging.getLogger("service")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _stop_gracefully(signum: int, frame: FrameType | None) -> None:
@@ -30,6 +41,22 @@ def main() -> int:
     except ConfigError as error:
         print(f"configuration error: {error}", file=sys.stderr)
         return 2
+    try:
+        auth = Authenticator.from_entries(settings.auth_entries)
+    except ConfigError as error:
+        print(f"configuration error: {error}", file=sys.stderr)
+        return 2
+    if not auth.enabled:
+        if not is_loopback(settings.host) and not settings.allow_insecure:
+            print(
+                f"refusing to serve without auth tokens on {settings.host}: set EMQ_AUTH_TOKENS "
+                "(or EMQ_AUTH_TOKENS_FILE), or EMQ_ALLOW_INSECURE=1 to accept the risk",
+                file=sys.stderr,
+            )
+            return 2
+        log.warning(
+            "auth is off (no EMQ_AUTH_TOKENS): anyone who can reach %s may use every queue", settings.host
+        )
     embedded = None
     if settings.redis_url is None:
         embedded = EmbeddedValkey(settings.data_dir)

@@ -16,12 +16,13 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service import metrics, openapi
+from service.auth import Action, Authenticator, Forbidden, Unauthorized
 from service.backend import check_server, redis_client
 from service.config import Settings
 from service.errors import PROBLEMS, QueueError
 from service.longpoll import TooManyWaiters, WakeHub
 from service.queue import JobQueues
-from service.routes import QUEUE_HANDLERS, json_response
+from service.routes import QUEUE_HANDLERS, authorize, json_response
 from service.schemas import Health, Problem
 from service.sweeper import Sweeper
 
@@ -48,6 +49,16 @@ def problem(status: int, code: str, title: str, detail: str, retry_after: bool =
 def on_queue_error(_: Request[Any, Any, State], error: QueueError) -> Response[bytes]:
     status, code, title = PROBLEMS[type(error)]
     return problem(status, code, title, str(error), retry_after=status == 503)
+
+
+def on_unauthorized(_: Request[Any, Any, State], error: Unauthorized) -> Response[bytes]:
+    response = problem(401, "unauthorized", "Unauthorized", str(error))
+    response.headers["WWW-Authenticate"] = 'Bearer realm="echomq"'
+    return response
+
+
+def on_forbidden(_: Request[Any, Any, State], error: Forbidden) -> Response[bytes]:
+    return problem(403, "forbidden", "Forbidden", str(error))
 
 
 def on_too_many_waiters(_: Request[Any, Any, State], error: TooManyWaiters) -> Response[bytes]:
@@ -84,14 +95,15 @@ def on_unexpected(_: Request[Any, Any, State], error: Exception) -> Response[byt
     return problem(500, "internal_error", "Internal error", "unexpected error; see the service log")
 
 
-def reject_empty_path_segments(app: ASGIApp) -> ASGIApp:
-    """The router would read "/v1/queues//active" as "/v1/queues/active" (queue "active"); an
-    empty segment is a missing name, so such a path is answered 404 instead."""
+def reject_ambiguous_paths(app: ASGIApp) -> ASGIApp:
+    """The router matches the decoded, normalised path: "/v1/queues//active" would read as queue
+    "active", and "/v1/queues/a%2Fpause" as a pause of queue "a". Names never hold "/", so a
+    path with an empty segment or an encoded slash names nothing: 404."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        # The router has already normalised scope["path"]; the raw path still shows the gap.
-        if scope["type"] == "http" and b"//" in (scope.get("raw_path") or scope["path"].encode()):
-            response = problem(404, "not_found", "Not found", f"no such path: {scope['path']}")
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        if scope["type"] == "http" and (b"//" in raw_path or b"%2f" in raw_path.lower()):
+            response = problem(404, "not_found", "Not found", "no such path (empty or encoded path segment)")
             await response.to_asgi_response(app=None, request=None)(scope, receive, send)  # type: ignore[arg-type]
             return
         await app(scope, receive, send)
@@ -101,6 +113,7 @@ def reject_empty_path_segments(app: ASGIApp) -> ASGIApp:
 
 def create_app(settings: Settings) -> Litestar:
     document = openapi.render(openapi.document())
+    auth = Authenticator.from_entries(settings.auth_entries)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -114,7 +127,7 @@ def create_app(settings: Settings) -> Litestar:
         )
         hub = WakeHub(client, settings.max_waiters)
         sweeper = Sweeper(queues, settings.sweep_interval_ms)
-        app.state.update(client=client, queues=queues, hub=hub, sweeper=sweeper)
+        app.state.update(client=client, queues=queues, hub=hub, sweeper=sweeper, auth=auth)
         hub.start()
         sweeper.start()
         try:
@@ -142,7 +155,7 @@ def create_app(settings: Settings) -> Litestar:
             )
         return json_response(Health(status="ready"))
 
-    @get("/metrics", include_in_schema=False)
+    @get("/metrics", include_in_schema=False, opt={"action": Action.METRICS})
     async def metrics_text(state: State) -> Response[str]:
         text = await metrics.render(state.queues, state.hub, state.sweeper)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -156,11 +169,14 @@ def create_app(settings: Settings) -> Litestar:
         lifespan=[lifespan],
         openapi_config=None,
         logging_config=None,
-        middleware=[reject_empty_path_segments],  # the launcher configures logging; no queue-listener threads
+        middleware=[reject_ambiguous_paths],
+        guards=[authorize],  # the launcher configures logging; no queue-listener threads
         request_max_body_size=settings.max_body_bytes,
         exception_handlers={
             QueueError: on_queue_error,
             TooManyWaiters: on_too_many_waiters,
+            Unauthorized: on_unauthorized,
+            Forbidden: on_forbidden,
             HTTPException: on_http_error,
             RedisError: on_redis_error,
             Exception: on_unexpected,

@@ -38,6 +38,8 @@ class Settings:
     max_waiters: int = DEFAULT_MAX_WAITERS  # long-poll requests waiting at once, per replica
     redis_pool_size: int = DEFAULT_REDIS_POOL_SIZE
     redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
+    auth_entries: tuple[str, ...] = ()  # "ROLE:TOKEN[:PATTERN|...]"; none = auth off
+    allow_insecure: bool = False  # serve without tokens on a non-loopback address
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
@@ -54,6 +56,8 @@ class Settings:
             return value
 
         return cls(
+            auth_entries=_auth_entries(env),
+            allow_insecure=env.get("EMQ_ALLOW_INSECURE", "").strip().lower() in ("1", "true", "yes"),
             redis_url=env.get("EMQ_REDIS_URL") or None,
             data_dir=Path(env.get("EMQ_DATA_DIR") or DEFAULT_DATA_DIR),
             host=env.get("HOST") or DEFAULT_HOST,
@@ -66,3 +70,19 @@ class Settings:
             max_waiters=integer("EMQ_MAX_WAITERS", DEFAULT_MAX_WAITERS, 1),
             redis_pool_size=integer("EMQ_REDIS_POOL_SIZE", DEFAULT_REDIS_POOL_SIZE, 2),
         )
+
+
+def _auth_entries(env: Mapping[str, str]) -> tuple[str, ...]:
+    """Entries from EMQ_AUTH_TOKENS (comma-separated) and EMQ_AUTH_TOKENS_FILE (one or more per
+    line, comma-separated; blank lines and # comments ignored)."""
+    entries = [entry for entry in env.get("EMQ_AUTH_TOKENS", "").split(",") if entry.strip()]
+    path = env.get("EMQ_AUTH_TOKENS_FILE", "").strip()
+    if path:
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError as error:
+            raise ConfigError(f"EMQ_AUTH_TOKENS_FILE {path!r} cannot be read: {error}") from None
+        for line in lines:
+            if line.strip() and not line.lstrip().startswith("#"):
+                entries += [entry for entry in line.split(",") if entry.strip()]
+    return tuple(entry.strip() for entry in entries)

@@ -22,9 +22,12 @@ TITLE = "EchoMQ HTTP"
 API_VERSION = "1.0.0"
 _PATH_PARAM = re.compile(r"\{(\w+):\w+\}")
 _REF = "#/components/schemas/{name}"
+BEARER = [{"bearer": []}]  # checked only when tokens are configured (EMQ_AUTH_TOKENS)
 
 ERROR_TEXT = {
     400: "Malformed or out-of-range input (invalid_request); nothing was changed",
+    401: "Auth is on and the bearer token is missing or unknown (unauthorized)",
+    403: "The token lacks the role or the queue (forbidden)",
     404: "No such job in that queue (job_not_found)",
     409: "Lease lost (lease_lost) or job active (job_active)",
     413: "Body over the configured limit (payload_too_large)",
@@ -88,9 +91,10 @@ def _operation(handler: HTTPRouteHandler, path_params: list[str]) -> tuple[dict[
         else:
             structs.append(struct)
             responses[str(status)] = _json(struct, "Success")
-    for status in (*opt.get("errors", ()), 503):
+    for status in (*opt.get("errors", ()), 401, 403, 503):
         responses[str(status)] = _problem(status)
-    operation["responses"] = responses
+    operation["responses"] = dict(sorted(responses.items()))
+    operation["security"] = BEARER
     return operation, structs
 
 
@@ -116,7 +120,17 @@ def build_document(handlers: Iterable[HTTPRouteHandler], service_paths: dict[str
             "milliseconds on the Redis server's clock. Errors are RFC 9457 problem details.",
         },
         "paths": dict(sorted(paths.items())),
-        "components": {"schemas": dict(sorted(components.items()))},
+        "components": {
+            "schemas": dict(sorted(components.items())),
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "Roles producer, worker, admin; see EMQ_AUTH_TOKENS. "
+                    "Not checked when the service runs without tokens.",
+                }
+            },
+        },
     }
 
 
@@ -139,8 +153,10 @@ SERVICE_PATHS: dict[str, Any] = {
         "get": {
             "operationId": "metrics",
             "summary": "Prometheus text format",
+            "security": BEARER,
             "responses": {
-                "200": {"description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}
+                "200": {"description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}},
+                "401": _problem(401),
             },
         }
     },

@@ -13,9 +13,12 @@ from typing import Any, TypeVar
 
 import msgspec
 from litestar import Request, Response, delete, get, post
+from litestar.connection import ASGIConnection
 from litestar.datastructures import State
+from litestar.handlers import BaseRouteHandler
 
 from service import limits
+from service.auth import Action, Authenticator, Grant
 from service.errors import InvalidRequest
 from service.longpoll import WakeHub, lease_with_wait
 from service.queue import JobQueues
@@ -113,6 +116,22 @@ def query_int(request: Request[Any, Any, State], name: str, default: int, low: i
     return value
 
 
+def authorize(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+    """The one guard: the handler's opt names its action; the token must allow it on the queue.
+    Handlers without an action (health, readiness, the document) are public."""
+    action = handler.opt.get("action")
+    auth: Authenticator = connection.app.state.auth
+    if action is None or not auth.enabled:
+        return
+    grant = auth.identify(connection.headers.get("authorization"))
+    auth.authorize(grant, action, connection.path_params.get("queue"))
+    connection.state.grant = grant
+
+
+def grant_of(request: Request[Any, Any, State]) -> Grant | None:
+    return request.state.get("grant")
+
+
 def queues_of(request: Request[Any, Any, State]) -> JobQueues:
     return request.app.state.queues  # type: ignore[no-any-return]
 
@@ -122,14 +141,16 @@ def hub_of(request: Request[Any, Any, State]) -> WakeHub:
 
 
 def _opt(
+    action: Action,
     request_body: type | None = None,
     responses: dict[int, type | None] | None = None,
     errors: tuple[int, ...] = (),
     query: tuple[tuple[str, str, str], ...] = (),
     body_optional: bool = False,
 ) -> dict[str, Any]:
-    """What service.openapi documents for a handler."""
+    """What the auth guard checks and service.openapi documents for a handler."""
     return {
+        "action": action,
         "request_body": request_body,
         "responses": responses or {},
         "errors": errors,
@@ -146,7 +167,7 @@ JOB = Q + "/jobs/{id:str}"
     Q + "/jobs",
     operation_id="enqueue",
     summary="Enqueue a job",
-    opt=_opt(EnqueueRequest, {201: EnqueueResponse, 200: EnqueueResponse}, (400, 413)),
+    opt=_opt(Action.ENQUEUE, EnqueueRequest, {201: EnqueueResponse, 200: EnqueueResponse}, (400, 413)),
 )
 async def enqueue(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -159,7 +180,7 @@ async def enqueue(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/enqueue",
     operation_id="enqueueMany",
     summary="Enqueue up to 1000 jobs",
-    opt=_opt(EnqueueManyRequest, {200: EnqueueManyResponse}, (400, 413)),
+    opt=_opt(Action.ENQUEUE, EnqueueManyRequest, {200: EnqueueManyResponse}, (400, 413)),
 )
 async def enqueue_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -171,7 +192,7 @@ async def enqueue_many(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/lease",
     operation_id="lease",
     summary="Lease jobs (long poll with wait_ms)",
-    opt=_opt(LeaseRequest, {200: LeaseResponse}, (400, 429)),
+    opt=_opt(Action.WORK, LeaseRequest, {200: LeaseResponse}, (400, 429)),
 )
 async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -189,7 +210,7 @@ async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
     JOB + "/heartbeat",
     operation_id="heartbeat",
     summary="Renew a lease",
-    opt=_opt(HeartbeatRequest, {200: HeartbeatResponse}, (400, 404, 409)),
+    opt=_opt(Action.WORK, HeartbeatRequest, {200: HeartbeatResponse}, (400, 404, 409)),
 )
 async def heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
@@ -201,7 +222,7 @@ async def heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
     JOB + "/ack",
     operation_id="ack",
     summary="Acknowledge a finished job",
-    opt=_opt(AckRequest, {200: AckResponse}, (400, 404, 409, 413)),
+    opt=_opt(Action.WORK, AckRequest, {200: AckResponse}, (400, 404, 409, 413)),
 )
 async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
@@ -214,7 +235,7 @@ async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/ack",
     operation_id="ackMany",
     summary="Acknowledge up to 1000 jobs",
-    opt=_opt(AckManyRequest, {200: AckManyResponse}, (400, 413)),
+    opt=_opt(Action.WORK, AckManyRequest, {200: AckManyResponse}, (400, 413)),
 )
 async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -226,7 +247,7 @@ async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
     JOB + "/fail",
     operation_id="fail",
     summary="Report a failed attempt",
-    opt=_opt(FailRequest, {200: FailResponse}, (400, 404, 409)),
+    opt=_opt(Action.WORK, FailRequest, {200: FailResponse}, (400, 404, 409)),
 )
 async def fail(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
@@ -242,7 +263,7 @@ async def fail(request: Request[Any, Any, State]) -> Response[bytes]:
     JOB + "/release",
     operation_id="release",
     summary="Give a leased job back",
-    opt=_opt(ReleaseRequest, {200: ReleaseResponse}, (400, 404, 409)),
+    opt=_opt(Action.WORK, ReleaseRequest, {200: ReleaseResponse}, (400, 404, 409)),
 )
 async def release(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
@@ -251,7 +272,12 @@ async def release(request: Request[Any, Any, State]) -> Response[bytes]:
     return json_response(ReleaseResponse(id=id, state="waiting"))
 
 
-@get(JOB, operation_id="getJob", summary="Inspect a job", opt=_opt(None, {200: JobView}, (400, 404)))
+@get(
+    JOB,
+    operation_id="getJob",
+    summary="Inspect a job",
+    opt=_opt(Action.READ, None, {200: JobView}, (400, 404)),
+)
 async def get_job(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
     return json_response(await queues_of(request).get_job(queue, id))
@@ -262,7 +288,7 @@ async def get_job(request: Request[Any, Any, State]) -> Response[bytes]:
     operation_id="deleteJob",
     summary="Delete a job that is not leased",
     status_code=204,
-    opt=_opt(None, {204: None}, (400, 404, 409)),
+    opt=_opt(Action.ADMIN, None, {204: None}, (400, 404, 409)),
 )
 async def delete_job(request: Request[Any, Any, State]) -> None:
     queue, id = path_queue(request), path_job_id(request)
@@ -273,11 +299,12 @@ async def delete_job(request: Request[Any, Any, State]) -> None:
     "/v1/queues",
     operation_id="listQueues",
     summary="List queues with their counts",
-    opt=_opt(None, {200: QueueList}),
+    opt=_opt(Action.READ, None, {200: QueueList}),
 )
 async def list_queues(request: Request[Any, Any, State]) -> Response[bytes]:
-    queues = queues_of(request)
-    views = await asyncio.gather(*(queues.queue_view(name) for name in await queues.queue_names()))
+    queues, grant = queues_of(request), grant_of(request)
+    names = [name for name in await queues.queue_names() if grant is None or grant.covers(name)]
+    views = await asyncio.gather(*(queues.queue_view(name) for name in names))
     return json_response(QueueList(queues=list(views)))
 
 
@@ -285,7 +312,7 @@ async def list_queues(request: Request[Any, Any, State]) -> Response[bytes]:
     Q,
     operation_id="getQueue",
     summary="A queue's counts and pause state",
-    opt=_opt(None, {200: QueueView}, (400,)),
+    opt=_opt(Action.READ, None, {200: QueueView}, (400,)),
 )
 async def get_queue(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -307,7 +334,7 @@ LEDGER_QUERY = (
     Q + "/active",
     operation_id="getLedger",
     summary="The in-flight ledger, oldest lease first",
-    opt=_opt(None, {200: LedgerView}, (400,), LEDGER_QUERY),
+    opt=_opt(Action.READ, None, {200: LedgerView}, (400,), LEDGER_QUERY),
 )
 async def get_ledger(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -323,7 +350,7 @@ async def get_ledger(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/workers",
     operation_id="listWorkers",
     summary="Who holds what",
-    opt=_opt(None, {200: WorkersView}, (400,)),
+    opt=_opt(Action.READ, None, {200: WorkersView}, (400,)),
 )
 async def list_workers(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -340,7 +367,7 @@ FAILED_QUERY = (
     Q + "/failed",
     operation_id="listFailed",
     summary="Dead-lettered jobs, most recent first",
-    opt=_opt(None, {200: FailedPage}, (400,), FAILED_QUERY),
+    opt=_opt(Action.READ, None, {200: FailedPage}, (400,), FAILED_QUERY),
 )
 async def list_failed(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -354,7 +381,7 @@ async def list_failed(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/workers/{worker:str}/release",
     operation_id="releaseWorker",
     summary="Release every job a worker holds (operator declares it dead)",
-    opt=_opt(None, {200: WorkerReleaseResponse}, (400,)),
+    opt=_opt(Action.ADMIN, None, {200: WorkerReleaseResponse}, (400,)),
 )
 async def release_worker(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, worker = path_queue(request), path_name(request, "worker", "worker")
@@ -367,7 +394,7 @@ async def release_worker(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/pause",
     operation_id="pauseQueue",
     summary="Stop leasing from a queue",
-    opt=_opt(None, {200: PauseResponse}, (400,)),
+    opt=_opt(Action.ADMIN, None, {200: PauseResponse}, (400,)),
 )
 async def pause(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -378,7 +405,7 @@ async def pause(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/resume",
     operation_id="resumeQueue",
     summary="Resume leasing from a queue",
-    opt=_opt(None, {200: PauseResponse}, (400,)),
+    opt=_opt(Action.ADMIN, None, {200: PauseResponse}, (400,)),
 )
 async def resume(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -389,7 +416,7 @@ async def resume(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/failed/retry",
     operation_id="redriveFailed",
     summary="Send dead-lettered jobs (all, or the listed ids) back to waiting",
-    opt=_opt(RedriveRequest, {200: RedriveResponse}, (400, 413), body_optional=True),
+    opt=_opt(Action.ADMIN, RedriveRequest, {200: RedriveResponse}, (400, 413), body_optional=True),
 )
 async def redrive(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
