@@ -10,8 +10,9 @@ import sys
 from types import FrameType
 
 import uvicorn
+from litestar import Litestar
 
-from service.app import create_app
+from service.app import begin_shutdown, create_app
 from service.auth import Authenticator
 from service.config import ConfigError, Settings
 from service.embedded import EmbeddedValkey
@@ -32,6 +33,18 @@ def _stop_gracefully(signum: int, frame: FrameType | None) -> None:
     # uvicorn shuts down on SIGTERM/SIGINT and then re-raises the signal to the handler that was
     # there before it; this one turns it into a normal exit, so the embedded server is stopped.
     raise SystemExit(0)
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn's server, plus the service's own first step of a graceful shutdown."""
+
+    def __init__(self, config: uvicorn.Config, app: Litestar) -> None:
+        super().__init__(config)
+        self._app = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        begin_shutdown(self._app)
+        super().handle_exit(sig, frame)
 
 
 def main() -> int:
@@ -65,14 +78,9 @@ def main() -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop_gracefully)
     try:
-        uvicorn.run(
-            create_app(settings),
-            host=settings.host,
-            port=settings.port,
-            log_level="info",
-            loop="auto",
-            http="auto",
-        )
+        app = create_app(settings)
+        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info")
+        GracefulServer(config, app).run()
     finally:
         if embedded is not None:
             log.info("stopping the embedded Valkey server")

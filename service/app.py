@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -111,6 +112,14 @@ def reject_ambiguous_paths(app: ASGIApp) -> ASGIApp:
     return middleware
 
 
+def begin_shutdown(app: Litestar) -> None:
+    """Called from the signal handler, before the server waits for requests to finish: answer
+    the long polls now (else shutdown would wait up to wait_ms) and lease nothing more."""
+    loop: asyncio.AbstractEventLoop | None = app.state.get("loop")
+    if loop is not None and not loop.is_closed():
+        loop.call_soon_threadsafe(app.state.hub.begin_closing)
+
+
 def create_app(settings: Settings) -> Litestar:
     document = openapi.render(openapi.document())
     auth = Authenticator.from_entries(settings.auth_entries)
@@ -127,7 +136,9 @@ def create_app(settings: Settings) -> Litestar:
         )
         hub = WakeHub(client, settings.max_waiters)
         sweeper = Sweeper(queues, settings.sweep_interval_ms)
-        app.state.update(client=client, queues=queues, hub=hub, sweeper=sweeper, auth=auth)
+        app.state.update(
+            client=client, queues=queues, hub=hub, sweeper=sweeper, auth=auth, loop=asyncio.get_running_loop()
+        )
         hub.start()
         sweeper.start()
         try:

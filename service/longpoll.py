@@ -58,10 +58,15 @@ class WakeHub:
     def start(self) -> None:
         self._task = asyncio.create_task(self._listen(), name="emq-wake-hub")
 
-    async def stop(self) -> None:
-        """Answer every waiter now (they return what they have) and close the subscription."""
+    def begin_closing(self) -> None:
+        """Shutdown has begun: waiting lease requests answer now with what they have (usually
+        nothing), and new ones take no jobs."""
         self._closing = True
         self._wake_all()
+
+    async def stop(self) -> None:
+        """Answer every waiter and close the subscription."""
+        self.begin_closing()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -133,9 +138,13 @@ async def lease_with_wait(
     wait_ms: int,
     lease: Callable[[], Awaitable[list[T]]],
 ) -> list[T]:
-    """Lease now; with wait_ms, keep trying on each wake-up until a job comes or time is up."""
+    """Lease now; with wait_ms, keep trying on each wake-up until a job comes or time is up.
+    Once the replica is shutting down it leases nothing: a job handed out now could not be
+    worked on here, and its worker's calls may find the replica gone."""
+    if hub.closing:
+        return []
     jobs = await lease()
-    if jobs or wait_ms <= 0 or hub.closing:
+    if jobs or wait_ms <= 0:
         return jobs
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_ms / 1000
@@ -143,9 +152,11 @@ async def lease_with_wait(
         while True:
             # Registered before this lease attempt: a wake-up during it is not lost.
             waiter.event.clear()
+            if hub.closing:
+                return []
             jobs = await lease()
             remaining_s = deadline - loop.time()
-            if jobs or remaining_s <= 0 or hub.closing:
+            if jobs or remaining_s <= 0:
                 return jobs
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(waiter.event.wait(), min(remaining_s, FALLBACK_POLL_S))
