@@ -79,7 +79,13 @@ def main() -> int:
         signal.signal(signum, _stop_gracefully)
     try:
         app = create_app(settings)
-        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info")
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level="info",
+            limit_concurrency=settings.max_connections,  # beyond it uvicorn answers 503
+        )
         GracefulServer(config, app).run()
     finally:
         if embedded is not None:

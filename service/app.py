@@ -137,7 +137,13 @@ def create_app(settings: Settings) -> Litestar:
         hub = WakeHub(client, settings.max_waiters)
         sweeper = Sweeper(queues, settings.sweep_interval_ms)
         app.state.update(
-            client=client, queues=queues, hub=hub, sweeper=sweeper, auth=auth, loop=asyncio.get_running_loop()
+            client=client,
+            queues=queues,
+            hub=hub,
+            sweeper=sweeper,
+            auth=auth,
+            loop=asyncio.get_running_loop(),
+            body_timeout_s=settings.body_timeout_s,
         )
         hub.start()
         sweeper.start()

@@ -18,6 +18,8 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_WAITERS = 2000
 DEFAULT_REDIS_POOL_SIZE = 64
 DEFAULT_REDIS_TIMEOUT_S = 5.0
+DEFAULT_BODY_TIMEOUT_S = 30
+DEFAULT_MAX_CONNECTIONS = 4096
 
 
 class ConfigError(ValueError):
@@ -38,6 +40,8 @@ class Settings:
     max_waiters: int = DEFAULT_MAX_WAITERS  # long-poll requests waiting at once, per replica
     redis_pool_size: int = DEFAULT_REDIS_POOL_SIZE
     redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S  # a request body must arrive within this
+    max_connections: int = DEFAULT_MAX_CONNECTIONS  # HTTP connections per replica; beyond: 503
     auth_entries: tuple[str, ...] = ()  # "ROLE:TOKEN[:PATTERN|...]"; none = auth off
     allow_insecure: bool = False  # serve without tokens on a non-loopback address
 
@@ -69,6 +73,8 @@ class Settings:
             max_body_bytes=integer("EMQ_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1024),
             max_waiters=integer("EMQ_MAX_WAITERS", DEFAULT_MAX_WAITERS, 1),
             redis_pool_size=integer("EMQ_REDIS_POOL_SIZE", DEFAULT_REDIS_POOL_SIZE, 2),
+            body_timeout_s=integer("EMQ_BODY_TIMEOUT_S", DEFAULT_BODY_TIMEOUT_S, 1),
+            max_connections=integer("EMQ_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, 16),
         )
 
 

@@ -40,6 +40,10 @@ class BackendUnavailable(QueueError):
     pass
 
 
+class BodyTimeout(QueueError):
+    pass
+
+
 _EXCEPTION_OF_CODE: dict[ScriptCode, type[QueueError]] = {
     ScriptCode.JOB_NOT_FOUND: JobNotFound,
     ScriptCode.LEASE_LOST: LeaseLost,
@@ -71,5 +75,6 @@ PROBLEMS: dict[type[QueueError], tuple[int, str, str]] = {
     JobNotFound: (404, "job_not_found", "Job not found"),
     LeaseLost: (409, "lease_lost", "Lease lost"),
     JobActive: (409, "job_active", "Job is active"),
+    BodyTimeout: (408, "request_timeout", "Request body too slow"),
     BackendUnavailable: (503, "backend_unavailable", "Backend unavailable"),
 }

@@ -19,7 +19,7 @@ from litestar.handlers import BaseRouteHandler
 
 from service import limits
 from service.auth import Action, Authenticator, Grant
-from service.errors import InvalidRequest
+from service.errors import BodyTimeout, InvalidRequest
 from service.longpoll import WakeHub, lease_with_wait
 from service.queue import JobQueues
 from service.schemas import (
@@ -66,7 +66,13 @@ def json_response(body: msgspec.Struct, status: int = 200) -> Response[bytes]:
 
 async def read_body(request: Request[Any, Any, State], struct: type[S], *, optional: bool = False) -> S:
     """Decode the body straight into a Struct; any malformed or out-of-range input -> 400."""
-    body = await request.body()
+    try:
+        # A client that trickles its body would otherwise hold a connection for ever.
+        body = await asyncio.wait_for(request.body(), request.app.state.body_timeout_s)
+    except TimeoutError:
+        raise BodyTimeout(
+            f"the request body did not arrive within {request.app.state.body_timeout_s} s"
+        ) from None
     if optional and not body.strip():
         body = b"{}"
     decoder = _decoders.get(struct)

@@ -25,6 +25,29 @@ EpochMs = Annotated[int, Meta(description="epoch milliseconds, Redis server cloc
 JobState = Literal["waiting", "delayed", "active", "completed", "failed"]
 
 
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_BRACKETS = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def json_depth_exceeds(raw: Raw | bytes, max_depth: int = limits.MAX_JSON_DEPTH) -> bool:
+    """Whether JSON text (already known to be valid) nests deeper than max_depth."""
+    text = bytes(raw)
+    if text.count(b"[") + text.count(b"{") <= max_depth:
+        return False  # too few brackets to nest that deep: the common case costs two scans
+    depth = 0
+    for byte in _JSON_STRING.sub(b"", text):  # brackets inside strings do not nest
+        depth += _BRACKETS.get(byte, 0)
+        if depth > max_depth:
+            return True
+    return False
+
+
+def _require_shallow(*values: Raw | UnsetType | None) -> None:
+    for value in values:
+        if isinstance(value, Raw) and json_depth_exceeds(value):
+            raise ValueError(f"JSON nested deeper than {limits.MAX_JSON_DEPTH} levels")
+
+
 def is_name(value: str) -> bool:
     """Whole-string match: unlike ``$``, a trailing newline does not pass."""
     return _FULL_NAME.match(value) is not None
@@ -56,6 +79,7 @@ class EnqueueRequest(Request):
 
     def __post_init__(self) -> None:
         _require_names(self.id)
+        _require_shallow(self.payload)
 
 
 class EnqueueResponse(Struct):
@@ -115,6 +139,9 @@ class AckRequest(Request):
     lease_id: LeaseId
     result: Raw | UnsetType = UNSET
 
+    def __post_init__(self) -> None:
+        _require_shallow(self.result)
+
 
 class AckResponse(Struct):
     id: str
@@ -128,6 +155,7 @@ class AckItem(Request):
 
     def __post_init__(self) -> None:
         _require_names(self.id)
+        _require_shallow(self.result)
 
 
 class AckManyRequest(Request):
