@@ -6,20 +6,22 @@
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     JSON array of [id, lease_id] pairs
 -- ARGV[3..]   each ack's result as raw JSON, in the same order; "" = no result
--- Returns     array with one code per ack: 1 completed now, 2 already completed by this lease,
---             -1 job not found, -2 lease lost
+-- Returns     flat array, 2 entries per ack: code (1 completed now, 2 already completed by this
+--             lease, -1 job not found, -2 lease lost) and, for code 1, how long the lease was held
+--             (ms, lease to ack), else 0
 -- @include common
 local acks = cjson.decode(ARGV[2])
 local now = now_ms()
-local codes = {}
+local reply = {}
 for i, ack in ipairs(acks) do
   local id, lease_id = ack[1], ack[2]
   local key = job_key(id)
   local state = redis.call('HGET', key, 'state')
-  local code
+  local code, held_ms = 0, 0
   if not state then
     code = JOB_NOT_FOUND
   elseif holds_lease(id, key, lease_id) then
+    held_ms = now - tonumber(redis.call('HGET', key, 'leased_at'))
     leave_ledger(id, key)
     redis.call('HSET', key, 'state', 'completed', 'done_lease', lease_id,
       'finished_at', now, 'updated_at', now)
@@ -31,6 +33,7 @@ for i, ack in ipairs(acks) do
   else
     code = LEASE_LOST
   end
-  codes[i] = code
+  reply[#reply + 1] = code
+  reply[#reply + 1] = held_ms
 end
-return codes
+return reply

@@ -3,8 +3,9 @@
 --             WAIT or PRIO or DELAYED, publishes on WAKE; derives each job's hash from the prefix.
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     JSON array, one object per job: {id, name, priority, delay_ms, max_attempts,
---             backoff_type: "fixed"|"exponential", backoff_ms}; ids the client did not choose
---             are random ones made by the service
+--             backoff_type: "fixed"|"exponential", backoff_ms, traceparent?}; ids the client did
+--             not choose are random ones made by the service; traceparent is the producer's W3C
+--             trace context, handed to the job's workers
 -- ARGV[3..]   the jobs' payloads as raw JSON, in the same order
 -- Returns     flat array, 3 entries per job: id, state ("waiting"|"delayed" or the stored job's
 --             state), created (1 = stored now, 0 = the id existed)
@@ -25,6 +26,7 @@ for i, job in ipairs(jobs) do
       'max_attempts', job.max_attempts, 'backoff_type', job.backoff_type,
       'backoff_ms', job.backoff_ms, 'attempt', 0, 'state', state,
       'created_at', now, 'updated_at', now)
+    if job.traceparent then redis.call('HSET', key, 'traceparent', job.traceparent) end
     if state == 'delayed' then
       redis.call('ZADD', DELAYED, now + job.delay_ms, id)
     else

@@ -8,8 +8,9 @@
 -- ARGV[3]     lease_ms
 -- ARGV[4]     max_jobs
 -- ARGV[5]     lease ids: max_jobs random tokens of @LEASE_ID_CHARS@ characters, concatenated
--- Returns     flat array, 9 entries per leased job: id, name, payload, attempt, max_attempts,
---             lease_id, lease_expires_at (ms), fence, enqueued_at (ms); empty when paused/empty.
+-- Returns     flat array, 10 entries per leased job: id, name, payload, attempt, max_attempts,
+--             lease_id, lease_expires_at (ms), fence, enqueued_at (ms), traceparent (nil when the
+--             producer sent none); empty when paused or nothing waits.
 --             The fence comes from one counter per queue (META "fence"), so it grows with every
 --             lease of a job, never goes back even when an id is reused, and orders leases.
 -- @include common
@@ -48,7 +49,7 @@ for i = 1, max_jobs do
   redis.call('HSET', key, 'state', 'active', 'worker', worker, 'lease_id', lease_id,
     'lease_ms', lease_ms, 'leased_at', now, 'lease_expires_at', expires_at, 'fence', fence,
     'updated_at', now)
-  local job = redis.call('HMGET', key, 'name', 'payload', 'max_attempts', 'created_at')
+  local job = redis.call('HMGET', key, 'name', 'payload', 'max_attempts', 'created_at', 'traceparent')
   reply[#reply + 1] = id
   reply[#reply + 1] = job[1]
   reply[#reply + 1] = job[2]
@@ -58,6 +59,7 @@ for i = 1, max_jobs do
   reply[#reply + 1] = expires_at
   reply[#reply + 1] = fence
   reply[#reply + 1] = tonumber(job[4])
+  reply[#reply + 1] = job[5]
 end
 if leased > 0 then
   redis.call('HSET', META, 'fence', fence_base + leased)

@@ -16,6 +16,7 @@ from service.app import begin_shutdown, create_app
 from service.auth import Authenticator
 from service.config import ConfigError, Settings
 from service.embedded import EmbeddedValkey
+from service.telemetry import JsonLogFormatter
 
 log = logging.getLogger("service")
 
@@ -47,13 +48,22 @@ class GracefulServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def configure_logging(log_format: str) -> None:
+    if log_format == "json":
+        handler = logging.StreamHandler()
+        handler.setFormatter(JsonLogFormatter())
+        logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    else:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = Settings.from_env()
     except ConfigError as error:
         print(f"configuration error: {error}", file=sys.stderr)
         return 2
+    configure_logging(settings.log_format)
     try:
         auth = Authenticator.from_entries(settings.auth_entries)
     except ConfigError as error:
@@ -84,6 +94,8 @@ def main() -> int:
             host=settings.host,
             port=settings.port,
             log_level="info",
+            # JSON: uvicorn's loggers go through ours (no log_config of its own).
+            log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
             limit_concurrency=settings.max_connections,  # beyond it uvicorn answers 503
         )
         GracefulServer(config, app).run()

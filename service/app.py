@@ -11,7 +11,9 @@ from typing import Any
 from litestar import Litestar, Request, Response, get
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
+from litestar.plugins.opentelemetry import OpenTelemetryConfig, OpenTelemetryPlugin
 from litestar.types import ASGIApp, Receive, Scope, Send
+from opentelemetry.metrics import NoOpMeterProvider
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -26,6 +28,7 @@ from service.queue import JobQueues
 from service.routes import QUEUE_HANDLERS, authorize, json_response
 from service.schemas import Health, Problem
 from service.sweeper import Sweeper
+from service.telemetry import Telemetry, http_metrics_middleware
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,16 @@ def reject_ambiguous_paths(app: ASGIApp) -> ASGIApp:
     return middleware
 
 
+def tracing_plugin(telemetry: Telemetry) -> OpenTelemetryPlugin:
+    """A server span per request (litestar's OpenTelemetry integration); HTTP metrics are ours."""
+    config = OpenTelemetryConfig(
+        tracer_provider=telemetry.tracer_provider,
+        meter_provider=NoOpMeterProvider(),
+        exclude=["/healthz", "/readyz", "/metrics"],
+    )
+    return OpenTelemetryPlugin(config)
+
+
 def begin_shutdown(app: Litestar) -> None:
     """Called from the signal handler, before the server waits for requests to finish: answer
     the long polls now (else shutdown would wait up to wait_ms) and lease nothing more."""
@@ -120,7 +133,8 @@ def begin_shutdown(app: Litestar) -> None:
         loop.call_soon_threadsafe(app.state.hub.begin_closing)
 
 
-def create_app(settings: Settings) -> Litestar:
+def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litestar:
+    telemetry = telemetry or Telemetry.from_env()
     document = openapi.render(openapi.document())
     auth = Authenticator.from_entries(settings.auth_entries)
 
@@ -133,8 +147,10 @@ def create_app(settings: Settings) -> Litestar:
             completed_retention_s=settings.completed_retention_s,
             failed_retention_s=settings.failed_retention_s,
             sweep_batch=settings.sweep_batch,
+            telemetry=telemetry,
         )
         hub = WakeHub(client, settings.max_waiters)
+        telemetry.waiters = lambda: hub.waiting
         sweeper = Sweeper(queues, settings.sweep_interval_ms)
         app.state.update(
             client=client,
@@ -153,6 +169,7 @@ def create_app(settings: Settings) -> Litestar:
             await hub.stop()
             await sweeper.stop()
             await client.aclose()
+            telemetry.shutdown()
 
     @get("/healthz", include_in_schema=False)
     async def healthz() -> Response[bytes]:
@@ -174,7 +191,7 @@ def create_app(settings: Settings) -> Litestar:
 
     @get("/metrics", include_in_schema=False, opt={"action": Action.METRICS})
     async def metrics_text(state: State) -> Response[str]:
-        text = await metrics.render(state.queues, state.hub, state.sweeper)
+        text = await metrics.scrape(state.queues, telemetry)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @get("/openapi.json", include_in_schema=False)
@@ -186,7 +203,8 @@ def create_app(settings: Settings) -> Litestar:
         lifespan=[lifespan],
         openapi_config=None,
         logging_config=None,
-        middleware=[reject_ambiguous_paths],
+        middleware=[reject_ambiguous_paths, http_metrics_middleware(telemetry)],
+        plugins=[tracing_plugin(telemetry)] if telemetry.tracing else [],
         guards=[authorize],  # the launcher configures logging; no queue-listener threads
         request_max_body_size=settings.max_body_bytes,
         exception_handlers={

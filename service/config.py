@@ -44,6 +44,7 @@ class Settings:
     max_connections: int = DEFAULT_MAX_CONNECTIONS  # HTTP connections per replica; beyond: 503
     auth_entries: tuple[str, ...] = ()  # "ROLE:TOKEN[:PATTERN|...]"; none = auth off
     allow_insecure: bool = False  # serve without tokens on a non-loopback address
+    log_format: str = "text"  # "json": one JSON object per line, with trace ids
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
@@ -62,6 +63,7 @@ class Settings:
         return cls(
             auth_entries=_auth_entries(env),
             allow_insecure=env.get("EMQ_ALLOW_INSECURE", "").strip().lower() in ("1", "true", "yes"),
+            log_format=_choice(env, "EMQ_LOG_FORMAT", ("text", "json")),
             redis_url=env.get("EMQ_REDIS_URL") or None,
             data_dir=Path(env.get("EMQ_DATA_DIR") or DEFAULT_DATA_DIR),
             host=env.get("HOST") or DEFAULT_HOST,
@@ -92,3 +94,10 @@ def _auth_entries(env: Mapping[str, str]) -> tuple[str, ...]:
             if line.strip() and not line.lstrip().startswith("#"):
                 entries += [entry for entry in line.split(",") if entry.strip()]
     return tuple(entry.strip() for entry in entries)
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    value = (env.get(name) or choices[0]).strip().lower()
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value

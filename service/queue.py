@@ -10,9 +10,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
+from opentelemetry.trace import SpanKind
 from redis.asyncio import Redis
 
 from service import limits
@@ -33,8 +35,10 @@ from service.schemas import (
     WorkerHoldings,
 )
 from service.scripts import Scripts
+from service.telemetry import Telemetry
 
-_LEASED_JOB_FIELDS = 9
+_LEASED_JOB_FIELDS = 10
+_ACK_REPLY_FIELDS = 2
 _LEDGER_ENTRY_FIELDS = 5
 _ENQUEUE_REPLY_FIELDS = 3
 _NO_RESULT = b""
@@ -45,7 +49,7 @@ def new_job_id() -> str:
     return os.urandom(limits.GENERATED_ID_BYTES).hex()
 
 
-class _ScriptJob(msgspec.Struct):
+class _ScriptJob(msgspec.Struct, omit_defaults=True):
     """One job's options as enqueue-10.lua reads them."""
 
     name: str
@@ -55,6 +59,7 @@ class _ScriptJob(msgspec.Struct):
     backoff_type: str
     backoff_ms: int
     id: str
+    traceparent: str | None = None
 
 
 class _FailOptions(msgspec.Struct, omit_defaults=True):
@@ -101,6 +106,16 @@ def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
     )
 
 
+def _outcome(reply: Any) -> dict[str, Any]:
+    if isinstance(reply, int):
+        return {"emq.outcome": "ok" if reply >= 0 else ScriptCode(reply).name.lower()}
+    if isinstance(reply, list):
+        if reply and isinstance(reply[0], int) and reply[0] < 0:
+            return {"emq.outcome": ScriptCode(reply[0]).name.lower()}
+        return {"emq.outcome": "ok", "emq.reply_items": len(reply)}
+    return {"emq.outcome": "ok"}
+
+
 @dataclass(frozen=True, slots=True)
 class SweepReport:
     reclaimed: int = 0
@@ -127,22 +142,36 @@ class JobQueues:
         completed_retention_s: int,
         failed_retention_s: int,
         sweep_batch: int,
+        telemetry: Telemetry,
     ) -> None:
         self.client = client
+        self.telemetry = telemetry
         self.scripts = Scripts(client)
         self.completed_retention_ms = completed_retention_s * 1000
         self.failed_retention_ms = failed_retention_s * 1000
         self.sweep_batch = sweep_batch
 
-    async def _call(self, operation: str, queue: str, *args: object) -> object:
+    async def _call(self, operation: str, queue: str, *args: object, job_id: str | None = None) -> Any:
+        """One script call, traced as a child span of the request with what it did."""
         queue_keys = keys_of(queue)
-        return await self.scripts.call(operation, queue_keys.script_keys, (queue_keys.prefix, *args))
+        attributes = {"emq.queue": queue, "emq.operation": operation}
+        if job_id is not None:
+            attributes["emq.job_id"] = job_id
+        with self.telemetry.tracer.start_as_current_span(
+            f"emq {operation}", kind=SpanKind.CLIENT, attributes=attributes
+        ) as span:
+            reply = await self.scripts.call(operation, queue_keys.script_keys, (queue_keys.prefix, *args))
+            if span.is_recording():
+                span.set_attributes(_outcome(reply))
+            return reply
 
     async def _register(self, queue: str) -> None:
         # The registry is global (another cluster slot), so it is kept outside the scripts.
         await self.client.sadd(QUEUE_REGISTRY, queue)
 
-    async def enqueue(self, queue: str, jobs: Sequence[EnqueueRequest]) -> list[EnqueueResponse]:
+    async def enqueue(
+        self, queue: str, jobs: Sequence[EnqueueRequest], traceparent: str | None = None
+    ) -> list[EnqueueResponse]:
         await self._register(queue)
         options = [
             _ScriptJob(
@@ -153,12 +182,13 @@ class JobQueues:
                 max_attempts=job.max_attempts,
                 backoff_type=job.backoff.type if job.backoff else "exponential",
                 backoff_ms=job.backoff.delay_ms if job.backoff else limits.DEFAULT_BACKOFF_MS,
+                traceparent=traceparent,
             )
             for job in jobs
         ]
         payloads = [bytes(job.payload) for job in jobs]
         reply = await self._call("enqueue", queue, _encode(options), *payloads)
-        return [
+        answers = [
             EnqueueResponse(
                 id=reply[i].decode(),
                 queue=queue,
@@ -167,11 +197,13 @@ class JobQueues:
             )
             for i in range(0, len(reply), _ENQUEUE_REPLY_FIELDS)
         ]
+        self.telemetry.record_enqueued(queue, sum(answer.created for answer in answers))
+        return answers
 
     async def lease(self, queue: str, worker: str, lease_ms: int, max_jobs: int) -> list[LeasedJob]:
         lease_ids = os.urandom(limits.LEASE_ID_BYTES * max_jobs).hex()
         reply = await self._call("lease", queue, worker, lease_ms, max_jobs, lease_ids)
-        return [
+        jobs = [
             LeasedJob(
                 id=reply[i].decode(),
                 queue=queue,
@@ -183,24 +215,34 @@ class JobQueues:
                 lease_expires_at=reply[i + 6],
                 fence=reply[i + 7],
                 enqueued_at=reply[i + 8],
+                traceparent=_text(reply[i + 9]),
             )
             for i in range(0, len(reply), _LEASED_JOB_FIELDS)
         ]
+        self.telemetry.record_leased(queue, len(jobs))
+        return jobs
 
     async def heartbeat(
         self, queue: str, job_id: str, lease_id: str, lease_ms: int | None
     ) -> HeartbeatResponse:
-        reply = await self._call("heartbeat", queue, job_id, lease_id, lease_ms or 0)
+        reply = await self._call("heartbeat", queue, job_id, lease_id, lease_ms or 0, job_id=job_id)
         raise_for_code(reply[0], job_id)
         return HeartbeatResponse(id=job_id, lease_id=lease_id, lease_expires_at=reply[1])
 
-    async def _ack_codes(self, queue: str, acks: Sequence[tuple[str, str, Raw | UnsetType]]) -> list[int]:
+    async def _ack_codes(
+        self, queue: str, acks: Sequence[tuple[str, str, Raw | UnsetType]], job_id: str | None = None
+    ) -> list[int]:
         pairs = [(job_id, lease_id) for job_id, lease_id, _ in acks]
         results = [_NO_RESULT if result is UNSET else bytes(result) for _, _, result in acks]
-        return await self._call("ack", queue, _encode(pairs), *results)  # type: ignore[return-value]
+        reply = await self._call("ack", queue, _encode(pairs), *results, job_id=job_id)
+        codes, held_ms = reply[::_ACK_REPLY_FIELDS], reply[1::_ACK_REPLY_FIELDS]
+        self.telemetry.record_completed(
+            queue, (ms for code, ms in zip(codes, held_ms, strict=True) if code == 1)
+        )
+        return codes
 
     async def ack_one(self, queue: str, job_id: str, lease_id: str, result: Raw | UnsetType) -> None:
-        (code,) = await self._ack_codes(queue, [(job_id, lease_id, result)])
+        (code,) = await self._ack_codes(queue, [(job_id, lease_id, result)], job_id=job_id)
         raise_for_code(code, job_id)
 
     async def ack(self, queue: str, acks: Sequence[AckItem]) -> list[AckResult]:
@@ -222,18 +264,20 @@ class JobQueues:
         retry_after_ms: int | None,
     ) -> FailResponse:
         options = _encode(_FailOptions(retry=retry, retry_after_ms=retry_after_ms))
-        reply = await self._call("fail", queue, job_id, lease_id, options, error)
+        reply = await self._call("fail", queue, job_id, lease_id, options, error, job_id=job_id)
         raise_for_code(reply[0], job_id)
-        return FailResponse(id=job_id, state=reply[1].decode(), attempt=reply[2])  # type: ignore[arg-type]
+        state = reply[1].decode()
+        self.telemetry.record_failed(queue, state)
+        return FailResponse(id=job_id, state=state, attempt=reply[2])  # type: ignore[arg-type]
 
     async def release(self, queue: str, job_id: str, lease_id: str) -> None:
-        raise_for_code(await self._call("release", queue, job_id, lease_id), job_id)
+        raise_for_code(await self._call("release", queue, job_id, lease_id, job_id=job_id), job_id)
 
     async def release_worker(self, queue: str, worker: str) -> list[str]:
         return [job_id.decode() for job_id in await self._call("release-worker", queue, worker)]
 
     async def delete(self, queue: str, job_id: str) -> None:
-        raise_for_code(await self._call("delete", queue, job_id), job_id)
+        raise_for_code(await self._call("delete", queue, job_id, job_id=job_id), job_id)
 
     async def get_job(self, queue: str, job_id: str) -> JobView:
         fields = await self.client.hgetall(keys_of(queue).job(job_id))
@@ -309,6 +353,7 @@ class JobQueues:
                 self.failed_retention_ms,
             )
             report += SweepReport(reclaimed, dead, promoted, deleted)
+            self.telemetry.record_sweep(queue, reclaimed, dead)
             if not more:
                 break
         return report

@@ -142,6 +142,11 @@ def queues_of(request: Request[Any, Any, State]) -> JobQueues:
     return request.app.state.queues  # type: ignore[no-any-return]
 
 
+def traceparent_of(request: Request[Any, Any, State], queues: JobQueues) -> str | None:
+    """The trace context a new job carries to its workers (W3C traceparent header)."""
+    return queues.telemetry.traceparent_to_store(request.headers.get("traceparent"))
+
+
 def hub_of(request: Request[Any, Any, State]) -> WakeHub:
     return request.app.state.hub  # type: ignore[no-any-return]
 
@@ -178,7 +183,8 @@ JOB = Q + "/jobs/{id:str}"
 async def enqueue(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     job = await read_body(request, EnqueueRequest)
-    (created,) = await queues_of(request).enqueue(queue, [job])
+    queues = queues_of(request)
+    (created,) = await queues.enqueue(queue, [job], traceparent_of(request, queues))
     return json_response(created, 201 if created.created else 200)
 
 
@@ -191,7 +197,10 @@ async def enqueue(request: Request[Any, Any, State]) -> Response[bytes]:
 async def enqueue_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     batch = await read_body(request, EnqueueManyRequest)
-    return json_response(EnqueueManyResponse(jobs=await queues_of(request).enqueue(queue, batch.jobs)))
+    queues = queues_of(request)
+    return json_response(
+        EnqueueManyResponse(jobs=await queues.enqueue(queue, batch.jobs, traceparent_of(request, queues)))
+    )
 
 
 @post(

@@ -118,6 +118,7 @@ class LeasedJob(Struct):
     lease_expires_at: EpochMs
     fence: int
     enqueued_at: EpochMs
+    traceparent: str | None = None  # the producer's W3C trace context, to continue its trace
 
 
 class LeaseResponse(Struct):

@@ -42,6 +42,7 @@ class Sweeper:
         self.runs += 1
         self.totals += report
         self.last_duration_s = time.perf_counter() - started
+        self._queues.telemetry.sweep_duration.record(self.last_duration_s)
         return report
 
     async def _loop(self) -> None:

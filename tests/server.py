@@ -13,16 +13,17 @@ import uvicorn
 
 from service.app import create_app
 from service.config import Settings
+from service.telemetry import Telemetry
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 30.0
 
 
 @contextlib.contextmanager
-def running_service(settings: Settings) -> Iterator[str]:
+def running_service(settings: Settings, telemetry: Telemetry | None = None) -> Iterator[str]:
     """Start the app with these settings; yields its base URL; stops it (lifespan included)."""
     config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=0, log_level="warning", lifespan="on"
+        create_app(settings, telemetry), host="127.0.0.1", port=0, log_level="warning", lifespan="on"
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="emq-test-server", daemon=True)

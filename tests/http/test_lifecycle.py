@@ -274,5 +274,5 @@ async def test_service_endpoints(client: AsyncClient) -> None:
     assert (await client.get("/healthz")).status_code == 200
     assert (await client.get("/readyz")).status_code == 200
     metrics = await client.get("/metrics")
-    assert metrics.status_code == 200 and "emq_sweep_runs_total" in metrics.text
+    assert metrics.status_code == 200 and "emq_sweep_duration_seconds_count" in metrics.text
     assert metrics.headers["content-type"].startswith("text/plain")

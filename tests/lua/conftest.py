@@ -74,7 +74,7 @@ def spec(
 
 @dataclass(frozen=True)
 class Leased:
-    """One job of a lease reply (9 entries)."""
+    """One job of a lease reply (10 entries)."""
 
     id: str
     name: str
@@ -85,6 +85,7 @@ class Leased:
     lease_expires_at: int
     fence: int
     enqueued_at: int
+    traceparent: str | None = None
 
 
 class WakeListener:
@@ -159,12 +160,12 @@ class LuaQueue:
     ) -> list[Leased]:
         tokens = "".join(lease_ids) if lease_ids is not None else random_lease_ids(max_jobs)
         reply = await self.call("lease", worker, lease_ms, max_jobs, tokens)
-        assert len(reply) % 9 == 0
+        assert len(reply) % 10 == 0
         jobs = []
-        for i in range(0, len(reply), 9):
-            job_id, name, payload, attempt, max_attempts, lease_id, expires_at, fence, enqueued_at = reply[
-                i : i + 9
-            ]
+        for i in range(0, len(reply), 10):
+            job_id, name, payload, attempt, max_attempts, lease_id, expires_at, fence, enqueued_at, parent = (
+                reply[i : i + 10]
+            )
             for number in (attempt, max_attempts, expires_at, fence, enqueued_at):
                 assert isinstance(number, int)
             jobs.append(
@@ -178,6 +179,7 @@ class LuaQueue:
                     expires_at,
                     fence,
                     enqueued_at,
+                    None if parent is None else parent.decode(),
                 )
             )
         return jobs
@@ -190,6 +192,10 @@ class LuaQueue:
         return await self.call("heartbeat", job_id, lease_id, lease_ms)
 
     async def ack(self, *acks: tuple[str, str] | tuple[str, str, bytes]) -> list[int]:
+        """The codes of an ack call (its held-time entries are checked by ack_held)."""
+        return (await self.ack_reply(*acks))[::2]
+
+    async def ack_reply(self, *acks: tuple[str, str] | tuple[str, str, bytes]) -> list[int]:
         pairs = json.dumps([[ack[0], ack[1]] for ack in acks])
         results = [ack[2] if len(ack) == 3 else b"" for ack in acks]
         return await self.call("ack", pairs, *results)

@@ -150,6 +150,7 @@ async def test_lease_moves_the_job_into_the_ledger_under_its_lock(q):
         "lease_expires_at": job.lease_expires_at,
         "fence": 1,
         "enqueued_at": created_at,
+        "traceparent": None,
     }
     assert await q.wait_list() == []
     assert await q.active() == ["a"]
@@ -294,3 +295,21 @@ async def test_lease_does_not_promote_when_paused(q):
 
     assert await q.lease() == []
     assert set(await q.zset(q.keys.delayed)) == {"d"}
+
+
+async def test_enqueue_keeps_the_producers_traceparent_and_lease_hands_it_on(q):
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    await q.enqueue({"options": {**q.spec("t")["options"], "traceparent": parent}, "payload": b"1"})
+    await q.add("plain")
+    jobs = await q.lease(max_jobs=2)
+    assert [(job.id, job.traceparent) for job in jobs] == [("t", parent), ("plain", None)]
+
+
+async def test_ack_reports_how_long_the_lease_was_held(q):
+    await q.add("a")
+    job = await q.lease_one()
+    await q.next_ms()
+    code, held_ms = await q.ack_reply(("a", job.lease_id))
+    assert code == 1 and held_ms >= 1
+    assert await q.ack_reply(("a", job.lease_id)) == [2, 0]  # the repeat held nothing new
+    assert await q.ack_reply(("a", "0" * 32), ("missing", "0" * 32)) == [-2, 0, -1, 0]

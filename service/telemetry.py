@@ -1,0 +1,298 @@
+"""OpenTelemetry: a span per request and per script call, the queue's metrics (served as
+Prometheus text at /metrics), W3C trace context carried through the queue, and JSON log lines.
+
+Exporters are configured the standard way (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME ...);
+with none configured nothing is exported and request tracing is off, so it costs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    Gauge,
+    Histogram,
+    InMemoryMetricReader,
+    MetricReader,
+    PeriodicExportingMetricReader,
+    Sum,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+from opentelemetry.trace import Tracer
+
+DEFAULT_SERVICE_NAME = "echomq-http"
+INSTRUMENTATION = "echomq"
+DURATION_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+HELD_BUCKETS_S = (0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 43200)
+TRACEPARENT = re.compile(r"^[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
+
+
+def _otlp_configured(env: Mapping[str, str], signal: str) -> bool:
+    if env.get(f"OTEL_{signal}_EXPORTER", "otlp").strip().lower() == "none":
+        return False
+    return bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
+
+
+class Telemetry:
+    """One replica's tracer, meters and instruments. ``record_*`` methods are what the queue
+    operations report; gauges read a snapshot that /metrics refreshes before each scrape."""
+
+    def __init__(
+        self,
+        *,
+        service_name: str = DEFAULT_SERVICE_NAME,
+        span_exporter: SpanExporter | None = None,
+        batch_spans: bool = True,
+        metric_readers: Sequence[MetricReader] = (),
+    ) -> None:
+        resource = Resource.create({"service.name": service_name})
+        self.tracing = span_exporter is not None
+        if span_exporter is not None:
+            self.tracer_provider: TracerProvider | None = TracerProvider(resource=resource)
+            processor = BatchSpanProcessor if batch_spans else SimpleSpanProcessor
+            self.tracer_provider.add_span_processor(processor(span_exporter))
+            self.tracer: Tracer = self.tracer_provider.get_tracer(INSTRUMENTATION)
+        else:
+            self.tracer_provider = None
+            self.tracer = trace.NoOpTracer()
+        self._scrape = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(resource=resource, metric_readers=[self._scrape, *metric_readers])
+        meter = self.meter_provider.get_meter(INSTRUMENTATION)
+        counter = meter.create_counter
+        self.enqueued = counter("emq_jobs_enqueued", description="Jobs stored by enqueue (new ids only).")
+        self.leased = counter("emq_jobs_leased", description="Jobs handed to workers.")
+        self.completed = counter("emq_jobs_completed", description="Jobs acknowledged.")
+        self.failed = counter("emq_jobs_failed", description="Jobs dead-lettered, by reason.")
+        self.retried = counter("emq_jobs_retried", description="Failed attempts sent back for a retry.")
+        self.reclaimed = counter(
+            "emq_jobs_reclaimed", description="Expired leases the sweep returned to waiting."
+        )
+        self.held = meter.create_histogram(
+            "emq_lease_to_ack_seconds",
+            unit="s",
+            description="Time from lease to ack.",
+            explicit_bucket_boundaries_advisory=HELD_BUCKETS_S,
+        )
+        self.sweep_duration = meter.create_histogram(
+            "emq_sweep_duration_seconds",
+            unit="s",
+            description="Duration of one stalled sweep of every queue.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
+        )
+        self.http_duration = meter.create_histogram(
+            "emq_http_request_duration_seconds",
+            unit="s",
+            description="HTTP request duration by route, method and status.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
+        )
+        self.queue_counts: dict[str, Mapping[str, int]] = {}
+        self.waiters: Callable[[], int] = lambda: 0
+        meter.create_observable_gauge(
+            "emq_queue_depth", [self._observe_depth], description="Jobs waiting to be leased."
+        )
+        meter.create_observable_gauge(
+            "emq_ledger_size", [self._observe_ledger], description="Jobs in the in-flight ledger."
+        )
+        meter.create_observable_gauge(
+            "emq_jobs", [self._observe_states], description="Jobs per queue and state."
+        )
+        meter.create_observable_gauge(
+            "emq_long_poll_waiters",
+            [lambda _: [Observation(self.waiters())]],
+            description="Lease requests waiting on this replica.",
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> Telemetry:
+        span_exporter = None
+        if _otlp_configured(env, "TRACES"):
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            span_exporter = OTLPSpanExporter()
+        readers: list[MetricReader] = []
+        if _otlp_configured(env, "METRICS"):
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+            readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
+        name = env.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
+        return cls(service_name=name, span_exporter=span_exporter, metric_readers=readers)
+
+    def shutdown(self) -> None:
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
+    # -- what the queue operations report --------------------------------------------------
+
+    def record_enqueued(self, queue: str, created: int) -> None:
+        if created:
+            self.enqueued.add(created, {"queue": queue})
+
+    def record_leased(self, queue: str, count: int) -> None:
+        if count:
+            self.leased.add(count, {"queue": queue})
+
+    def record_completed(self, queue: str, held_ms: Iterable[int]) -> None:
+        attributes = {"queue": queue}
+        count = 0
+        for ms in held_ms:
+            self.held.record(ms / 1000, attributes)
+            count += 1
+        if count:
+            self.completed.add(count, attributes)
+
+    def record_failed(self, queue: str, state: str) -> None:
+        if state == "failed":
+            self.failed.add(1, {"queue": queue, "reason": "fail"})
+        else:
+            self.retried.add(1, {"queue": queue})
+
+    def record_sweep(self, queue: str, reclaimed: int, dead_lettered: int) -> None:
+        if reclaimed:
+            self.reclaimed.add(reclaimed, {"queue": queue})
+        if dead_lettered:
+            self.failed.add(dead_lettered, {"queue": queue, "reason": "lease_expired"})
+
+    # -- traces ----------------------------------------------------------------------------
+
+    def current_traceparent(self) -> str | None:
+        """The W3C traceparent of the current span, when tracing records one."""
+        context = trace.get_current_span().get_span_context()
+        if not context.is_valid:
+            return None
+        return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+    def traceparent_to_store(self, header: str | None) -> str | None:
+        """What enqueue keeps for a job: the caller's traceparent, else our request span's."""
+        if header is not None and TRACEPARENT.match(header.strip().lower()):
+            return header.strip().lower()
+        return self.current_traceparent() if self.tracing else None
+
+    # -- metrics ---------------------------------------------------------------------------
+
+    def _observe_depth(self, _: CallbackOptions) -> list[Observation]:
+        return [Observation(c["waiting"], {"queue": q}) for q, c in self.queue_counts.items()]
+
+    def _observe_ledger(self, _: CallbackOptions) -> list[Observation]:
+        return [Observation(c["active"], {"queue": q}) for q, c in self.queue_counts.items()]
+
+    def _observe_states(self, _: CallbackOptions) -> list[Observation]:
+        return [
+            Observation(n, {"queue": q, "state": state})
+            for q, c in self.queue_counts.items()
+            for state, n in c.items()
+        ]
+
+    def prometheus_text(self) -> str:
+        data = self._scrape.get_metrics_data()
+        lines: list[str] = []
+        for resource_metrics in data.resource_metrics if data else ():
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    lines += _exposition(metric.name, metric.description, metric.data)
+        return "\n".join(lines) + "\n"
+
+
+def _labels(attributes: Mapping[str, Any], extra: str = "") -> str:
+    def escape(value: Any) -> str:
+        return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    parts = [f'{re.sub(r"[^a-zA-Z0-9_]", "_", k)}="{escape(v)}"' for k, v in sorted(attributes.items())]
+    if extra:
+        parts.append(extra)
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def _number(value: float) -> str:
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value) if isinstance(value, float) and not value.is_integer() else str(int(value))
+
+
+def _exposition(name: str, description: str, data: Any) -> list[str]:
+    """One metric in the Prometheus text format (0.0.4)."""
+    if isinstance(data, Sum):
+        kind = "counter" if data.is_monotonic else "gauge"
+        name = f"{name}_total" if kind == "counter" else name
+    elif isinstance(data, Gauge):
+        kind = "gauge"
+    elif isinstance(data, Histogram):
+        kind = "histogram"
+    else:
+        return []
+    lines = [f"# HELP {name} {description}", f"# TYPE {name} {kind}"]
+    for point in data.data_points:
+        if kind != "histogram":
+            lines.append(f"{name}{_labels(point.attributes)} {_number(point.value)}")
+            continue
+        cumulative = 0
+        for bound, count in zip((*point.explicit_bounds, math.inf), point.bucket_counts, strict=True):
+            cumulative += count
+            le = 'le="' + _number(float(bound)) + '"'
+            lines.append(f"{name}_bucket{_labels(point.attributes, le)} {cumulative}")
+        lines.append(f"{name}_sum{_labels(point.attributes)} {_number(float(point.sum))}")
+        lines.append(f"{name}_count{_labels(point.attributes)} {point.count}")
+    return lines
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line, with the trace and span ids of the current span when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            entry["trace_id"] = f"{context.trace_id:032x}"
+            entry["span_id"] = f"{context.span_id:016x}"
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def http_metrics_middleware(telemetry: Telemetry) -> Callable[[Any], Any]:
+    """ASGI middleware (placed after routing) recording each request's duration by route
+    template, method and status; templates, not raw paths, so job ids never become labels."""
+
+    def factory(app: Any) -> Any:
+        async def middleware(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            started = time.perf_counter()
+            status = 500
+
+            async def send_and_note(message: Any) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                await send(message)
+
+            try:
+                await app(scope, receive, send_and_note)
+            finally:
+                paths = getattr(scope.get("route_handler"), "paths", None) or {"unmatched"}
+                route = re.sub(r"\{(\w+):\w+\}", r"{\1}", min(paths))
+                attributes = {"route": route, "method": scope["method"], "status": str(status)}
+                telemetry.http_duration.record(time.perf_counter() - started, attributes)
+
+        return middleware
+
+    return factory
