@@ -20,6 +20,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check service tests
+	$(VENV)/bin/hadolint Dockerfile
 
 openapi: $(STAMP)
 	$(PY) -m service.openapi > openapi/openapi.json

@@ -75,7 +75,10 @@ def on_http_error(_: Request[Any, Any, State], error: HTTPException) -> Response
     detail = error.detail
     if status == 400 and error.extra:
         detail = f"{detail}: {error.extra}"
-    return problem(status, code, code.replace("_", " ").capitalize(), str(detail))
+    response = problem(status, code, code.replace("_", " ").capitalize(), str(detail))
+    if error.headers and "allow" in {name.lower() for name in error.headers}:
+        response.headers.update(error.headers)  # 405 names the methods the path takes
+    return response
 
 
 def on_redis_error(_: Request[Any, Any, State], error: RedisError) -> Response[bytes]:
@@ -131,6 +134,22 @@ def begin_shutdown(app: Litestar) -> None:
     loop: asyncio.AbstractEventLoop | None = app.state.get("loop")
     if loop is not None and not loop.is_closed():
         loop.call_soon_threadsafe(app.state.hub.begin_closing)
+
+
+def answer_options(app: ASGIApp) -> ASGIApp:
+    """OPTIONS lists every method of the path: litestar's own answer names only the first
+    handler registered on it (GET but not DELETE for a job)."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "OPTIONS":
+            path = min(scope["route_handler"].paths)
+            methods = scope["litestar_app"].route_handler_method_map.get(path, {})
+            response = Response(b"", status_code=204, headers={"Allow": ", ".join(sorted(methods))})
+            await response.to_asgi_response(app=None, request=None)(scope, receive, send)  # type: ignore[arg-type]
+            return
+        await app(scope, receive, send)
+
+    return middleware
 
 
 def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litestar:
@@ -203,7 +222,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litest
         lifespan=[lifespan],
         openapi_config=None,
         logging_config=None,
-        middleware=[reject_ambiguous_paths, http_metrics_middleware(telemetry)],
+        middleware=[reject_ambiguous_paths, answer_options, http_metrics_middleware(telemetry)],
         plugins=[tracing_plugin(telemetry)] if telemetry.tracing else [],
         guards=[authorize],  # the launcher configures logging; no queue-listener threads
         request_max_body_size=settings.max_body_bytes,

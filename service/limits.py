@@ -21,6 +21,7 @@ MAX_PAGE = 1000  # jobs per page of the failed list
 DEFAULT_PAGE = 100
 MAX_LEDGER_PAGE = 10_000
 DEFAULT_LEDGER_PAGE = 1000
+MAX_OFFSET = 2**31
 
 LEASE_ID_BYTES = 16  # 128 random bits
 LEASE_ID_CHARS = LEASE_ID_BYTES * 2  # hex

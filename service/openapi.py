@@ -65,10 +65,11 @@ def _operation(handler: HTTPRouteHandler, path_params: list[str]) -> tuple[dict[
         }
         for name in path_params
     ]
-    for name, kind, description in opt.get("query", ()):
+    for name, kind, description, maximum in opt.get("query", ()):
         schema: dict[str, Any] = {"type": kind}
         if kind == "integer":
             schema["minimum"] = 0 if name == "offset" else 1
+            schema["maximum"] = maximum
         else:
             schema["pattern"] = limits.NAME_PATTERN
         parameters.append(

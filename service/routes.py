@@ -83,10 +83,39 @@ async def read_body(request: Request[Any, Any, State], struct: type[S], *, optio
         # are returned verbatim, so they must be valid JSON text.
         body.decode()
         return decoder.decode(body)
-    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError) as error:
+    except msgspec.ValidationError as error:
+        if "got `float`" in str(error):
+            return _decode_whole_floats(body, decoder)
+        raise InvalidRequest(f"request body: {error}") from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as error:
         raise InvalidRequest(f"request body: {error}") from None
     except RecursionError:
         raise InvalidRequest("request body: JSON nested too deeply") from None
+
+
+_RAW_FIELDS = frozenset({"payload", "result"})
+
+
+def _whole_numbers(value: Any, key: str | None = None) -> Any:
+    """Integral floats (30000.0) as ints, outside payloads and results: JSON, and the JSON
+    Schema of our document, make no difference between 1.0 and 1."""
+    if key in _RAW_FIELDS:
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(item) for item in value]
+    return value
+
+
+def _decode_whole_floats(body: bytes, decoder: msgspec.json.Decoder[S]) -> S:
+    """The rare second try for a body that wrote an integer as 1.0 (its payload is re-encoded)."""
+    try:
+        return decoder.decode(msgspec.json.encode(_whole_numbers(msgspec.json.decode(body))))
+    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        raise InvalidRequest(f"request body: {error}") from None
 
 
 def checked_name(value: str, what: str) -> str:
@@ -156,7 +185,7 @@ def _opt(
     request_body: type | None = None,
     responses: dict[int, type | None] | None = None,
     errors: tuple[int, ...] = (),
-    query: tuple[tuple[str, str, str], ...] = (),
+    query: tuple[tuple[str, str, str, int | None], ...] = (),
     body_optional: bool = False,
 ) -> dict[str, Any]:
     """What the auth guard checks and service.openapi documents for a handler."""
@@ -335,13 +364,14 @@ async def get_queue(request: Request[Any, Any, State]) -> Response[bytes]:
 
 
 LEDGER_QUERY = (
-    ("worker", "string", "only the jobs this worker holds"),
+    ("worker", "string", "only the jobs this worker holds", None),
     (
         "limit",
         "integer",
-        f"at most this many jobs (default {limits.DEFAULT_LEDGER_PAGE}, max {limits.MAX_LEDGER_PAGE})",
+        f"at most this many jobs (default {limits.DEFAULT_LEDGER_PAGE})",
+        limits.MAX_LEDGER_PAGE,
     ),
-    ("offset", "integer", "skip this many of the oldest leases"),
+    ("offset", "integer", "skip this many of the oldest leases", limits.MAX_OFFSET),
 )
 
 
@@ -357,7 +387,7 @@ async def get_ledger(request: Request[Any, Any, State]) -> Response[bytes]:
     if worker is not None:
         checked_name(worker, "worker")
     limit = query_int(request, "limit", limits.DEFAULT_LEDGER_PAGE, 1, limits.MAX_LEDGER_PAGE)
-    offset = query_int(request, "offset", 0, 0, 2**31)
+    offset = query_int(request, "offset", 0, 0, limits.MAX_OFFSET)
     return json_response(LedgerView(jobs=await queues_of(request).ledger(queue, worker, offset, limit)))
 
 
@@ -373,8 +403,8 @@ async def list_workers(request: Request[Any, Any, State]) -> Response[bytes]:
 
 
 FAILED_QUERY = (
-    ("limit", "integer", f"at most this many jobs (default {limits.DEFAULT_PAGE}, max {limits.MAX_PAGE})"),
-    ("offset", "integer", "skip this many of the most recently failed"),
+    ("limit", "integer", f"at most this many jobs (default {limits.DEFAULT_PAGE})", limits.MAX_PAGE),
+    ("offset", "integer", "skip this many of the most recently failed", limits.MAX_OFFSET),
 )
 
 
@@ -387,7 +417,7 @@ FAILED_QUERY = (
 async def list_failed(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     limit = query_int(request, "limit", limits.DEFAULT_PAGE, 1, limits.MAX_PAGE)
-    offset = query_int(request, "offset", 0, 0, 2**31)
+    offset = query_int(request, "offset", 0, 0, limits.MAX_OFFSET)
     jobs, total = await queues_of(request).failed_page(queue, offset, limit)
     return json_response(FailedPage(jobs=jobs, total=total))
 

@@ -31,7 +31,7 @@ async def test_json_nesting_depth_is_limited(client: httpx.AsyncClient, queue: s
     else:
         await enqueue(client, queue, 1)
         job = await lease_one(client, queue)
-        body = '{"lease_id": "%s", "result": %%s}' % job["lease_id"]
+        body = '{"lease_id": "' + job["lease_id"] + '", "result": %s}'
         path = f"/v1/queues/{queue}/jobs/{job['id']}/ack"
         assert_problem(await client.post(path, content=body % deep), 400, "invalid_request")
         assert (await counts(client, queue))["active"] == 1
