@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import logging
+import os
 import signal
 import sys
 from types import FrameType
 
 import uvicorn
-from litestar import Litestar
 
-from service.app import begin_shutdown, create_app
 from service.auth import Authenticator
 from service.config import ConfigError, Settings
 from service.embedded import EmbeddedValkey
@@ -34,18 +32,6 @@ def _stop_gracefully(signum: int, frame: FrameType | None) -> None:
     # uvicorn shuts down on SIGTERM/SIGINT and then re-raises the signal to the handler that was
     # there before it; this one turns it into a normal exit, so the embedded server is stopped.
     raise SystemExit(0)
-
-
-class GracefulServer(uvicorn.Server):
-    """uvicorn's server, plus the service's own first step of a graceful shutdown."""
-
-    def __init__(self, config: uvicorn.Config, app: Litestar) -> None:
-        super().__init__(config)
-        self._app = app
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        begin_shutdown(self._app)
-        super().handle_exit(sig, frame)
 
 
 def configure_logging(log_format: str) -> None:
@@ -82,15 +68,17 @@ def main() -> int:
         )
     embedded = None
     if settings.redis_url is None:
+        # Started once here; every worker process gets its URL through the environment.
         embedded = EmbeddedValkey(settings.data_dir)
         log.info("starting the embedded Valkey server in %s", settings.data_dir.resolve())
-        settings = dataclasses.replace(settings, redis_url=embedded.start())
+        os.environ["EMQ_REDIS_URL"] = embedded.start()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop_gracefully)
     try:
-        app = create_app(settings)
-        config = uvicorn.Config(
-            app,
+        uvicorn.run(
+            "service.app:create_app_from_env",
+            factory=True,
+            workers=settings.workers,
             host=settings.host,
             port=settings.port,
             log_level="info",
@@ -98,7 +86,6 @@ def main() -> int:
             log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
             limit_concurrency=settings.max_connections,  # beyond it uvicorn answers 503
         )
-        GracefulServer(config, app).run()
     finally:
         if embedded is not None:
             log.info("stopping the embedded Valkey server")

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
 from collections.abc import AsyncIterator
+from types import FrameType
 from typing import Any
 
 from litestar import Litestar, Request, Response, get
@@ -33,6 +40,7 @@ from service.telemetry import Telemetry, http_metrics_middleware
 log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 RETRY_AFTER_S = 1
 # Redis answers these while it cannot serve writes for now: not the client's fault, retry later.
 _UNAVAILABLE_REPLIES = ("OOM", "READONLY", "MASTERDOWN", "LOADING", "BUSY", "NOREPLICAS")
@@ -128,12 +136,40 @@ def tracing_plugin(telemetry: Telemetry) -> OpenTelemetryPlugin:
     return OpenTelemetryPlugin(config)
 
 
-def begin_shutdown(app: Litestar) -> None:
-    """Called from the signal handler, before the server waits for requests to finish: answer
-    the long polls now (else shutdown would wait up to wait_ms) and lease nothing more."""
-    loop: asyncio.AbstractEventLoop | None = app.state.get("loop")
-    if loop is not None and not loop.is_closed():
-        loop.call_soon_threadsafe(app.state.hub.begin_closing)
+def hook_shutdown_signals(hub: WakeHub) -> None:
+    """Before uvicorn waits for requests to finish, answer the long polls (else shutdown would
+    wait up to wait_ms) and lease nothing more. uvicorn has installed its SIGTERM/SIGINT
+    handlers by the time the lifespan starts; ours runs first, then passes the signal on."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # signals reach only the main thread (an app served from a thread, as in tests)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(signum)
+
+        def handler(number: int, frame: FrameType | None, previous: Any = previous) -> None:
+            loop.call_soon_threadsafe(hub.begin_closing)
+            if callable(previous):
+                previous(number, frame)
+
+        signal.signal(signum, handler)
+
+
+def create_app_from_env() -> Litestar:
+    """The app of a uvicorn worker process (settings from the environment)."""
+    die_with_parent()
+    return create_app(Settings.from_env())
+
+
+def die_with_parent() -> None:
+    """A worker process whose supervisor was SIGKILLed must not live on as an orphan still
+    serving (and sweeping): on Linux, ask for SIGTERM when the parent dies."""
+    parent = multiprocessing.parent_process()
+    if sys.platform != "linux" or parent is None:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent.pid:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def answer_options(app: ASGIApp) -> ASGIApp:
@@ -177,11 +213,11 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litest
             hub=hub,
             sweeper=sweeper,
             auth=auth,
-            loop=asyncio.get_running_loop(),
             body_timeout_s=settings.body_timeout_s,
         )
         hub.start()
         sweeper.start()
+        hook_shutdown_signals(hub)
         try:
             yield
         finally:

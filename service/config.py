@@ -20,6 +20,7 @@ DEFAULT_REDIS_POOL_SIZE = 64
 DEFAULT_REDIS_TIMEOUT_S = 5.0
 DEFAULT_BODY_TIMEOUT_S = 30
 DEFAULT_MAX_CONNECTIONS = 4096
+DEFAULT_WORKERS = os.cpu_count() or 1
 
 
 class ConfigError(ValueError):
@@ -45,6 +46,7 @@ class Settings:
     auth_entries: tuple[str, ...] = ()  # "ROLE:TOKEN[:PATTERN|...]"; none = auth off
     allow_insecure: bool = False  # serve without tokens on a non-loopback address
     log_format: str = "text"  # "json": one JSON object per line, with trace ids
+    workers: int = DEFAULT_WORKERS  # uvicorn worker processes
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
@@ -77,6 +79,7 @@ class Settings:
             redis_pool_size=integer("EMQ_REDIS_POOL_SIZE", DEFAULT_REDIS_POOL_SIZE, 2),
             body_timeout_s=integer("EMQ_BODY_TIMEOUT_S", DEFAULT_BODY_TIMEOUT_S, 1),
             max_connections=integer("EMQ_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, 16),
+            workers=integer("EMQ_WORKERS", DEFAULT_WORKERS, 1),
         )
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,14 +21,20 @@ from tests.conftest import ValkeyProcess, free_port
 from tests.consistency import violations
 
 START_TIMEOUT_S = 30.0
+PORTS: dict[int, int] = {}  # service pid -> its port
 
 
 def start_service(redis_url: str, port: int) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
     env.update(EMQ_REDIS_URL=redis_url, PORT=str(port), HOST="127.0.0.1", EMQ_SWEEP_INTERVAL_MS="200")
     process = subprocess.Popen(
-        [sys.executable, "-m", "service"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "service"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: "kill the service" kills every process of it
     )
+    PORTS[process.pid] = port
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         try:
@@ -36,6 +44,22 @@ def start_service(redis_url: str, port: int) -> subprocess.Popen[bytes]:
             pass
         if process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError("the service did not start")
+        time.sleep(0.05)
+
+
+def kill_service(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL every process of the service (its supervisor and uvicorn workers) and wait."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:  # the workers are gone once nobody answers on the port any more
+        try:
+            httpx.get(f"http://127.0.0.1:{PORTS[process.pid]}/healthz", timeout=0.2)
+        except httpx.TransportError:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("the service's processes outlived SIGKILL")
         time.sleep(0.05)
 
 
@@ -111,16 +135,40 @@ async def test_sigkill_at_any_instant_leaves_nothing_half_done(
     try:
         for _ in range(6):
             await asyncio.sleep(random.uniform(0.3, 1.0))
-            process.kill()
-            await asyncio.to_thread(process.wait)
+            await asyncio.to_thread(kill_service, process)
             process = await asyncio.to_thread(start_service, private_valkey.url, port)
     finally:
         stop.set()
         await asyncio.gather(*loads)
-        process.kill()
-        process.wait()
+        kill_service(process)
     client = redis.Redis.from_url(private_valkey.url)
     assert violations(client, queue) == []
     keys = QueueKeys.for_queue(queue)
     # Not vacuous: the load really moved jobs through every state while being killed.
     assert client.zcard(keys.completed) > 20
+
+
+@pytest.mark.timeout(120)
+def test_workers_do_not_outlive_a_sigkilled_supervisor(private_valkey: ValkeyProcess) -> None:
+    port = free_port()
+    process = start_service(private_valkey.url, port)  # EMQ_WORKERS defaults to the cores: 2 here
+    children = [
+        int(pid) for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+    ]
+    try:
+        process.kill()  # the supervisor only
+        process.wait()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in children):
+            assert time.monotonic() < deadline, "uvicorn workers outlived their supervisor"
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
