@@ -27,7 +27,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service import metrics, openapi
 from service.auth import Action, Authenticator, Forbidden, Unauthorized
-from service.backend import check_server, redis_client
+from service.backend import check_server, connect
 from service.config import Settings
 from service.errors import PROBLEMS, QueueError
 from service.longpoll import TooManyWaiters, WakeHub
@@ -98,7 +98,7 @@ def on_redis_error(_: Request[Any, Any, State], error: RedisError) -> Response[b
             503,
             "backend_unavailable",
             "Backend unavailable",
-            f"Redis is unavailable: {error}",
+            f"Redis is unavailable: {str(error) or type(error).__name__}",
             retry_after=True,
         )
     log.error("unexpected Redis error", exc_info=error)
@@ -195,7 +195,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litest
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        client = redis_client(settings)
+        client = await connect(settings)
         await check_server(client)
         queues = JobQueues(
             client,
@@ -203,6 +203,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litest
             failed_retention_s=settings.failed_retention_s,
             sweep_batch=settings.sweep_batch,
             telemetry=telemetry,
+            max_concurrent_calls=settings.redis_pool_size,
         )
         hub = WakeHub(client, settings.max_waiters)
         telemetry.waiters = lambda: hub.waiting

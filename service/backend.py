@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError, ResponseError
@@ -18,6 +20,7 @@ REQUIRED_EVICTION_POLICY = "noeviction"
 HEALTH_CHECK_INTERVAL_S = 30
 RETRY_BASE_S = 0.01
 RETRY_CAP_S = 0.1
+CLUSTER_SPARE_CONNECTIONS = 4
 
 
 class UnsuitableServer(RuntimeError):
@@ -42,17 +45,62 @@ def redis_client(settings: Settings) -> Redis:
     return Redis.from_pool(pool)  # the client owns the pool: aclose() closes its connections
 
 
+async def connect(settings: Settings) -> Redis | RedisCluster:
+    """A client for EMQ_REDIS_URL: a Redis Cluster when the named node says it is in one
+    (any node will do: the rest are discovered), else a single server."""
+    client = redis_client(settings)
+    try:
+        cluster_enabled = (await client.info("cluster")).get("cluster_enabled") == 1
+    except (RedisError, OSError) as error:
+        log.warning(
+            "cannot ask %s whether it is a cluster (%s); assuming a single server", _where(settings), error
+        )
+        return client
+    if not cluster_enabled:
+        return client
+    await client.aclose()
+    log.info("Redis Cluster detected: connecting to all its nodes")
+    cluster = RedisCluster.from_url(
+        settings.redis_url,  # type: ignore[arg-type]
+        # Per node; the calls are gated at redis_pool_size (service.queue), the rest is room for
+        # the pub/sub connection and /readyz.
+        max_connections=settings.redis_pool_size + CLUSTER_SPARE_CONNECTIONS,
+        socket_timeout=settings.redis_timeout_s,
+        socket_connect_timeout=settings.redis_timeout_s,
+        health_check_interval=HEALTH_CHECK_INTERVAL_S,
+        retry=Retry(ExponentialBackoff(cap=RETRY_CAP_S, base=RETRY_BASE_S), 1),
+    )
+    await cluster.initialize()  # the slot map, before the pub/sub listener asks for a node
+    return cluster
+
+
+def _where(settings: Settings) -> str:
+    """The URL without its password, for log lines."""
+    url = settings.redis_url or ""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.rpartition('@')[2]}"
+
+
 def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".")[:2])
 
 
-async def check_server(client: Redis) -> None:
+async def check_server(client: Redis | RedisCluster) -> None:
+    """Check every server that holds queue data (each primary of a cluster)."""
+    if isinstance(client, RedisCluster):
+        for node in client.get_primaries():
+            await _check_one(node)  # a ClusterNode answers execute_command like a client
+        return
+    await _check_one(client)
+
+
+async def _check_one(client: Any) -> None:
     """Refuse a server that is too old or may evict keys (an evicted lock would hand a job to a
     second worker); warn when it persists nothing. An unreachable server is not checked here:
     the service starts anyway and answers 503 until Redis is back."""
     try:
-        info = await client.info("server")
-        persistence = await client.info("persistence")
+        info = _info(await client.execute_command("INFO", "server"))
+        persistence = _info(await client.execute_command("INFO", "persistence"))
     except (RedisError, OSError) as error:
         log.warning("Redis is not reachable at start-up (%s); serving 503 until it is", error)
         return
@@ -74,10 +122,19 @@ async def check_server(client: Redis) -> None:
         log.warning("Redis persists nothing (no AOF, no RDB snapshots): a restart of Redis loses every job")
 
 
-async def _config(client: Redis, name: str) -> str:
-    reply = {
-        (key.decode() if isinstance(key, bytes) else key): value
-        for key, value in (await client.config_get(name)).items()
-    }
+def _info(reply: Any) -> dict[str, Any]:
+    """INFO as a dict, whether the client parsed it already or not."""
+    if isinstance(reply, dict):
+        return reply
+    text = reply.decode() if isinstance(reply, bytes) else str(reply)
+    pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#"))
+    return {key: int(value) if value.isdigit() else value for key, value in pairs}
+
+
+async def _config(client: Any, name: str) -> str:
+    raw = await client.execute_command("CONFIG", "GET", name)
+    if isinstance(raw, list):  # [name, value]
+        raw = dict(zip(raw[::2], raw[1::2], strict=True))
+    reply = {(key.decode() if isinstance(key, bytes) else key): value for key, value in raw.items()}
     value = reply.get(name, "")
     return value.decode() if isinstance(value, bytes) else str(value)

@@ -6,6 +6,7 @@ of HTTP. Payloads and results pass through as raw JSON bytes.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -143,9 +144,13 @@ class JobQueues:
         failed_retention_s: int,
         sweep_batch: int,
         telemetry: Telemetry,
+        max_concurrent_calls: int,
     ) -> None:
         self.client = client
         self.telemetry = telemetry
+        # At most this many Redis calls at once: requests beyond wait for a turn instead of
+        # opening connections without bound (a cluster client's pools do not wait by themselves).
+        self._gate = asyncio.Semaphore(max_concurrent_calls)
         self.scripts = Scripts(client)
         self.completed_retention_ms = completed_retention_s * 1000
         self.failed_retention_ms = failed_retention_s * 1000
@@ -160,14 +165,16 @@ class JobQueues:
         with self.telemetry.tracer.start_as_current_span(
             f"emq {operation}", kind=SpanKind.CLIENT, attributes=attributes
         ) as span:
-            reply = await self.scripts.call(operation, queue_keys.script_keys, (queue_keys.prefix, *args))
+            async with self._gate:
+                reply = await self.scripts.call(operation, queue_keys.script_keys, (queue_keys.prefix, *args))
             if span.is_recording():
                 span.set_attributes(_outcome(reply))
             return reply
 
     async def _register(self, queue: str) -> None:
         # The registry is global (another cluster slot), so it is kept outside the scripts.
-        await self.client.sadd(QUEUE_REGISTRY, queue)
+        async with self._gate:
+            await self.client.sadd(QUEUE_REGISTRY, queue)
 
     async def enqueue(
         self, queue: str, jobs: Sequence[EnqueueRequest], traceparent: str | None = None
@@ -280,7 +287,8 @@ class JobQueues:
         raise_for_code(await self._call("delete", queue, job_id, job_id=job_id), job_id)
 
     async def get_job(self, queue: str, job_id: str) -> JobView:
-        fields = await self.client.hgetall(keys_of(queue).job(job_id))
+        async with self._gate:
+            fields = await self.client.hgetall(keys_of(queue).job(job_id))
         if not fields:
             raise_for_code(ScriptCode.JOB_NOT_FOUND, job_id)
         return job_view(queue, job_id, fields)
@@ -311,7 +319,9 @@ class JobQueues:
         return QueueView(name=queue, paused=paused == 1, counts=Counts(*counts))
 
     async def queue_names(self) -> list[str]:
-        return sorted(name.decode() for name in await self.client.smembers(QUEUE_REGISTRY))
+        async with self._gate:
+            names = await self.client.smembers(QUEUE_REGISTRY)
+        return sorted(name.decode() for name in names)
 
     async def ledger(self, queue: str, worker: str | None, offset: int, limit: int) -> list[LedgerEntry]:
         reply = await self._call("ledger", queue, offset, limit, worker or "")

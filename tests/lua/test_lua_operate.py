@@ -418,7 +418,7 @@ async def test_loader_reads_the_key_count_from_the_file_name(redis_client, tmp_p
     (tmp_path / "pair-2.lua").write_text("return {KEYS[1], KEYS[2], ARGV[1]}\n")
     scripts = Scripts(redis_client, tmp_path)
     assert scripts.operations == ["pair"]
-    assert await scripts.call("pair", ["k1", "k2"], ["v"]) == [b"k1", b"k2", b"v"]
+    assert await scripts.call("pair", ["{t}k1", "{t}k2"], ["v"]) == [b"{t}k1", b"{t}k2", b"v"]  # one slot
     with pytest.raises(ValueError, match="pair takes 2 keys, got 1"):
         await scripts.call("pair", ["k1"], [])
 
