@@ -21,6 +21,7 @@ from litestar.exceptions import HTTPException
 from litestar.plugins.opentelemetry import OpenTelemetryConfig, OpenTelemetryPlugin
 from litestar.types import ASGIApp, Receive, Scope, Send
 from opentelemetry.metrics import NoOpMeterProvider
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -28,12 +29,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from service import metrics, openapi
 from service.auth import Action, Authenticator, Forbidden, Unauthorized
 from service.backend import check_server, connect
-from service.config import Settings
+from service.config import ConfigError, Settings
 from service.errors import PROBLEMS, QueueError
 from service.longpoll import TooManyWaiters, WakeHub
 from service.queue import JobQueues
 from service.routes import QUEUE_HANDLERS, authorize, json_response
 from service.schemas import Health, Problem
+from service.scripts import WriteNotConfirmed
 from service.sweeper import Sweeper
 from service.telemetry import Telemetry, http_metrics_middleware
 
@@ -103,6 +105,12 @@ def on_redis_error(_: Request[Any, Any, State], error: RedisError) -> Response[b
         )
     log.error("unexpected Redis error", exc_info=error)
     return problem(500, "internal_error", "Internal error", "unexpected backend error")
+
+
+def on_write_not_confirmed(_: Request[Any, Any, State], error: WriteNotConfirmed) -> Response[bytes]:
+    return problem(
+        503, "backend_unavailable", "Write not confirmed", f"durable mode: {error}", retry_after=True
+    )
 
 
 def on_unexpected(_: Request[Any, Any, State], error: Exception) -> Response[bytes]:
@@ -196,6 +204,9 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litest
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         client = await connect(settings)
+        if settings.wait_replicas and isinstance(client, RedisCluster):
+            await client.aclose()
+            raise ConfigError("EMQ_WAIT_REPLICAS is not supported on Redis Cluster yet (see docs/SCALING.md)")
         await check_server(client)
         queues = JobQueues(
             client,
@@ -204,6 +215,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litest
             sweep_batch=settings.sweep_batch,
             telemetry=telemetry,
             max_concurrent_calls=settings.redis_pool_size,
+            confirm_replicas=settings.wait_replicas,
+            confirm_timeout_ms=settings.wait_timeout_ms,
         )
         hub = WakeHub(client, settings.max_waiters)
         telemetry.waiters = lambda: hub.waiting
@@ -270,6 +283,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litest
             Forbidden: on_forbidden,
             HTTPException: on_http_error,
             RedisError: on_redis_error,
+            WriteNotConfirmed: on_write_not_confirmed,
             Exception: on_unexpected,
         },
     )

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError, ResponseError
 
@@ -20,7 +23,8 @@ REQUIRED_EVICTION_POLICY = "noeviction"
 HEALTH_CHECK_INTERVAL_S = 30
 RETRY_BASE_S = 0.01
 RETRY_CAP_S = 0.1
-CLUSTER_SPARE_CONNECTIONS = 4
+SPARE_CONNECTIONS = 4
+DEFAULT_SENTINEL_PORT = 26379
 
 
 class UnsuitableServer(RuntimeError):
@@ -45,9 +49,58 @@ def redis_client(settings: Settings) -> Redis:
     return Redis.from_pool(pool)  # the client owns the pool: aclose() closes its connections
 
 
+SENTINEL_SCHEME = "redis+sentinel://"
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelTarget:
+    sentinels: list[tuple[str, int]]
+    service_name: str
+    password: str | None
+    db: int
+
+
+def parse_sentinel_url(url: str) -> SentinelTarget:
+    """``redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE_NAME[/DB]``; the password
+    is the primary's (sentinels are asked without one)."""
+    rest = url.removeprefix(SENTINEL_SCHEME)
+    userinfo, _, rest = rest.rpartition("@")
+    hosts, _, path = rest.partition("/")
+    service_name, _, db = path.partition("/")
+    sentinels = []
+    for host_port in filter(None, hosts.split(",")):
+        host, _, port = host_port.rpartition(":")
+        sentinels.append((host or "127.0.0.1", int(port or DEFAULT_SENTINEL_PORT)))
+    if not sentinels or not service_name:
+        raise ValueError(f"a Sentinel URL names hosts and a service: {SENTINEL_SCHEME}HOST:PORT/NAME")
+    password = unquote(userinfo.partition(":")[2]) or None
+    return SentinelTarget(sentinels, unquote(service_name), password, int(db or 0))
+
+
+def sentinel_client(settings: Settings) -> Redis:
+    """The current primary of a Sentinel-managed set; after a failover the connection pool asks
+    the sentinels again, so the service follows the new primary by itself."""
+    target = parse_sentinel_url(settings.redis_url or "")
+    timeouts = {
+        "socket_timeout": settings.redis_timeout_s,
+        "socket_connect_timeout": settings.redis_timeout_s,
+    }
+    sentinel = Sentinel(target.sentinels, sentinel_kwargs=timeouts, **timeouts)
+    return sentinel.master_for(
+        target.service_name,
+        password=target.password,
+        db=target.db,
+        max_connections=settings.redis_pool_size + SPARE_CONNECTIONS,
+        retry=Retry(ExponentialBackoff(cap=RETRY_CAP_S, base=RETRY_BASE_S), 1),
+    )
+
+
 async def connect(settings: Settings) -> Redis | RedisCluster:
-    """A client for EMQ_REDIS_URL: a Redis Cluster when the named node says it is in one
-    (any node will do: the rest are discovered), else a single server."""
+    """A client for EMQ_REDIS_URL: the primary behind Sentinel for a ``redis+sentinel://`` URL;
+    a Redis Cluster when the named node says it is in one (any node will do: the rest are
+    discovered); else a single server."""
+    if (settings.redis_url or "").startswith(SENTINEL_SCHEME):
+        return sentinel_client(settings)
     client = redis_client(settings)
     try:
         cluster_enabled = (await client.info("cluster")).get("cluster_enabled") == 1
@@ -64,7 +117,7 @@ async def connect(settings: Settings) -> Redis | RedisCluster:
         settings.redis_url,  # type: ignore[arg-type]
         # Per node; the calls are gated at redis_pool_size (service.queue), the rest is room for
         # the pub/sub connection and /readyz.
-        max_connections=settings.redis_pool_size + CLUSTER_SPARE_CONNECTIONS,
+        max_connections=settings.redis_pool_size + SPARE_CONNECTIONS,
         socket_timeout=settings.redis_timeout_s,
         socket_connect_timeout=settings.redis_timeout_s,
         health_check_interval=HEALTH_CHECK_INTERVAL_S,

@@ -21,6 +21,7 @@ DEFAULT_REDIS_TIMEOUT_S = 5.0
 DEFAULT_BODY_TIMEOUT_S = 30
 DEFAULT_MAX_CONNECTIONS = 4096
 DEFAULT_WORKERS = os.cpu_count() or 1
+DEFAULT_WAIT_TIMEOUT_MS = 1000
 
 
 class ConfigError(ValueError):
@@ -47,6 +48,8 @@ class Settings:
     allow_insecure: bool = False  # serve without tokens on a non-loopback address
     log_format: str = "text"  # "json": one JSON object per line, with trace ids
     workers: int = DEFAULT_WORKERS  # uvicorn worker processes
+    wait_replicas: int = 0  # durable mode: each write confirmed by this many replicas (WAIT)
+    wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
@@ -80,6 +83,8 @@ class Settings:
             body_timeout_s=integer("EMQ_BODY_TIMEOUT_S", DEFAULT_BODY_TIMEOUT_S, 1),
             max_connections=integer("EMQ_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, 16),
             workers=integer("EMQ_WORKERS", DEFAULT_WORKERS, 1),
+            wait_replicas=integer("EMQ_WAIT_REPLICAS", 0, 0),
+            wait_timeout_ms=integer("EMQ_WAIT_TIMEOUT_MS", DEFAULT_WAIT_TIMEOUT_MS, 1),
         )
 
 

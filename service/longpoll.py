@@ -17,6 +17,7 @@ from typing import TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from service.background import stop_task
 from service.keys import WAKE_CHANNEL_PATTERN, queue_of_wake_channel
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class WakeHub:
         self._count = 0
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     @property
     def waiting(self) -> int:
@@ -67,10 +69,7 @@ class WakeHub:
     async def stop(self) -> None:
         """Answer every waiter and close the subscription."""
         self.begin_closing()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_task(self._task, self._stopping)
 
     @contextlib.contextmanager
     def register(self, queue: str) -> Iterator[Waiter]:
@@ -111,7 +110,7 @@ class WakeHub:
                 waiter.event.set()
 
     async def _listen(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             pubsub = self._client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.psubscribe(WAKE_CHANNEL_PATTERN)

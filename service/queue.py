@@ -43,6 +43,7 @@ _ACK_REPLY_FIELDS = 2
 _LEDGER_ENTRY_FIELDS = 5
 _ENQUEUE_REPLY_FIELDS = 3
 _NO_RESULT = b""
+READ_ONLY_OPERATIONS = frozenset({"counts", "ledger", "workers", "failed-page"})
 
 
 def new_job_id() -> str:
@@ -145,12 +146,16 @@ class JobQueues:
         sweep_batch: int,
         telemetry: Telemetry,
         max_concurrent_calls: int,
+        confirm_replicas: int = 0,
+        confirm_timeout_ms: int = 0,
     ) -> None:
         self.client = client
         self.telemetry = telemetry
         # At most this many Redis calls at once: requests beyond wait for a turn instead of
         # opening connections without bound (a cluster client's pools do not wait by themselves).
         self._gate = asyncio.Semaphore(max_concurrent_calls)
+        self.confirm_replicas = confirm_replicas  # durable mode: WAIT for this many replicas
+        self.confirm_timeout_ms = confirm_timeout_ms
         self.scripts = Scripts(client)
         self.completed_retention_ms = completed_retention_s * 1000
         self.failed_retention_ms = failed_retention_s * 1000
@@ -165,8 +170,15 @@ class JobQueues:
         with self.telemetry.tracer.start_as_current_span(
             f"emq {operation}", kind=SpanKind.CLIENT, attributes=attributes
         ) as span:
+            replicas = 0 if operation in READ_ONLY_OPERATIONS else self.confirm_replicas
             async with self._gate:
-                reply = await self.scripts.call(operation, queue_keys.script_keys, (queue_keys.prefix, *args))
+                reply = await self.scripts.call(
+                    operation,
+                    queue_keys.script_keys,
+                    (queue_keys.prefix, *args),
+                    replicas=replicas,
+                    timeout_ms=self.confirm_timeout_ms,
+                )
             if span.is_recording():
                 span.set_attributes(_outcome(reply))
             return reply

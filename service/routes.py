@@ -58,6 +58,7 @@ JSON = "application/json"
 _DIGITS = re.compile(r"[0-9]{1,12}")
 _encoder = msgspec.json.Encoder()
 _decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+_lenient_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
 
 
 def json_response(body: msgspec.Struct, status: int = 200) -> Response[bytes]:
@@ -85,7 +86,7 @@ async def read_body(request: Request[Any, Any, State], struct: type[S], *, optio
         return decoder.decode(body)
     except msgspec.ValidationError as error:
         if "got `float`" in str(error):
-            return _decode_whole_floats(body, decoder)
+            return _decode_whole_floats(body, struct)
         raise InvalidRequest(f"request body: {error}") from None
     except (msgspec.DecodeError, UnicodeDecodeError) as error:
         raise InvalidRequest(f"request body: {error}") from None
@@ -110,12 +111,25 @@ def _whole_numbers(value: Any, key: str | None = None) -> Any:
     return value
 
 
-def _decode_whole_floats(body: bytes, decoder: msgspec.json.Decoder[S]) -> S:
-    """The rare second try for a body that wrote an integer as 1.0 (its payload is re-encoded)."""
+def _decode_whole_floats(body: bytes, struct: type[S]) -> S:
+    """The rare second try for a body that wrote an integer as 1.0. The body is checked with
+    such floats made ints (strict types otherwise: "5" is still not an int), then decoded
+    leniently from the original bytes, so payloads and results stay exactly as sent."""
     try:
-        return decoder.decode(msgspec.json.encode(_whole_numbers(msgspec.json.decode(body))))
+        normalised = _whole_numbers(msgspec.json.decode(body))
+        msgspec.json.decode(msgspec.json.encode(normalised), type=struct)
+        return _lenient_decoder(struct).decode(body)
     except (msgspec.ValidationError, msgspec.DecodeError) as error:
         raise InvalidRequest(f"request body: {error}") from None
+    except RecursionError:
+        raise InvalidRequest("request body: JSON nested too deeply") from None
+
+
+def _lenient_decoder(struct: type[S]) -> msgspec.json.Decoder[S]:
+    decoder = _lenient_decoders.get(struct)
+    if decoder is None:
+        decoder = _lenient_decoders[struct] = msgspec.json.Decoder(struct, strict=False)
+    return decoder
 
 
 def checked_name(value: str, what: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from service import keys, limits
 
@@ -52,10 +53,15 @@ def render(path: Path) -> str:
     return _PLACEHOLDER.sub(fill, source)
 
 
+class WriteNotConfirmed(Exception):
+    """Durable mode: the write took effect on the primary, but not on enough replicas in time."""
+
+
 class Scripts:
     """Every script of lua/, registered on one client, callable by operation name."""
 
     def __init__(self, client: Redis, directory: Path | None = None) -> None:
+        self._client = client
         self._scripts: dict[str, tuple[AsyncScript, int]] = {}
         for path in sorted((directory or lua_dir()).glob("*.lua")):
             match = _SCRIPT_NAME.match(path.name)
@@ -68,8 +74,35 @@ class Scripts:
     def operations(self) -> list[str]:
         return sorted(self._scripts)
 
-    async def call(self, operation: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def call(
+        self,
+        operation: str,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        *,
+        replicas: int = 0,
+        timeout_ms: int = 0,
+    ) -> Any:
+        """Run a script; with replicas > 0, answer only once WAIT saw that many replicas take
+        its writes (sent right after it, on the same connection), else raise WriteNotConfirmed."""
         script, numkeys = self._scripts[operation]
         if len(keys) != numkeys:
             raise ValueError(f"{operation} takes {numkeys} keys, got {len(keys)}")
-        return await script(keys=keys, args=args)
+        if replicas <= 0:
+            return await script(keys=keys, args=args)
+        for _ in range(2):  # a second round only after loading a script the server had forgotten
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.execute_command("EVALSHA", script.sha, numkeys, *keys, *args)
+                pipe.execute_command("WAIT", replicas, timeout_ms)
+                reply, confirmed = await pipe.execute(raise_on_error=False)
+            if isinstance(reply, NoScriptError):
+                await self._client.script_load(script.script)
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            if confirmed < replicas:
+                raise WriteNotConfirmed(
+                    f"{operation} reached {confirmed} of {replicas} replicas within {timeout_ms} ms"
+                )
+            return reply
+        raise NoScriptError(f"{operation}: the server keeps forgetting the script")

@@ -9,6 +9,7 @@ import time
 
 from redis.exceptions import RedisError
 
+from service.background import stop_task
 from service.queue import JobQueues, SweepReport
 
 log = logging.getLogger(__name__)
@@ -21,6 +22,7 @@ class Sweeper:
         self._queues = queues
         self._interval_s = interval_ms / 1000
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
         self.runs = 0
         self.totals = SweepReport()
         self.last_duration_s = 0.0
@@ -29,10 +31,7 @@ class Sweeper:
         self._task = asyncio.create_task(self._loop(), name="emq-sweeper")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_task(self._task, self._stopping)
 
     async def sweep_once(self) -> SweepReport:
         started = time.perf_counter()
@@ -46,7 +45,7 @@ class Sweeper:
         return report
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 report = await self.sweep_once()
                 if report.reclaimed or report.dead_lettered:
@@ -57,4 +56,5 @@ class Sweeper:
                     )
             except (RedisError, OSError) as error:
                 log.warning("sweep skipped: %s", error)
-            await asyncio.sleep(self._interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
