@@ -28,7 +28,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service import metrics, openapi
 from service.auth import Action, Authenticator, Forbidden, Unauthorized
-from service.backend import check_server, connect
+from service.backend import check_server, close, connect
 from service.config import ConfigError, Settings
 from service.errors import PROBLEMS, QueueError
 from service.longpoll import TooManyWaiters, WakeHub
@@ -205,7 +205,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litest
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         client = await connect(settings)
         if settings.wait_replicas and isinstance(client, RedisCluster):
-            await client.aclose()
+            await close(client)
             raise ConfigError("EMQ_WAIT_REPLICAS is not supported on Redis Cluster yet (see docs/SCALING.md)")
         await check_server(client)
         queues = JobQueues(
@@ -237,7 +237,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litest
         finally:
             await hub.stop()
             await sweeper.stop()
-            await client.aclose()
+            await close(client)
             telemetry.shutdown()
 
     @get("/healthz", include_in_schema=False)

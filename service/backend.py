@@ -50,6 +50,7 @@ def redis_client(settings: Settings) -> Redis:
 
 
 SENTINEL_SCHEME = "redis+sentinel://"
+_SENTINELS: dict[int, Sentinel] = {}  # client id -> the Sentinel it came from, closed with it
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,13 +87,24 @@ def sentinel_client(settings: Settings) -> Redis:
         "socket_connect_timeout": settings.redis_timeout_s,
     }
     sentinel = Sentinel(target.sentinels, sentinel_kwargs=timeouts, **timeouts)
-    return sentinel.master_for(
+    client = sentinel.master_for(
         target.service_name,
         password=target.password,
         db=target.db,
         max_connections=settings.redis_pool_size + SPARE_CONNECTIONS,
         retry=Retry(ExponentialBackoff(cap=RETRY_CAP_S, base=RETRY_BASE_S), 1),
     )
+    _SENTINELS[id(client)] = sentinel
+    return client
+
+
+async def close(client: Redis | RedisCluster) -> None:
+    """Close a client from connect(), with the sentinel connections behind it if any."""
+    await client.aclose()
+    sentinel = _SENTINELS.pop(id(client), None)
+    if sentinel is not None:
+        for sentinel_client in sentinel.sentinels:
+            await sentinel_client.aclose()
 
 
 async def connect(settings: Settings) -> Redis | RedisCluster:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, NoReturn, TextIO
+from urllib.parse import quote
 
 import httpx
 
@@ -180,8 +181,6 @@ def _q(queue: str) -> str:
 
 
 def _seg(value: str) -> str:
-    from urllib.parse import quote
-
     return quote(value, safe="")
 
 
@@ -872,7 +871,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--url",
         default=os.environ.get("EMQ_URL") or DEFAULT_URL,
-        help="the service's base URL (default: $EMQ_URL, else %(default)s)",
+        help=f"the service's base URL (default: $EMQ_URL, else {DEFAULT_URL})",
     )
     common.add_argument(
         "--token", default=os.environ.get("EMQ_TOKEN") or None, help="bearer token (default: $EMQ_TOKEN)"
@@ -956,6 +955,7 @@ def _parser() -> argparse.ArgumentParser:
     work = commands.add_parser(
         "work",
         parents=[common],
+        usage="emq work [options] QUEUE -- COMMAND [ARGS...]",
         help="run a command for each job: emq work QUEUE -- COMMAND ARGS...",
         description=(
             "Lease jobs and run COMMAND for each: the payload (JSON) on its stdin, EMQ_JOB_ID, "

