@@ -71,7 +71,7 @@ class SentinelSet:
         return self
 
     def primary(self) -> int:
-        host, port = redis.Redis(port=self.sentinel_port).execute_command(
+        _host, port = redis.Redis(port=self.sentinel_port).execute_command(
             "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE_NAME
         )
         return int(port)
