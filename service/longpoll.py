@@ -136,26 +136,48 @@ async def lease_with_wait(
     queue: str,
     wait_ms: int,
     lease: Callable[[], Awaitable[list[T]]],
+    client_gone: asyncio.Event | None = None,
 ) -> list[T]:
     """Lease now; with wait_ms, keep trying on each wake-up until a job comes or time is up.
     Once the replica is shutting down it leases nothing: a job handed out now could not be
-    worked on here, and its worker's calls may find the replica gone."""
+    worked on here, and its worker's calls may find the replica gone. Nor once the client has
+    hung up (client_gone): a job leased for nobody would only wait out its lease."""
+    gone = client_gone or asyncio.Event()
     if hub.closing:
         return []
     jobs = await lease()
     if jobs or wait_ms <= 0:
         return jobs
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_ms / 1000
+    deadline = asyncio.get_running_loop().time() + wait_ms / 1000
     with hub.register(queue) as waiter:
-        while True:
-            # Registered before this lease attempt: a wake-up during it is not lost.
-            waiter.event.clear()
-            if hub.closing:
-                return []
-            jobs = await lease()
-            remaining_s = deadline - loop.time()
-            if jobs or remaining_s <= 0:
-                return jobs
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(waiter.event.wait(), min(remaining_s, FALLBACK_POLL_S))
+        hang_up = asyncio.create_task(_wake_when(gone, waiter))
+        try:
+            return await _wait_and_lease(hub, waiter, deadline, lease, gone)
+        finally:
+            hang_up.cancel()
+
+
+async def _wake_when(gone: asyncio.Event, waiter: Waiter) -> None:
+    await gone.wait()
+    waiter.event.set()
+
+
+async def _wait_and_lease(
+    hub: WakeHub,
+    waiter: Waiter,
+    deadline: float,
+    lease: Callable[[], Awaitable[list[T]]],
+    gone: asyncio.Event,
+) -> list[T]:
+    loop = asyncio.get_running_loop()
+    while True:
+        # Registered before this lease attempt: a wake-up during it is not lost.
+        waiter.event.clear()
+        if hub.closing or gone.is_set():
+            return []
+        jobs = await lease()
+        remaining_s = deadline - loop.time()
+        if jobs or remaining_s <= 0:
+            return jobs
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiter.event.wait(), min(remaining_s, FALLBACK_POLL_S))

@@ -260,8 +260,26 @@ async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
     async def lease_now() -> list[Any]:
         return await queues.lease(queue, ask.worker, ask.lease_ms, ask.max_jobs)
 
-    jobs = await lease_with_wait(hub_of(request), queue, ask.wait_ms, lease_now)
+    if ask.wait_ms <= 0:
+        return json_response(LeaseResponse(jobs=await lease_now()))
+    client_gone = asyncio.Event()
+    watcher = asyncio.create_task(_watch_hang_up(request, client_gone))
+    try:
+        jobs = await lease_with_wait(hub_of(request), queue, ask.wait_ms, lease_now, client_gone)
+    finally:
+        watcher.cancel()
+    if client_gone.is_set() and jobs:
+        # The client hung up while its jobs were being leased: give them straight back, unspent.
+        for job in jobs:
+            await queues.release(queue, job.id, job.lease_id)
     return json_response(LeaseResponse(jobs=jobs))
+
+
+async def _watch_hang_up(request: Request[Any, Any, State], client_gone: asyncio.Event) -> None:
+    """The body is read, so the next ASGI message can only be the client's disconnect."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    client_gone.set()
 
 
 @post(
