@@ -4,22 +4,22 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint openapi clean
+.PHONY: serve test lint openapi clean bench bench-quick scaling chaos chaos-long
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' -e ./clients/python
 	touch $(STAMP)
 
 serve: $(STAMP)
-	exec $(PY) -m service
+	exec $(VENV)/bin/emq serve
 
 test: $(STAMP)
 	$(PY) -m pytest
 
 lint: $(STAMP)
-	$(PY) -m ruff check service tests
+	$(PY) -m ruff check service tests clients examples bench
 	$(VENV)/bin/hadolint Dockerfile
 
 openapi: $(STAMP)
@@ -27,3 +27,21 @@ openapi: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# Benchmarks print figures; they assert nothing and are not part of `make test`.
+bench: $(STAMP)
+	$(PY) bench/bench.py $(BENCH_ARGS)
+
+bench-quick: $(STAMP)
+	$(PY) bench/bench.py --quick $(BENCH_ARGS)
+
+scaling: $(STAMP)
+	$(PY) bench/scaling.py
+
+# The chaos harness: kills workers, replicas and Redis, skews a clock; exits non-zero on any loss.
+CHAOS_ARGS ?=
+chaos: $(STAMP)
+	$(PY) bench/chaos.py --profile short $(CHAOS_ARGS)
+
+chaos-long: $(STAMP)
+	$(PY) bench/chaos.py --profile long $(CHAOS_ARGS)

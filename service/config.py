@@ -48,6 +48,7 @@ class Settings:
     allow_insecure: bool = False  # serve without tokens on a non-loopback address
     log_format: str = "text"  # "json": one JSON object per line, with trace ids
     workers: int = DEFAULT_WORKERS  # uvicorn worker processes
+    access_log: bool = False  # uvicorn's line per request (EMQ_ACCESS_LOG=1)
     wait_replicas: int = 0  # durable mode: each write confirmed by this many replicas (WAIT)
     wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
 
@@ -83,6 +84,7 @@ class Settings:
             body_timeout_s=integer("EMQ_BODY_TIMEOUT_S", DEFAULT_BODY_TIMEOUT_S, 1),
             max_connections=integer("EMQ_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, 16),
             workers=integer("EMQ_WORKERS", DEFAULT_WORKERS, 1),
+            access_log=env.get("EMQ_ACCESS_LOG", "").strip().lower() in ("1", "true", "yes"),
             wait_replicas=integer("EMQ_WAIT_REPLICAS", 0, 0),
             wait_timeout_ms=integer("EMQ_WAIT_TIMEOUT_MS", DEFAULT_WAIT_TIMEOUT_MS, 1),
         )

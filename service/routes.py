@@ -69,7 +69,8 @@ async def read_body(request: Request[Any, Any, State], struct: type[S], *, optio
     """Decode the body straight into a Struct; any malformed or out-of-range input -> 400."""
     try:
         # A client that trickles its body would otherwise hold a connection for ever.
-        body = await asyncio.wait_for(request.body(), request.app.state.body_timeout_s)
+        async with asyncio.timeout(request.app.state.body_timeout_s):
+            body = await request.body()
     except TimeoutError:
         raise BodyTimeout(
             f"the request body did not arrive within {request.app.state.body_timeout_s} s"
@@ -165,7 +166,7 @@ def query_int(request: Request[Any, Any, State], name: str, default: int, low: i
     return value
 
 
-def authorize(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+async def authorize(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
     """The one guard: the handler's opt names its action; the token must allow it on the queue.
     Handlers without an action (health, readiness, the document) are public."""
     action = handler.opt.get("action")

@@ -216,7 +216,9 @@ async def test_a_foreign_message_on_the_wake_channel_breaks_nothing(
 
 async def test_a_long_poll_whose_client_hung_up_leases_nothing(client: httpx.AsyncClient, queue: str) -> None:
     with pytest.raises(httpx.ReadTimeout):
-        await client.post(f"/v1/queues/{queue}/lease", json={"worker": "gone", "wait_ms": 10_000}, timeout=0.5)
+        await client.post(
+            f"/v1/queues/{queue}/lease", json={"worker": "gone", "wait_ms": 10_000}, timeout=0.5
+        )
     await asyncio.sleep(0.3)  # the service sees the disconnect
     created = await enqueue(client, queue, "for a live worker", max_attempts=1)
     await asyncio.sleep(0.5)

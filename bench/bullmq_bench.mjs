@@ -1,0 +1,262 @@
+// BullMQ side of bench/bench.py: the same workloads, on the same Redis, in one Node process.
+//
+//   NODE_PATH=~/.cache/echomq-bench/node/node_modules node bench/bullmq_bench.mjs '<json spec>'
+//
+// bench.py installs bullmq (a pinned 5.x) into a cache folder outside the repository and runs
+// this script once per workload; it prints one JSON object on stdout. Workloads (spec.workload):
+//   add          Queue.add, one job per call, spec.concurrency calls in flight
+//   addBulk      Queue.addBulk of spec.batch jobs, spec.concurrency calls in flight
+//   worker       a Worker (concurrency spec.concurrency, no-op processor) on a pre-filled queue
+//   manual       spec.concurrency loops, each its own Worker (autorun off): getNextJob(token) then
+//                job.moveToCompleted(result, token, false), one job at a time
+//   latency      a Worker (concurrency 1) waiting on an empty queue; the time from calling
+//                Queue.add to the processor being called, spec.samples times, one at a time
+//   memory       used_memory before and after adding spec.count jobs (addBulk) to a new queue
+// Work before the warm-up ends is not counted; the window ends early when the queue runs dry.
+
+import { createRequire } from 'node:module';
+import { readFileSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
+import { randomUUID } from 'node:crypto';
+import path from 'node:path';
+
+const spec = JSON.parse(process.argv[2]);
+// Resolve bullmq from the cache folder bench.py installed it in (spec.node_modules).
+const require = createRequire(path.join(spec.node_modules, 'noop.js'));
+const { Queue, Worker } = require('bullmq');
+const IORedis = require('ioredis');
+
+const connection = { host: spec.host, port: spec.port, maxRetriesPerRequest: null };
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const CLK_TCK = spec.clk_tck || 100;
+
+function cpuOf(pids) {
+  let ticks = 0;
+  for (const pid of pids) {
+    try {
+      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(')').pop().trim().split(/\s+/);
+      ticks += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      // the process is gone: nothing to add
+    }
+  }
+  return ticks / CLK_TCK;
+}
+
+function cpuSample() {
+  const own = process.cpuUsage();
+  const sample = { node: (own.user + own.system) / 1e6 };
+  for (const [name, pids] of Object.entries(spec.watch || {})) sample[name] = cpuOf(pids);
+  return sample;
+}
+
+class Window {
+  constructor(warmupMs, durationMs) {
+    const now = Date.now();
+    this.start = now + warmupMs;
+    this.end = this.start + durationMs;
+    this.jobs = 0;
+    this.requests = 0;
+    this.errors = 0;
+    this.firstEmptyAt = null;
+    this.latencies = [];
+    this.cpuStart = null;
+    this.cpuEnd = null;
+    setTimeout(() => { this.cpuStart = cpuSample(); }, warmupMs);
+    setTimeout(() => { this.cpuEnd = cpuSample(); }, warmupMs + durationMs);
+  }
+  inside(now) { return now >= this.start && now < this.end && this.firstEmptyAt === null; }
+  note(jobs, requests, latencyMs) {
+    if (this.inside(Date.now())) {
+      this.jobs += jobs;
+      this.requests += requests;
+      this.latencies.push(latencyMs);
+    }
+  }
+  empty() {
+    const now = Date.now();
+    if (now >= this.start && now < this.end && this.firstEmptyAt === null) this.firstEmptyAt = now;
+  }
+  over() { return Date.now() >= this.end; }
+  async finished() {
+    while (this.cpuEnd === null) await sleep(5);
+  }
+  result(extra = {}) {
+    const end = this.firstEmptyAt ?? this.end;
+    const cpu = {};
+    for (const name of Object.keys(this.cpuEnd)) cpu[name] = this.cpuEnd[name] - this.cpuStart[name];
+    return {
+      jobs: this.jobs,
+      requests: this.requests,
+      errors: this.errors,
+      empty: this.firstEmptyAt === null ? 0 : 1,
+      window_s: Math.max(1e-9, (end - this.start) / 1000),
+      planned_window_s: (this.end - this.start) / 1000,
+      latencies_ms: this.latencies.map((ms) => Math.round(ms * 10000) / 10000),
+      cpu_s: cpu,
+      ...extra,
+    };
+  }
+}
+
+// Set-up, not measured: count jobs in addBulk calls of 1000, a few in flight at once.
+async function prefill(queue, count) {
+  const batch = Array.from({ length: 1000 }, () => ({ name: 'job', data: spec.payload }));
+  let left = count;
+  const loop = async () => {
+    while (left > 0) {
+      const size = Math.min(1000, left);
+      left -= size;
+      await queue.addBulk(size === 1000 ? batch : batch.slice(0, size));
+    }
+  };
+  await Promise.all(Array.from({ length: 4 }, loop));
+}
+
+async function usedMemory(client) {
+  const info = await client.info('memory');
+  return Number(/used_memory:(\d+)/.exec(info)[1]);
+}
+
+const workloads = {
+  async add(queue) {
+    const window = new Window(spec.warmup_ms, spec.duration_ms);
+    const loop = async () => {
+      while (!window.over()) {
+        const started = performance.now();
+        await queue.add('job', spec.payload);
+        window.note(1, 1, performance.now() - started);
+      }
+    };
+    await Promise.all(Array.from({ length: spec.concurrency }, loop));
+    await window.finished();
+    return window.result();
+  },
+
+  async addBulk(queue) {
+    const jobs = Array.from({ length: spec.batch }, () => ({ name: 'job', data: spec.payload }));
+    const window = new Window(spec.warmup_ms, spec.duration_ms);
+    const loop = async () => {
+      while (!window.over()) {
+        const started = performance.now();
+        await queue.addBulk(jobs);
+        window.note(spec.batch, 1, performance.now() - started);
+      }
+    };
+    await Promise.all(Array.from({ length: spec.concurrency }, loop));
+    await window.finished();
+    return window.result();
+  },
+
+  async worker(queue) {
+    await prefill(queue, spec.prefill);
+    const window = new Window(spec.warmup_ms, spec.duration_ms);
+    let done = 0;
+    const worker = new Worker(spec.queue, async () => {}, { connection, concurrency: spec.concurrency });
+    worker.on('completed', () => {
+      done += 1;
+      window.note(1, 1, 0);
+      if (done === spec.prefill) window.empty();
+    });
+    worker.on('error', () => { window.errors += 1; });
+    while (!window.over() && done < spec.prefill) await sleep(20);
+    await window.finished();
+    await worker.close(true);
+    const result = window.result();
+    result.latencies_ms = [];
+    return result;
+  },
+
+  async manual(queue) {
+    await prefill(queue, spec.prefill);
+    const workers = [];
+    let workerErrors = 0;
+    for (let i = 0; i < spec.concurrency; i++) {
+      const worker = new Worker(spec.queue, null, { connection, autorun: false });
+      worker.on('error', () => { workerErrors += 1; });
+      await worker.waitUntilReady();
+      workers.push(worker);
+    }
+    const window = new Window(spec.warmup_ms, spec.duration_ms);
+    const loop = async (worker) => {
+      const token = randomUUID();
+      while (!window.over()) {
+        const started = performance.now();
+        const job = await worker.getNextJob(token, { block: false });
+        if (!job) {
+          window.empty();
+          await sleep(5);
+          continue;
+        }
+        await job.moveToCompleted('ok', token, false);
+        window.note(1, 2, performance.now() - started);
+      }
+    };
+    await Promise.all(workers.map(loop));
+    await window.finished();
+    await Promise.all(workers.map((worker) => worker.close(true)));
+    window.errors += workerErrors;
+    return window.result();
+  },
+
+  async latency(queue) {
+    let onStart = null;
+    const worker = new Worker(spec.queue, async () => {
+      const startedAt = performance.now();
+      if (onStart) onStart(startedAt);
+    }, { connection, concurrency: 1 });
+    await worker.waitUntilReady();
+    await sleep(200);
+    const window = new Window(0, spec.duration_ms);
+    for (let i = 0; i < spec.samples && !window.over(); i++) {
+      // Let the worker go back to waiting (blocked on Redis) before the next job arrives.
+      await sleep(spec.settle_ms);
+      const started = new Promise((resolve) => { onStart = resolve; });
+      const sentAt = performance.now();
+      await queue.add('job', spec.payload);
+      const startedAt = await started;
+      window.jobs += 1;
+      window.requests += 1;
+      window.latencies.push(startedAt - sentAt);
+    }
+    await worker.close();
+    window.end = Date.now();
+    window.cpuEnd = cpuSample();
+    return window.result();
+  },
+
+  async memory(queue) {
+    const client = new IORedis(connection);
+    const before = await usedMemory(client);
+    await prefill(queue, spec.count);
+    const after = await usedMemory(client);
+    await client.quit();
+    return { jobs: spec.count, used_memory_before: before, used_memory_after: after };
+  },
+};
+
+async function main() {
+  const queue = new Queue(spec.queue, { connection });
+  await queue.waitUntilReady();
+  try {
+    const result = await workloads[spec.workload](queue);
+    // A pipe takes the output in pieces: exit only once all of it is written.
+    await new Promise((resolve) => process.stdout.write(JSON.stringify(result) + '\n', resolve));
+  } finally {
+    await queue.close();
+  }
+}
+
+const deadline = setTimeout(() => {
+  process.stderr.write(`bullmq_bench: ${spec.workload} passed its deadline\n`);
+  process.exit(2);
+}, spec.deadline_ms || 120000);
+deadline.unref();
+
+main().then(
+  () => process.exit(0),
+  (error) => {
+    process.stderr.write(`bullmq_bench: ${error?.stack || error}\n`);
+    process.exit(1);
+  },
+);

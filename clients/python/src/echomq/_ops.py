@@ -1,0 +1,402 @@
+"""What each API call sends and how its answer is read, shared by Client and AsyncClient.
+
+Every public method of both clients builds an ``Op`` here and hands it to its transport, so the
+two clients cannot drift apart. ``Op.idempotent`` says whether repeating the call after an
+ambiguous failure (a 503, a dropped connection) is safe.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+import msgspec
+
+from echomq import models as m
+from echomq.errors import APIError, BackendUnavailable, TooManyRequests, error_for
+
+T = TypeVar("T")
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_TIMEOUT_S = 30.0
+USER_AGENT = "echomq-client/0.1.0"
+
+_encoder = msgspec.json.Encoder()
+
+
+def default_url(url: str | None) -> str:
+    return (url or os.environ.get("EMQ_URL") or DEFAULT_URL).rstrip("/")
+
+
+def default_token(token: str | None) -> str | None:
+    return token if token is not None else (os.environ.get("EMQ_TOKEN") or None)
+
+
+def headers(token: str | None) -> dict[str, str]:
+    found = {"user-agent": USER_AGENT, "accept": "application/json"}
+    if token:
+        found["authorization"] = f"Bearer {token}"
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Op(Generic[T]):
+    method: str
+    path: str
+    read: Callable[[httpx.Response], T]
+    idempotent: bool
+    body: bytes | None = None
+    params: dict[str, Any] | None = None
+    headers: dict[str, str] | None = None
+    long_poll_s: float = 0.0  # added to the read timeout: the service may hold the answer this long
+
+    def request(self, client: httpx.Client | httpx.AsyncClient, timeout: float) -> httpx.Request:
+        extra = {"content-type": "application/json"} if self.body is not None else {}
+        return client.build_request(
+            self.method,
+            self.path,
+            content=self.body,
+            params=self.params,
+            headers={**extra, **(self.headers or {})},
+            timeout=timeout + self.long_poll_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Retries of calls that are safe to repeat: GETs, enqueue with a client-chosen id,
+    heartbeat, ack with the same lease, pause/resume... on 503, 429 and lost connections.
+    Any call is retried when the connection could not even be opened (nothing was sent) or
+    on 429 (the service did nothing). Delays grow exponentially with full jitter; a
+    ``Retry-After`` from the service is honoured (up to ``max_delay_s``)."""
+
+    retries: int = 4
+    base_delay_s: float = 0.2
+    max_delay_s: float = 5.0
+
+    def delay(self, attempt: int, error: Exception) -> float:
+        backoff = random.uniform(0, min(self.max_delay_s, self.base_delay_s * 2**attempt))
+        hinted = getattr(error, "retry_after_s", None)
+        if hinted:
+            return min(self.max_delay_s, max(backoff, hinted))
+        return backoff
+
+    def should_retry(self, op: Op[Any], attempt: int, error: Exception) -> bool:
+        if attempt >= self.retries:
+            return False
+        if isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout, TooManyRequests)):
+            return True  # the request was not processed
+        if isinstance(error, (httpx.TransportError, BackendUnavailable)):
+            return op.idempotent
+        return False
+
+
+NO_RETRIES = RetryPolicy(retries=0)
+
+
+# --- reading answers ---------------------------------------------------------------------------
+
+
+def raise_for_problem(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    problem: dict[str, Any] | None = None
+    try:
+        decoded = msgspec.json.decode(response.content)
+        if isinstance(decoded, dict):
+            problem = decoded
+    except msgspec.DecodeError:
+        problem = {"detail": response.text[:500]}
+    retry_after: float | None = None
+    raw = response.headers.get("retry-after")
+    if raw:
+        try:
+            retry_after = float(raw)
+        except ValueError:
+            retry_after = None
+    raise error_for(response.status_code, problem, retry_after)
+
+
+def reader(kind: type[T]) -> Callable[[httpx.Response], T]:
+    decoder = msgspec.json.Decoder(kind)
+
+    def read(response: httpx.Response) -> T:
+        raise_for_problem(response)
+        try:
+            return decoder.decode(response.content)
+        except msgspec.DecodeError as error:
+            raise APIError(
+                response.status_code, "unexpected_response", "Unexpected response", str(error)
+            ) from error
+
+    return read
+
+
+def _read_nothing(response: httpx.Response) -> None:
+    raise_for_problem(response)
+
+
+def _read_text(response: httpx.Response) -> str:
+    raise_for_problem(response)
+    return response.text
+
+
+def _read_json(response: httpx.Response) -> Any:
+    raise_for_problem(response)
+    return response.json()
+
+
+def _read_ok(response: httpx.Response) -> bool:
+    return response.status_code == 200
+
+
+def _field(kind: type[Any], name: str) -> Callable[[httpx.Response], Any]:
+    read = reader(kind)
+    return lambda response: getattr(read(response), name)
+
+
+_read_enqueued = reader(m.Enqueued)
+_read_many = _field(m._EnqueueMany, "jobs")
+_read_leased = _field(m._Leased, "jobs")
+_read_heartbeat = reader(m.Heartbeat)
+_read_acked = reader(m.Acked)
+_read_ack_many = _field(m._AckMany, "results")
+_read_failed = reader(m.Failed)
+_read_released = reader(m.Released)
+_read_job = reader(m.Job)
+_read_queues = _field(m._Queues, "queues")
+_read_queue = reader(m.QueueInfo)
+_read_ledger = _field(m._Ledger, "jobs")
+_read_workers = _field(m._Workers, "workers")
+_read_failed_page = reader(m.FailedPage)
+_read_redriven = _field(m._Redriven, "retried")
+_read_worker_released = _field(m._WorkerReleased, "released")
+_read_paused = reader(m.Paused)
+
+
+# --- building requests ---------------------------------------------------------------------------
+
+
+def _seg(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _q(queue: str) -> str:
+    return f"/v1/queues/{_seg(queue)}"
+
+
+def _job(queue: str, job_id: str) -> str:
+    return f"{_q(queue)}/jobs/{_seg(job_id)}"
+
+
+def _body(fields: Mapping[str, Any]) -> bytes:
+    """JSON of the fields that were given (None and UNSET mean: let the service decide)."""
+    return _encoder.encode({k: v for k, v in fields.items() if v is not None and v is not msgspec.UNSET})
+
+
+def _trace(traceparent: str | None) -> dict[str, str] | None:
+    return {"traceparent": traceparent} if traceparent else None
+
+
+def _new_job(job: m.NewJob | Mapping[str, Any]) -> m.NewJob:
+    if isinstance(job, m.NewJob):
+        return job
+    return msgspec.convert(dict(job), m.NewJob)
+
+
+def _ack_item(item: m.AckItem | Mapping[str, Any]) -> m.AckItem:
+    if isinstance(item, m.AckItem):
+        return item
+    return msgspec.convert(dict(item), m.AckItem)
+
+
+def enqueue(
+    queue: str,
+    payload: Any,
+    *,
+    id: str | None,
+    name: str | None,
+    priority: int | None,
+    delay_ms: int | None,
+    max_attempts: int | None,
+    backoff: m.Backoff | None,
+    traceparent: str | None,
+) -> Op[m.Enqueued]:
+    job = m.NewJob(
+        payload=payload,
+        id=id,
+        name=name,
+        priority=priority,
+        delay_ms=delay_ms,
+        max_attempts=max_attempts,
+        backoff=backoff,
+    )
+    return Op(
+        "POST",
+        f"{_q(queue)}/jobs",
+        _read_enqueued,
+        idempotent=id is not None,
+        body=_encoder.encode(job),
+        headers=_trace(traceparent),
+    )
+
+
+def enqueue_many(
+    queue: str, jobs: Iterable[m.NewJob | Mapping[str, Any]], traceparent: str | None
+) -> Op[list[m.Enqueued]]:
+    items = [_new_job(job) for job in jobs]
+    return Op(
+        "POST",
+        f"{_q(queue)}/enqueue",
+        _read_many,
+        idempotent=all(item.id is not None for item in items),
+        body=_encoder.encode({"jobs": items}),
+        headers=_trace(traceparent),
+    )
+
+
+def lease(
+    queue: str, worker: str, *, lease_ms: int | None, max_jobs: int | None, wait_ms: int | None
+) -> Op[list[m.LeasedJob]]:
+    # Not idempotent: a repeated lease whose first answer was lost would leave those jobs
+    # held by nobody until their lease expires (and spend an attempt).
+    return Op(
+        "POST",
+        f"{_q(queue)}/lease",
+        _read_leased,
+        idempotent=False,
+        body=_body({"worker": worker, "lease_ms": lease_ms, "max_jobs": max_jobs, "wait_ms": wait_ms}),
+        long_poll_s=(wait_ms or 0) / 1000,
+    )
+
+
+def heartbeat(queue: str, job_id: str, lease_id: str, lease_ms: int | None) -> Op[m.Heartbeat]:
+    return Op(
+        "POST",
+        f"{_job(queue, job_id)}/heartbeat",
+        _read_heartbeat,
+        idempotent=True,
+        body=_body({"lease_id": lease_id, "lease_ms": lease_ms}),
+    )
+
+
+def ack(queue: str, job_id: str, lease_id: str, result: Any) -> Op[m.Acked]:
+    # The same ack (same lease) repeated after it succeeded answers 200 again.
+    return Op(
+        "POST",
+        f"{_job(queue, job_id)}/ack",
+        _read_acked,
+        idempotent=True,
+        body=_encoder.encode(
+            {"lease_id": lease_id} if result is msgspec.UNSET else {"lease_id": lease_id, "result": result}
+        ),
+    )
+
+
+def ack_many(queue: str, acks: Iterable[m.AckItem | Mapping[str, Any]]) -> Op[list[m.AckOutcome]]:
+    return Op(
+        "POST",
+        f"{_q(queue)}/ack",
+        _read_ack_many,
+        idempotent=True,
+        body=_encoder.encode({"acks": [_ack_item(item) for item in acks]}),
+    )
+
+
+def fail(
+    queue: str, job_id: str, lease_id: str, error: str, *, retry: bool | None, retry_after_ms: int | None
+) -> Op[m.Failed]:
+    # Not repeated on an ambiguous failure: once it succeeded, the same call answers lease_lost.
+    return Op(
+        "POST",
+        f"{_job(queue, job_id)}/fail",
+        _read_failed,
+        idempotent=False,
+        body=_body({"lease_id": lease_id, "error": error, "retry": retry, "retry_after_ms": retry_after_ms}),
+    )
+
+
+def release(queue: str, job_id: str, lease_id: str) -> Op[m.Released]:
+    return Op(
+        "POST",
+        f"{_job(queue, job_id)}/release",
+        _read_released,
+        idempotent=False,
+        body=_body({"lease_id": lease_id}),
+    )
+
+
+def get_job(queue: str, job_id: str) -> Op[m.Job]:
+    return Op("GET", _job(queue, job_id), _read_job, idempotent=True)
+
+
+def delete_job(queue: str, job_id: str) -> Op[None]:
+    # Repeated after it succeeded it would answer job_not_found: not retried.
+    return Op("DELETE", _job(queue, job_id), _read_nothing, idempotent=False)
+
+
+def list_queues() -> Op[list[m.QueueInfo]]:
+    return Op("GET", "/v1/queues", _read_queues, idempotent=True)
+
+
+def get_queue(queue: str) -> Op[m.QueueInfo]:
+    return Op("GET", _q(queue), _read_queue, idempotent=True)
+
+
+def ledger(
+    queue: str, *, worker: str | None, limit: int | None, offset: int | None
+) -> Op[list[m.LedgerEntry]]:
+    params = {k: v for k, v in {"worker": worker, "limit": limit, "offset": offset}.items() if v is not None}
+    return Op("GET", f"{_q(queue)}/active", _read_ledger, idempotent=True, params=params or None)
+
+
+def workers(queue: str) -> Op[list[m.WorkerHoldings]]:
+    return Op("GET", f"{_q(queue)}/workers", _read_workers, idempotent=True)
+
+
+def failed(queue: str, *, limit: int | None, offset: int | None) -> Op[m.FailedPage]:
+    params = {k: v for k, v in {"limit": limit, "offset": offset}.items() if v is not None}
+    return Op("GET", f"{_q(queue)}/failed", _read_failed_page, idempotent=True, params=params or None)
+
+
+def retry_failed(queue: str, ids: Iterable[str] | None) -> Op[list[str]]:
+    listed = None if ids is None else list(ids)
+    return Op(
+        "POST",
+        f"{_q(queue)}/failed/retry",
+        _read_redriven,
+        # Listed ids: a repeat retries nothing new. "All": a repeat could redrive jobs that
+        # failed in between, which the caller did not ask for.
+        idempotent=listed is not None,
+        body=_body({"ids": listed}),
+    )
+
+
+def release_worker(queue: str, worker: str) -> Op[list[str]]:
+    return Op("POST", f"{_q(queue)}/workers/{_seg(worker)}/release", _read_worker_released, idempotent=False)
+
+
+def set_paused(queue: str, paused: bool) -> Op[m.Paused]:
+    action = "pause" if paused else "resume"
+    return Op("POST", f"{_q(queue)}/{action}", _read_paused, idempotent=True)
+
+
+def healthz() -> Op[bool]:
+    return Op("GET", "/healthz", _read_ok, idempotent=True)
+
+
+def readyz() -> Op[bool]:
+    return Op("GET", "/readyz", _read_ok, idempotent=True)
+
+
+def metrics() -> Op[str]:
+    return Op("GET", "/metrics", _read_text, idempotent=True)
+
+
+def openapi() -> Op[Any]:
+    return Op("GET", "/openapi.json", _read_json, idempotent=True)

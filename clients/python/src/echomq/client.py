@@ -1,0 +1,408 @@
+"""``Client`` (blocking) and ``AsyncClient`` (asyncio): the whole API, one method per endpoint.
+
+Both take the service's base URL (default: ``$EMQ_URL``, else ``http://127.0.0.1:8080``) and a
+bearer token (default: ``$EMQ_TOKEN``). Errors are raised as the exceptions of
+``echomq.errors``; calls that are safe to repeat are retried on 503/429/lost connections
+according to ``retry`` (a ``RetryPolicy``; ``NO_RETRIES`` turns it off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import httpx
+import msgspec
+
+from echomq import _ops
+from echomq import models as m
+from echomq._ops import DEFAULT_TIMEOUT_S, Op, RetryPolicy
+from echomq.errors import ConnectionFailed
+
+T = TypeVar("T")
+UNSET: Any = msgspec.UNSET
+
+__all__ = ["AsyncClient", "Client", "RetryPolicy"]
+
+
+class _Base:
+    def __init__(
+        self,
+        url: str | None,
+        token: str | None,
+        timeout: float,
+        retry: RetryPolicy | None,
+    ) -> None:
+        self.url = _ops.default_url(url)
+        self.token = _ops.default_token(token)
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+
+
+class Client(_Base):
+    """Blocking client. Use as a context manager, or call ``close()``."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        super().__init__(url, token, timeout, retry)
+        self._http = httpx.Client(
+            base_url=self.url, headers=_ops.headers(self.token), timeout=timeout, transport=transport
+        )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, op: Op[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                try:
+                    response = self._http.send(op.request(self._http, self.timeout))
+                except httpx.TransportError as error:
+                    raise ConnectionFailed(f"{op.method} {op.path}: {error!r}") from error
+                return op.read(response)
+            except Exception as error:
+                cause = error.__cause__ if isinstance(error, ConnectionFailed) else error
+                if not isinstance(cause, Exception) or not self.retry.should_retry(op, attempt, cause):
+                    raise
+                time.sleep(self.retry.delay(attempt, cause))
+                attempt += 1
+
+    # --- producing -----------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        id: str | None = None,
+        name: str | None = None,
+        priority: int | None = None,
+        delay_ms: int | None = None,
+        max_attempts: int | None = None,
+        backoff: m.Backoff | None = None,
+        traceparent: str | None = None,
+    ) -> m.Enqueued:
+        """Add a job. With ``id`` the call is idempotent: an existing job with that id is left
+        as it is and answered with ``created=False``."""
+        return self._call(
+            _ops.enqueue(
+                queue,
+                payload,
+                id=id,
+                name=name,
+                priority=priority,
+                delay_ms=delay_ms,
+                max_attempts=max_attempts,
+                backoff=backoff,
+                traceparent=traceparent,
+            )
+        )
+
+    def enqueue_many(
+        self,
+        queue: str,
+        jobs: Iterable[m.NewJob | Mapping[str, Any]],
+        *,
+        traceparent: str | None = None,
+    ) -> list[m.Enqueued]:
+        """Add 1..1000 jobs in one request, all or none (a malformed item rejects them all)."""
+        return self._call(_ops.enqueue_many(queue, jobs, traceparent))
+
+    # --- working -------------------------------------------------------------------------------
+
+    def lease(
+        self,
+        queue: str,
+        worker: str,
+        *,
+        lease_ms: int | None = None,
+        max_jobs: int | None = None,
+        wait_ms: int | None = None,
+    ) -> list[m.LeasedJob]:
+        """Take up to ``max_jobs`` jobs; with ``wait_ms`` wait (long poll) until one comes."""
+        return self._call(_ops.lease(queue, worker, lease_ms=lease_ms, max_jobs=max_jobs, wait_ms=wait_ms))
+
+    def heartbeat(self, queue: str, id: str, lease_id: str, *, lease_ms: int | None = None) -> m.Heartbeat:
+        """Renew a lease (by its own length unless ``lease_ms``); ``LeaseLost`` if it is gone."""
+        return self._call(_ops.heartbeat(queue, id, lease_id, lease_ms))
+
+    def ack(self, queue: str, id: str, lease_id: str, result: Any = UNSET) -> m.Acked:
+        """Complete a job; ``LeaseLost`` when the lease is no longer this one."""
+        return self._call(_ops.ack(queue, id, lease_id, result))
+
+    def ack_many(self, queue: str, acks: Iterable[m.AckItem | Mapping[str, Any]]) -> list[m.AckOutcome]:
+        return self._call(_ops.ack_many(queue, acks))
+
+    def fail(
+        self,
+        queue: str,
+        id: str,
+        lease_id: str,
+        error: str,
+        *,
+        retry: bool | None = None,
+        retry_after_ms: int | None = None,
+    ) -> m.Failed:
+        """Report a failed attempt: retried later, or dead-lettered (no attempts left or
+        ``retry=False``). ``error`` is at most 8 KiB."""
+        return self._call(_ops.fail(queue, id, lease_id, error, retry=retry, retry_after_ms=retry_after_ms))
+
+    def release(self, queue: str, id: str, lease_id: str) -> m.Released:
+        """Give a job back now, without spending an attempt."""
+        return self._call(_ops.release(queue, id, lease_id))
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def get_job(self, queue: str, id: str) -> m.Job:
+        return self._call(_ops.get_job(queue, id))
+
+    def queues(self) -> list[m.QueueInfo]:
+        return self._call(_ops.list_queues())
+
+    def queue(self, queue: str) -> m.QueueInfo:
+        return self._call(_ops.get_queue(queue))
+
+    def ledger(
+        self, queue: str, *, worker: str | None = None, limit: int | None = None, offset: int | None = None
+    ) -> list[m.LedgerEntry]:
+        """The in-flight ledger, oldest lease first."""
+        return self._call(_ops.ledger(queue, worker=worker, limit=limit, offset=offset))
+
+    def workers(self, queue: str) -> list[m.WorkerHoldings]:
+        return self._call(_ops.workers(queue))
+
+    def failed(self, queue: str, *, limit: int | None = None, offset: int | None = None) -> m.FailedPage:
+        """Dead-lettered jobs, most recently failed first."""
+        return self._call(_ops.failed(queue, limit=limit, offset=offset))
+
+    # --- operating -----------------------------------------------------------------------------
+
+    def delete_job(self, queue: str, id: str) -> None:
+        return self._call(_ops.delete_job(queue, id))
+
+    def retry_failed(self, queue: str, ids: Iterable[str] | None = None) -> list[str]:
+        """Send dead-lettered jobs (all, or these) back to waiting with attempts reset."""
+        return self._call(_ops.retry_failed(queue, ids))
+
+    def release_worker(self, queue: str, worker: str) -> list[str]:
+        """Give back every job a worker holds (declaring it dead)."""
+        return self._call(_ops.release_worker(queue, worker))
+
+    def pause(self, queue: str) -> m.Paused:
+        return self._call(_ops.set_paused(queue, True))
+
+    def resume(self, queue: str) -> m.Paused:
+        return self._call(_ops.set_paused(queue, False))
+
+    # --- service -------------------------------------------------------------------------------
+
+    def healthz(self) -> bool:
+        return self._call(_ops.healthz())
+
+    def readyz(self) -> bool:
+        return self._call(_ops.readyz())
+
+    def metrics(self) -> str:
+        return self._call(_ops.metrics())
+
+    def openapi(self) -> Any:
+        return self._call(_ops.openapi())
+
+
+class AsyncClient(_Base):
+    """asyncio client, the same methods as ``Client`` as coroutines. Use ``async with``, or
+    ``await aclose()``."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(url, token, timeout, retry)
+        self._http = httpx.AsyncClient(
+            base_url=self.url, headers=_ops.headers(self.token), timeout=timeout, transport=transport
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, op: Op[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                try:
+                    response = await self._http.send(op.request(self._http, self.timeout))
+                except httpx.TransportError as error:
+                    raise ConnectionFailed(f"{op.method} {op.path}: {error!r}") from error
+                return op.read(response)
+            except Exception as error:
+                cause = error.__cause__ if isinstance(error, ConnectionFailed) else error
+                if not isinstance(cause, Exception) or not self.retry.should_retry(op, attempt, cause):
+                    raise
+                await asyncio.sleep(self.retry.delay(attempt, cause))
+                attempt += 1
+
+    # --- producing -----------------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        id: str | None = None,
+        name: str | None = None,
+        priority: int | None = None,
+        delay_ms: int | None = None,
+        max_attempts: int | None = None,
+        backoff: m.Backoff | None = None,
+        traceparent: str | None = None,
+    ) -> m.Enqueued:
+        return await self._call(
+            _ops.enqueue(
+                queue,
+                payload,
+                id=id,
+                name=name,
+                priority=priority,
+                delay_ms=delay_ms,
+                max_attempts=max_attempts,
+                backoff=backoff,
+                traceparent=traceparent,
+            )
+        )
+
+    async def enqueue_many(
+        self,
+        queue: str,
+        jobs: Iterable[m.NewJob | Mapping[str, Any]],
+        *,
+        traceparent: str | None = None,
+    ) -> list[m.Enqueued]:
+        return await self._call(_ops.enqueue_many(queue, jobs, traceparent))
+
+    # --- working -------------------------------------------------------------------------------
+
+    async def lease(
+        self,
+        queue: str,
+        worker: str,
+        *,
+        lease_ms: int | None = None,
+        max_jobs: int | None = None,
+        wait_ms: int | None = None,
+    ) -> list[m.LeasedJob]:
+        return await self._call(
+            _ops.lease(queue, worker, lease_ms=lease_ms, max_jobs=max_jobs, wait_ms=wait_ms)
+        )
+
+    async def heartbeat(
+        self, queue: str, id: str, lease_id: str, *, lease_ms: int | None = None
+    ) -> m.Heartbeat:
+        return await self._call(_ops.heartbeat(queue, id, lease_id, lease_ms))
+
+    async def ack(self, queue: str, id: str, lease_id: str, result: Any = UNSET) -> m.Acked:
+        return await self._call(_ops.ack(queue, id, lease_id, result))
+
+    async def ack_many(self, queue: str, acks: Iterable[m.AckItem | Mapping[str, Any]]) -> list[m.AckOutcome]:
+        return await self._call(_ops.ack_many(queue, acks))
+
+    async def fail(
+        self,
+        queue: str,
+        id: str,
+        lease_id: str,
+        error: str,
+        *,
+        retry: bool | None = None,
+        retry_after_ms: int | None = None,
+    ) -> m.Failed:
+        return await self._call(
+            _ops.fail(queue, id, lease_id, error, retry=retry, retry_after_ms=retry_after_ms)
+        )
+
+    async def release(self, queue: str, id: str, lease_id: str) -> m.Released:
+        return await self._call(_ops.release(queue, id, lease_id))
+
+    # --- reading -------------------------------------------------------------------------------
+
+    async def get_job(self, queue: str, id: str) -> m.Job:
+        return await self._call(_ops.get_job(queue, id))
+
+    async def queues(self) -> list[m.QueueInfo]:
+        return await self._call(_ops.list_queues())
+
+    async def queue(self, queue: str) -> m.QueueInfo:
+        return await self._call(_ops.get_queue(queue))
+
+    async def ledger(
+        self, queue: str, *, worker: str | None = None, limit: int | None = None, offset: int | None = None
+    ) -> list[m.LedgerEntry]:
+        return await self._call(_ops.ledger(queue, worker=worker, limit=limit, offset=offset))
+
+    async def workers(self, queue: str) -> list[m.WorkerHoldings]:
+        return await self._call(_ops.workers(queue))
+
+    async def failed(
+        self, queue: str, *, limit: int | None = None, offset: int | None = None
+    ) -> m.FailedPage:
+        return await self._call(_ops.failed(queue, limit=limit, offset=offset))
+
+    # --- operating -----------------------------------------------------------------------------
+
+    async def delete_job(self, queue: str, id: str) -> None:
+        return await self._call(_ops.delete_job(queue, id))
+
+    async def retry_failed(self, queue: str, ids: Iterable[str] | None = None) -> list[str]:
+        return await self._call(_ops.retry_failed(queue, ids))
+
+    async def release_worker(self, queue: str, worker: str) -> list[str]:
+        return await self._call(_ops.release_worker(queue, worker))
+
+    async def pause(self, queue: str) -> m.Paused:
+        return await self._call(_ops.set_paused(queue, True))
+
+    async def resume(self, queue: str) -> m.Paused:
+        return await self._call(_ops.set_paused(queue, False))
+
+    # --- service -------------------------------------------------------------------------------
+
+    async def healthz(self) -> bool:
+        return await self._call(_ops.healthz())
+
+    async def readyz(self) -> bool:
+        return await self._call(_ops.readyz())
+
+    async def metrics(self) -> str:
+        return await self._call(_ops.metrics())
+
+    async def openapi(self) -> Any:
+        return await self._call(_ops.openapi())

@@ -1,0 +1,218 @@
+"""Typed bodies of the EchoMQ HTTP API (v1) as msgspec Structs.
+
+Responses are decoded and checked against these types; fields the service adds later are
+ignored, so an older client keeps working. Times are epoch milliseconds on the Redis server's
+clock (not this machine's).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+JobState = Literal["waiting", "delayed", "active", "completed", "failed"]
+BackoffType = Literal["fixed", "exponential"]
+
+
+class _Model(msgspec.Struct, frozen=True, kw_only=True):
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+
+# --- requests -------------------------------------------------------------------------------
+
+
+class Backoff(_Model, omit_defaults=True):
+    """How a failed job waits before its next attempt (the default is exponential from 1 s)."""
+
+    type: BackoffType
+    delay_ms: int
+
+
+class NewJob(_Model, omit_defaults=True):
+    """One job to enqueue. Fields left out take the service's defaults (priority 0,
+    max_attempts 3, no delay). Give ``id`` to make the enqueue idempotent (and retried safely)."""
+
+    payload: Any
+    id: str | None = None
+    name: str | None = None
+    priority: int | None = None
+    delay_ms: int | None = None
+    max_attempts: int | None = None
+    backoff: Backoff | None = None
+
+
+class AckItem(_Model, omit_defaults=True):
+    """One entry of an ack-many call."""
+
+    id: str
+    lease_id: str
+    result: Any = msgspec.UNSET
+
+
+# --- responses ------------------------------------------------------------------------------
+
+
+class Enqueued(_Model):
+    """Answer to an enqueue: ``created`` is False when a job with that id already existed
+    (then ``state`` is the stored job's current state)."""
+
+    id: str
+    queue: str
+    state: JobState
+    created: bool
+
+
+class LeasedJob(_Model):
+    """A job this worker now holds until ``lease_expires_at`` (unless renewed by heartbeats)."""
+
+    id: str
+    queue: str
+    name: str | None
+    payload: Any
+    attempt: int
+    max_attempts: int
+    lease_id: str
+    lease_expires_at: int
+    fence: int
+    enqueued_at: int
+    traceparent: str | None = None
+
+
+class Heartbeat(_Model):
+    id: str
+    lease_id: str
+    lease_expires_at: int
+
+
+class Acked(_Model):
+    id: str
+    state: Literal["completed"]
+
+
+class AckOutcome(_Model):
+    """One answer of ack-many: ``ok`` with ``state``, or not ok with ``code``
+    (``lease_lost`` or ``job_not_found``)."""
+
+    id: str
+    ok: bool
+    state: Literal["completed"] | None = None
+    code: str | None = None
+
+
+class Failed(_Model):
+    """Answer to a fail: where the job went (``waiting``/``delayed`` to be retried, or ``failed``,
+    the dead letter) and the attempt that failed."""
+
+    id: str
+    state: Literal["waiting", "delayed", "failed"]
+    attempt: int
+
+
+class Released(_Model):
+    id: str
+    state: Literal["waiting"]
+
+
+class Job(_Model):
+    """A stored job as ``GET /v1/queues/{queue}/jobs/{id}`` shows it."""
+
+    id: str
+    queue: str
+    name: str | None
+    state: JobState
+    payload: Any
+    result: Any
+    error: str | None
+    attempt: int
+    max_attempts: int
+    priority: int
+    created_at: int
+    updated_at: int
+    worker: str | None
+    lease_expires_at: int | None
+
+
+class Counts(_Model):
+    waiting: int
+    delayed: int
+    active: int
+    completed: int
+    failed: int
+
+
+class QueueInfo(_Model):
+    name: str
+    paused: bool
+    counts: Counts
+
+
+class Paused(_Model):
+    name: str
+    paused: bool
+
+
+class LedgerEntry(_Model):
+    """One in-flight lease: who holds the job, since when, until when."""
+
+    id: str
+    worker: str
+    attempt: int
+    leased_at: int
+    lease_expires_at: int
+
+
+class WorkerHoldings(_Model):
+    worker: str
+    jobs: list[str]
+
+
+class FailedPage(_Model):
+    jobs: list[Job]
+    total: int
+
+
+# --- envelopes (internal: the client returns their contents) ---------------------------------
+
+
+class _EnqueueMany(_Model):
+    jobs: list[Enqueued]
+
+
+class _Leased(_Model):
+    jobs: list[LeasedJob]
+
+
+class _AckMany(_Model):
+    results: list[AckOutcome]
+
+
+class _Queues(_Model):
+    queues: list[QueueInfo]
+
+
+class _Ledger(_Model):
+    jobs: list[LedgerEntry]
+
+
+class _Workers(_Model):
+    workers: list[WorkerHoldings]
+
+
+class _Redriven(_Model):
+    retried: list[str]
+
+
+class _WorkerReleased(_Model):
+    released: list[str]
+
+
+class Problem(_Model):
+    """An RFC 9457 problem detail as the service sends it."""
+
+    type: str = "about:blank"
+    title: str = ""
+    status: int = 0
+    detail: str = ""
+    code: str = ""

@@ -1,0 +1,349 @@
+"""The `emq` command line (service/cli.py), run as a separate process against a real service."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from echomq import Client
+
+from service import cli
+from service.config import Settings
+from tests.clients.support import ROOT, subprocess_env, wait_until
+from tests.conftest import free_port
+from tests.server import running_service
+
+EMQ = [sys.executable, "-m", "service.cli"]
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def emq(*args: str, url: str | None = None, check: bool = True, **env: str) -> Ran:
+    """`emq ARGS` run in this process (the one-shot commands; `work` and `serve` run as processes
+    of their own below). ``url`` and ``env`` are the environment it sees."""
+    out, err = io.StringIO(), io.StringIO()
+    changes = {"EMQ_URL": url, "EMQ_TOKEN": None, **env}
+    saved = {key: os.environ.get(key) for key in changes}
+    try:
+        for key, value in changes.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(args))
+            except SystemExit as exit:
+                code = exit.code if isinstance(exit.code, int) else 1
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    ran = Ran(code, out.getvalue(), err.getvalue())
+    if check:
+        assert ran.returncode == 0, ran.stderr
+    return ran
+
+
+def emq_json(*args: str, url: str) -> object:
+    return json.loads(emq(*args, "--json", url=url).stdout)
+
+
+def test_enqueue_stats_pause_resume(service_url: str, queue: str) -> None:
+    one = emq_json(
+        "enqueue", queue, '{"to": "ada"}', "--priority", "7", "--max-attempts", "2", url=service_url
+    )
+    assert one["created"] is True and one["state"] == "waiting"
+    created = emq("enqueue", queue, "1", "--id", "x", "--url", service_url).stdout.strip()
+    assert created == f"enqueued job x into {queue} (waiting)"
+    assert "already exists" in emq("enqueue", queue, "2", "--id", "x", url=service_url).stdout
+    assert emq_json("enqueue", queue, "[1, 2]", "--delay-ms", "60000", url=service_url)["state"] == "delayed"
+
+    stats = emq_json("stats", queue, url=service_url)
+    assert stats["counts"] == {"waiting": 2, "delayed": 1, "active": 0, "completed": 0, "failed": 0}
+    table = emq("stats", url=service_url).stdout.splitlines()
+    assert table[0].split() == ["QUEUE", "PAUSED", "WAITING", "DELAYED", "ACTIVE", "COMPLETED", "FAILED"]
+    assert [queue, "no", "2", "1", "0", "0", "0"] in [line.split() for line in table]
+    assert emq("pause", queue, url=service_url).stdout.strip() == f"queue {queue} paused"
+    assert emq_json("stats", queue, url=service_url)["paused"] is True
+    assert emq_json("resume", queue, url=service_url) == {"name": queue, "paused": False}
+
+    with Client(service_url) as client:
+        stored = client.get_job(queue, one["id"])
+    assert (stored.payload, stored.priority, stored.max_attempts) == ({"to": "ada"}, 7, 2)
+
+
+def test_enqueue_file_in_batches_with_a_progress_bar(service_url: str, queue: str, tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("".join(json.dumps({"n": n}) + "\n" + ("\n" if n == 5 else "") for n in range(2500)))
+    done = emq("enqueue", queue, "--file", str(jobs), "--progress", "--max-attempts", "5", url=service_url)
+    assert done.stdout.startswith(f"enqueued 2500 job(s) into {queue}")
+    bar = done.stderr.splitlines()  # (text mode reads each \r as a line end)
+    assert [frame.split("]")[1].split()[0] for frame in bar if "]" in frame] == [
+        "1000/2500",
+        "2000/2500",
+        "2500/2500",
+    ]
+    with Client(service_url) as client:
+        assert client.queue(queue).counts.waiting == 2500
+        (leased,) = client.lease(queue, "w1")
+        assert leased.payload == {"n": 0} and leased.max_attempts == 5
+
+
+def test_enqueue_file_stops_at_a_bad_line_before_sending(
+    service_url: str, queue: str, tmp_path: Path
+) -> None:
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"n": 1}\n{"n": 2}\n{"n": \n')
+    done = emq("enqueue", queue, "--file", str(jobs), url=service_url, check=False)
+    assert done.returncode == 2 and "line 3 is not JSON" in done.stderr
+    assert emq_json("stats", queue, url=service_url)["counts"]["waiting"] == 0
+
+
+def test_enqueue_requests_from_stdin_is_idempotent_by_id(service_url: str, queue: str) -> None:
+    lines = "".join(json.dumps({"payload": n, "id": f"job-{n}", "priority": n % 3}) + "\n" for n in range(30))
+    run = [*EMQ, "enqueue", queue, "--file", "-", "--requests", "--json", "--batch-size", "7"]
+    for expected_new in (30, 0):
+        done = subprocess.run(
+            run,
+            input=lines,
+            capture_output=True,
+            text=True,
+            env=subprocess_env(EMQ_URL=service_url),
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        summary = json.loads(done.stdout)
+        assert summary == {
+            "queue": queue,
+            "enqueued": 30,
+            "created": expected_new,
+            "existing": 30 - expected_new,
+        }
+        assert done.stderr == ""  # no progress bar when stderr is not a terminal
+
+
+def test_ledger_failed_and_retry(service_url: str, queue: str) -> None:
+    with Client(service_url) as client:
+        client.enqueue_many(queue, [{"payload": n, "id": f"j{n}"} for n in range(3)])
+        held = client.lease(queue, "worker-a", max_jobs=2, lease_ms=60_000)
+        for job in held:
+            client.fail(
+                queue, job.id, job.lease_id, f"boom {job.id}\nTraceback...\nValueError: {job.id}", retry=False
+            )
+        (active,) = client.lease(queue, "worker-b", lease_ms=60_000)
+
+    ledger = emq("ledger", queue, url=service_url).stdout.splitlines()
+    assert ledger[0].split() == ["JOB", "WORKER", "ATTEMPT", "HELD", "FOR", "LEASE", "LEFT"]
+    row = ledger[1].split()
+    assert row[:3] == [active.id, "worker-b", "1"] and row[4].endswith("s")
+    assert 50 <= float(row[4].rstrip("s")) <= 60
+    assert ledger[-1] == "1 job(s) in flight, held by 1 worker(s): worker-b (1)"
+    assert [entry["id"] for entry in emq_json("ledger", queue, url=service_url)["jobs"]] == [active.id]
+
+    failed = emq("failed", queue, url=service_url).stdout.splitlines()
+    assert failed[0].startswith(f"2 dead-lettered job(s) in {queue}")
+    assert any(f"boom {held[0].id}: ValueError: {held[0].id}" in line for line in failed)
+    assert emq_json("failed", queue, url=service_url)["total"] == 2
+
+    assert (
+        emq("retry", queue, held[0].id, "nope", url=service_url).stdout.strip()
+        == f"retried 1 job(s): {held[0].id}"
+    )
+    assert emq_json("retry", queue, url=service_url) == {"retried": [held[1].id]}
+    assert emq("retry", queue, url=service_url).stdout.strip() == "nothing to retry"
+    shown = emq("job", queue, held[0].id, url=service_url).stdout
+    assert "state:        waiting" in shown
+
+
+def test_errors_and_usage(service_url: str, queue: str) -> None:
+    bad = emq("enqueue", "bad queue", "1", url=service_url, check=False)
+    assert bad.returncode == 1 and bad.stderr.startswith("emq: 400 invalid_request:")
+    missing = emq("job", queue, "nope", url=service_url, check=False)
+    assert missing.returncode == 1 and "404 job_not_found" in missing.stderr
+    assert emq("enqueue", queue, "{oops", url=service_url, check=False).returncode == 2
+    assert emq("enqueue", queue, url=service_url, check=False).returncode == 2
+    down = emq("stats", "--url", f"http://127.0.0.1:{free_port()}", check=False)
+    assert down.returncode == 1 and "no answer from the service" in down.stderr
+    assert emq("work", queue, url=service_url, check=False).returncode == 2  # no command
+
+
+@pytest.fixture(scope="module")
+def auth_url(redis_url: str) -> Iterator[str]:
+    entries = ("admin:Adm1n-secret", "producer:p-secret")
+    with running_service(Settings(redis_url=redis_url, sweep_interval_ms=100, auth_entries=entries)) as url:
+        yield url
+
+
+def test_tokens(auth_url: str, queue: str) -> None:
+    anonymous = emq("stats", queue, url=auth_url, check=False)
+    assert anonymous.returncode == 1 and "401 unauthorized" in anonymous.stderr
+    assert emq_json("enqueue", queue, "1", "--token", "p-secret", url=auth_url)["created"]
+    forbidden = emq("pause", queue, "--token", "p-secret", url=auth_url, check=False)
+    assert forbidden.returncode == 1 and "403 forbidden" in forbidden.stderr
+    assert emq("pause", queue, url=auth_url, EMQ_TOKEN="Adm1n-secret").returncode == 0
+
+
+# --- emq work ----------------------------------------------------------------------------------
+
+PROBE = """
+import json, os, sys
+payload = json.load(sys.stdin)
+env = {k: os.environ[k] for k in ("EMQ_JOB_ID", "EMQ_ATTEMPT", "EMQ_FENCE", "EMQ_QUEUE")}
+if payload == "text":
+    print("plain words, not JSON")
+elif payload == "fail":
+    sys.stderr.write("x" * 20000 + "\\nthe last words\\n")
+    sys.exit(3)
+else:
+    print(json.dumps({"payload": payload, "env": env}))
+"""
+
+
+def start_work(url: str, queue: str, *args: str, command: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*EMQ, "work", queue, "--json", "--wait-ms", "500", *args, "--", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=subprocess_env(EMQ_URL=url),
+    )
+
+
+def stop(process: subprocess.Popen[str]) -> tuple[list[dict[str, object]], str]:
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+    return [json.loads(line) for line in out.splitlines()], err
+
+
+def test_work_turns_a_program_into_a_worker(service_url: str, sdk: Client, queue: str) -> None:
+    sdk.enqueue_many(
+        queue, [{"payload": p, "id": i} for i, p in [("j", {"a": 1}), ("t", "text"), ("f", "fail")]]
+    )
+    worker = start_work(service_url, queue, "--concurrency", "3", command=[sys.executable, "-c", PROBE])
+    try:
+        wait_until(lambda: sdk.queue(queue).counts.completed == 2 and sdk.get_job(queue, "f").attempt == 1)
+        wait_until(lambda: sdk.get_job(queue, "f").state != "active")
+    finally:
+        events, err = stop(worker)
+    result = sdk.get_job(queue, "j").result
+    assert result["payload"] == {"a": 1}
+    assert result["env"] == {
+        "EMQ_JOB_ID": "j",
+        "EMQ_ATTEMPT": "1",
+        "EMQ_FENCE": result["env"]["EMQ_FENCE"],
+        "EMQ_QUEUE": queue,
+    }
+    assert int(result["env"]["EMQ_FENCE"]) >= 1
+    assert sdk.get_job(queue, "t").result == "plain words, not JSON"
+    failed = sdk.get_job(queue, "f")
+    assert failed.error.startswith("exit status 3\n") and failed.error.endswith("the last words")
+    assert len(failed.error.encode()) <= 8192
+    assert failed.state in ("delayed", "waiting")
+    assert "the last words" in err  # the command's stderr is passed through
+    kinds = [event["event"] for event in events]
+    assert kinds[0] == "started" and kinds[-1] == "stopped"
+    assert sorted(kinds[1:-1]) == ["done", "done", "failed"]
+
+
+SLOW = (
+    "import os, sys, time; sys.stdin.read(); open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_work_sigterm_stops_commands_and_releases_their_jobs(
+    service_url: str, sdk: Client, queue: str, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "pid"
+    sdk.enqueue(queue, None, id="slow", max_attempts=1)
+    worker = start_work(service_url, queue, command=[sys.executable, "-c", SLOW, str(pidfile)])
+    wait_until(lambda: pidfile.exists() and pidfile.read_text())
+    started = time.monotonic()
+    events, _ = stop(worker)
+    assert time.monotonic() - started < 5
+    assert [event["event"] for event in events] == ["started", "released", "stopped"]
+    assert not pid_alive(int(pidfile.read_text()))
+    job = sdk.get_job(queue, "slow")
+    assert job.state == "waiting"
+    assert sdk.lease(queue, "other")[0].attempt == 1  # the release spent no attempt
+
+
+def test_work_stops_the_command_when_the_lease_is_lost(
+    service_url: str, sdk: Client, queue: str, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "pid"
+    sdk.enqueue(queue, None, id="j")
+    worker = start_work(
+        service_url,
+        queue,
+        "--worker",
+        "doomed",
+        "--lease-ms",
+        "1500",
+        command=[sys.executable, "-c", SLOW, str(pidfile)],
+    )
+    try:
+        wait_until(lambda: pidfile.exists() and pidfile.read_text())
+        sdk.pause(queue)
+        assert sdk.release_worker(queue, "doomed") == ["j"]
+        wait_until(lambda: not pid_alive(int(pidfile.read_text())), timeout=10)
+    finally:
+        events, _ = stop(worker)
+    assert [event["event"] for event in events] == ["started", "stopping-command", "lease-lost", "stopped"]
+    job = sdk.get_job(queue, "j")
+    assert (job.state, job.result, job.error) == ("waiting", None, None)
+
+
+def test_serve_runs_the_service(redis_url: str, tmp_path: Path) -> None:
+    port, log = free_port(), tmp_path / "serve.log"
+    with log.open("w") as output:
+        service = subprocess.Popen(
+            [*EMQ, "serve", "--port", str(port)],
+            env=subprocess_env(EMQ_REDIS_URL=redis_url, HOST="127.0.0.1"),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
+    try:
+
+        def ready() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200
+            except httpx.TransportError:
+                assert service.poll() is None, log.read_text()
+                return False
+
+        wait_until(ready, timeout=30, interval=0.1)
+        stats = emq_json("stats", url=f"http://127.0.0.1:{port}")
+        assert "queues" in stats
+    finally:
+        service.send_signal(signal.SIGTERM)
+        assert service.wait(30) == 0

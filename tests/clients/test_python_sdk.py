@@ -1,0 +1,300 @@
+"""The Python SDK (clients/python) against a real service: every endpoint, typed answers, one
+exception class per problem code, retries only where repeating is safe."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from echomq import (
+    AckItem,
+    AsyncClient,
+    BackendUnavailable,
+    Backoff,
+    Client,
+    ConnectionFailed,
+    Counts,
+    Enqueued,
+    Forbidden,
+    InvalidRequest,
+    Job,
+    JobActive,
+    JobNotFound,
+    LeasedJob,
+    LeaseLost,
+    NewJob,
+    NotFound,
+    RetryPolicy,
+    Unauthorized,
+)
+
+from service.config import Settings
+from tests.clients.support import ROOT
+from tests.conftest import ValkeyProcess, free_port
+from tests.server import running_service
+
+SDK = ROOT / "clients" / "python"
+FAST_RETRIES = RetryPolicy(retries=2, base_delay_s=0.01, max_delay_s=0.05)
+
+
+def test_sync_client_runs_a_job_through(sdk: Client, queue: str) -> None:
+    created = sdk.enqueue(queue, {"to": "ada"}, id="j1", name="mail", priority=5, max_attempts=4)
+    assert created == Enqueued(id="j1", queue=queue, state="waiting", created=True)
+    again = sdk.enqueue(queue, "ignored", id="j1")
+    assert (again.created, again.state) == (False, "waiting")
+
+    (job,) = sdk.lease(queue, "w1", lease_ms=5000, wait_ms=1000)
+    assert isinstance(job, LeasedJob)
+    assert (job.id, job.name, job.payload, job.attempt, job.max_attempts) == (
+        "j1",
+        "mail",
+        {"to": "ada"},
+        1,
+        4,
+    )
+    assert job.fence >= 1 and len(job.lease_id) >= 32
+
+    beat = sdk.heartbeat(queue, job.id, job.lease_id, lease_ms=10_000)
+    assert beat.lease_expires_at > job.lease_expires_at
+    assert sdk.ack(queue, job.id, job.lease_id, {"sent": True}).state == "completed"
+    assert sdk.ack(queue, job.id, job.lease_id, {"sent": True}).state == "completed"  # repeatable
+
+    stored = sdk.get_job(queue, "j1")
+    assert isinstance(stored, Job)
+    assert (stored.state, stored.result, stored.worker, stored.priority) == (
+        "completed",
+        {"sent": True},
+        None,
+        5,
+    )
+    assert sdk.queue(queue).counts == Counts(waiting=0, delayed=0, active=0, completed=1, failed=0)
+
+
+async def test_async_client_covers_the_api(asdk: AsyncClient, queue: str) -> None:
+    made = await asdk.enqueue_many(
+        queue,
+        [
+            NewJob(payload=1, id="a"),
+            {"payload": 2, "id": "b", "backoff": {"type": "fixed", "delay_ms": 0}},
+            NewJob(payload=3, id="c", backoff=Backoff(type="fixed", delay_ms=60_000)),
+            NewJob(payload=4, id="d"),
+        ],
+    )
+    assert [job.id for job in made] == ["a", "b", "c", "d"] and all(job.created for job in made)
+
+    jobs = {job.id: job for job in await asdk.lease(queue, "w1", max_jobs=4)}
+    assert set(jobs) == {"a", "b", "c", "d"}
+    ledger = await asdk.ledger(queue)
+    assert {entry.id for entry in ledger} == set(jobs) and {entry.worker for entry in ledger} == {"w1"}
+    assert [entry.id for entry in await asdk.ledger(queue, worker="w1", limit=1)] == [ledger[0].id]
+    assert [(w.worker, sorted(w.jobs)) for w in await asdk.workers(queue)] == [("w1", ["a", "b", "c", "d"])]
+
+    outcomes = await asdk.ack_many(
+        queue, [AckItem(id="a", lease_id=jobs["a"].lease_id, result="A"), {"id": "b", "lease_id": "stale"}]
+    )
+    assert [(o.id, o.ok, o.state, o.code) for o in outcomes] == [
+        ("a", True, "completed", None),
+        ("b", False, None, "lease_lost"),
+    ]
+    assert (await asdk.fail(queue, "b", jobs["b"].lease_id, "boom")).state == "waiting"  # fixed 0 ms
+    assert (await asdk.fail(queue, "c", jobs["c"].lease_id, "later")).state == "delayed"
+    dead = await asdk.fail(queue, "d", jobs["d"].lease_id, "fatal", retry=False)
+    assert (dead.state, dead.attempt) == ("failed", 1)
+
+    page = await asdk.failed(queue, limit=10)
+    assert page.total == 1 and page.jobs[0].id == "d" and page.jobs[0].error == "fatal"
+    assert await asdk.retry_failed(queue, ["d", "nope"]) == ["d"]
+    assert (await asdk.get_job(queue, "d")).state == "waiting"
+
+    await asdk.pause(queue)
+    assert await asdk.lease(queue, "w2") == []
+    assert (await asdk.resume(queue)).paused is False
+    held = await asdk.lease(queue, "w2", max_jobs=2)
+    assert {job.id for job in held} == {"b", "d"}
+    released = await asdk.release(queue, held[0].id, held[0].lease_id)
+    assert released.state == "waiting"
+    assert await asdk.release_worker(queue, "w2") == [held[1].id]
+
+    (again,) = await asdk.lease(queue, "w3")
+    with pytest.raises(JobActive):
+        await asdk.delete_job(queue, again.id)
+    await asdk.release(queue, again.id, again.lease_id)
+    await asdk.delete_job(queue, again.id)
+    with pytest.raises(JobNotFound):
+        await asdk.get_job(queue, again.id)
+    assert queue in {view.name for view in await asdk.queues()}
+    assert await asdk.healthz() and await asdk.readyz()
+    assert "emq_" in await asdk.metrics()
+    assert (await asdk.openapi())["openapi"].startswith("3.1")
+
+
+def test_problem_codes_become_exceptions(sdk: Client, queue: str, service_url: str) -> None:
+    with pytest.raises(InvalidRequest) as invalid:
+        sdk.enqueue("no spaces allowed", 1)
+    assert (invalid.value.status, invalid.value.code) == (400, "invalid_request") and invalid.value.detail
+    with pytest.raises(InvalidRequest):
+        sdk.lease(queue, "w1", lease_ms=10)
+    with pytest.raises(JobNotFound):
+        sdk.ack(queue, "missing", "x")
+    sdk.enqueue(queue, 1, id="j")
+    assert len(sdk.lease(queue, "w1")) == 1
+    with pytest.raises(LeaseLost) as lost:
+        sdk.heartbeat(queue, "j", "not-the-lease")
+    assert lost.value.problem["code"] == "lease_lost" and lost.value.status == 409
+    with Client(service_url + "/nowhere") as lost_path, pytest.raises(NotFound):
+        lost_path.queues()
+
+
+@pytest.fixture(scope="module")
+def auth_url(redis_url: str) -> Iterator[str]:
+    entries = ("admin:Adm1n-secret", "worker:w-secret:only-*", "producer:p-secret")
+    with running_service(Settings(redis_url=redis_url, sweep_interval_ms=100, auth_entries=entries)) as url:
+        yield url
+
+
+def test_bearer_tokens(auth_url: str, queue: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Client(auth_url) as anonymous, pytest.raises(Unauthorized):
+        anonymous.queue(queue)
+    with Client(auth_url, token="wrong") as unknown, pytest.raises(Unauthorized):
+        unknown.queue(queue)
+    with Client(auth_url, token="p-secret") as producer:
+        producer.enqueue(queue, 1)
+        with pytest.raises(Forbidden) as forbidden:
+            producer.lease(queue, "w1")
+        assert forbidden.value.code == "forbidden"
+    with Client(auth_url, token="w-secret") as scoped, pytest.raises(Forbidden):
+        scoped.lease(queue, "w1")  # the token covers only-* queues
+    monkeypatch.setenv("EMQ_TOKEN", "Adm1n-secret")
+    monkeypatch.setenv("EMQ_URL", auth_url)
+    with Client() as from_env:
+        assert len(from_env.lease(queue, "w1")) == 1
+        assert from_env.pause(queue).paused
+
+
+METHOD_OF_OPERATION = {
+    "healthz": "healthz",
+    "readyz": "readyz",
+    "metrics": "metrics",
+    "openapi": "openapi",
+    "listQueues": "queues",
+    "getQueue": "queue",
+    "enqueue": "enqueue",
+    "enqueueMany": "enqueue_many",
+    "lease": "lease",
+    "heartbeat": "heartbeat",
+    "ack": "ack",
+    "ackMany": "ack_many",
+    "fail": "fail",
+    "release": "release",
+    "getJob": "get_job",
+    "deleteJob": "delete_job",
+    "getLedger": "ledger",
+    "listWorkers": "workers",
+    "listFailed": "failed",
+    "redriveFailed": "retry_failed",
+    "releaseWorker": "release_worker",
+    "pauseQueue": "pause",
+    "resumeQueue": "resume",
+}
+
+
+def test_sync_and_async_clients_have_the_same_methods() -> None:
+    def public(cls: type) -> dict[str, inspect.Signature]:
+        return {
+            name: inspect.signature(member)
+            for name, member in vars(cls).items()
+            if callable(member) and not name.startswith("_") and name not in ("close", "aclose")
+        }
+
+    sync, asyn = public(Client), public(AsyncClient)
+    assert sync.keys() == asyn.keys()
+    document = json.loads((ROOT / "openapi" / "openapi.json").read_text())
+    operations = {op["operationId"] for path in document["paths"].values() for op in path.values()}
+    assert operations == set(METHOD_OF_OPERATION)  # every endpoint of the contract...
+    assert set(METHOD_OF_OPERATION.values()) == sync.keys()  # ...has its method, and no more
+    for name, signature in sync.items():
+        assert [p.name for p in signature.parameters.values()] == [
+            p.name for p in asyn[name].parameters.values()
+        ], name
+        assert inspect.iscoroutinefunction(getattr(AsyncClient, name)), name
+
+
+class CountingTransport(httpx.HTTPTransport):
+    """The real transport, counting the requests that go through it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[str] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(f"{request.method} {request.url.path}")
+        return super().handle_request(request)
+
+
+def test_retries_only_what_is_safe_to_repeat(private_valkey: ValkeyProcess, queue: str) -> None:
+    settings = Settings(redis_url=private_valkey.url, sweep_interval_ms=100, redis_timeout_s=1.0)
+    with running_service(settings) as url:
+        transport = CountingTransport()
+        with Client(url, retry=FAST_RETRIES, transport=transport) as client:
+            client.enqueue(queue, 1, id="held")
+            (job,) = client.lease(queue, "w1")
+            private_valkey.kill()
+
+            def attempts(call: object) -> int:
+                transport.sent.clear()
+                with pytest.raises(BackendUnavailable) as down:
+                    call()  # type: ignore[operator]
+                assert down.value.status == 503 and down.value.retry_after_s
+                return len(transport.sent)
+
+            assert attempts(lambda: client.queue(queue)) == 3
+            assert attempts(lambda: client.enqueue(queue, 1, id="mine")) == 3
+            assert attempts(lambda: client.heartbeat(queue, job.id, job.lease_id)) == 3
+            assert attempts(lambda: client.ack(queue, job.id, job.lease_id, "r")) == 3
+            assert attempts(lambda: client.enqueue(queue, 1)) == 1  # no id: a repeat could duplicate
+            assert attempts(lambda: client.lease(queue, "w1")) == 1
+            assert attempts(lambda: client.fail(queue, job.id, job.lease_id, "e")) == 1
+            assert (
+                attempts(lambda: client.enqueue_many(queue, [{"payload": 1, "id": "x"}, {"payload": 2}])) == 1
+            )
+
+        # Redis comes back while an idempotent call is retrying: the call succeeds.
+        patient = RetryPolicy(retries=30, base_delay_s=0.1, max_delay_s=0.5)
+        with Client(url, retry=patient) as client:
+            threading.Timer(0.5, private_valkey.start).start()
+            assert client.enqueue(queue, "after", id="after").id == "after"
+
+
+def test_unreachable_service_is_retried_then_reported() -> None:
+    transport = CountingTransport()
+    client = Client(f"http://127.0.0.1:{free_port()}", retry=FAST_RETRIES, transport=transport)
+    with client, pytest.raises(ConnectionFailed):
+        client.lease("q", "w1")  # nothing was sent: even a lease is tried again
+    assert len(transport.sent) == 3
+
+
+@pytest.mark.timeout(180)
+def test_sdk_wheel(tmp_path: Path) -> None:
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", tmp_path, SDK],
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stderr
+    (wheel,) = tmp_path.glob("echomq_client-*.whl")
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
+    assert {"echomq/__init__.py", "echomq/client.py", "echomq/worker.py", "echomq/py.typed"} <= names
+    (metadata,) = [name for name in names if name.endswith("/METADATA")]
+    requires = [
+        line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist")
+    ]
+    assert sorted(line.split()[1].split(">")[0] for line in requires) == ["httpx", "msgspec"]

@@ -1,0 +1,189 @@
+"""The SDK's Worker against a real service: concurrency, heartbeats, ack/fail with hints, a lost
+lease cancels (async) or flags (sync) the handler and is never acked, stop() releases."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from echomq import AsyncClient, JobContext, JobError, Worker
+
+from tests.clients.support import await_until
+
+FAST = {"wait_ms": 200}
+
+
+async def completed(client: AsyncClient, queue: str, count: int) -> bool:
+    return (await client.queue(queue)).counts.completed >= count
+
+
+async def test_handlers_run_concurrently_and_results_are_acked(asdk: AsyncClient, queue: str) -> None:
+    running = peak = 0
+
+    async def handle(job: JobContext) -> dict[str, Any]:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.2)
+        running -= 1
+        return {"double": job.payload * 2, "attempt": job.attempt, "fence": job.fence}
+
+    await asdk.enqueue_many(queue, [{"payload": n, "id": f"j{n}"} for n in range(6)])
+    worker = Worker(queue, handle, client=asdk, concurrency=3, **FAST)
+    task = asyncio.create_task(worker.arun())
+    await await_until(lambda: completed(asdk, queue, 6))
+    worker.stop()
+    stats = await asyncio.wait_for(task, 5)
+    assert (stats.acked, stats.failed, stats.lost, stats.released) == (6, 0, 0, 0)
+    assert peak == 3
+    job = await asdk.get_job(queue, "j4")
+    assert job.result["double"] == 8 and job.result["attempt"] == 1 and job.result["fence"] >= 1
+
+
+async def test_exceptions_fail_with_their_text_and_retry_hints(asdk: AsyncClient, queue: str) -> None:
+    class Throttled(Exception):
+        retry_after_ms = 60_000
+
+    def handle(job: JobContext) -> None:  # sync: runs in a thread
+        if job.payload == "fatal":
+            raise JobError("bad input", retry=False)
+        if job.payload == "later":
+            raise Throttled("slow down")
+        raise ValueError("plain failure")
+
+    for name in ("fatal", "later", "plain"):
+        await asdk.enqueue(queue, name, id=name)
+    worker = Worker(queue, handle, client=asdk, concurrency=3, **FAST)
+    task = asyncio.create_task(worker.arun())
+
+    async def all_failed_once() -> bool:
+        return worker.stats.failed >= 3
+
+    await await_until(all_failed_once)
+    worker.stop()
+    await asyncio.wait_for(task, 5)
+    fatal, later, plain = [await asdk.get_job(queue, name) for name in ("fatal", "later", "plain")]
+    assert fatal.state == "failed" and fatal.error.startswith("JobError: bad input")
+    assert "Traceback" in fatal.error and len(fatal.error.encode()) <= 8192
+    assert later.state == "delayed" and later.error.startswith("Throttled: slow down")
+    assert plain.state in ("delayed", "waiting") and plain.error.startswith("ValueError: plain failure")
+    assert plain.attempt == 1
+
+
+async def test_heartbeats_keep_a_short_lease(asdk: AsyncClient, queue: str) -> None:
+    async def handle(job: JobContext) -> str:
+        await asyncio.sleep(2.5)  # 2.5 shortest leases; the sweep runs every 100 ms
+        return "made it"
+
+    await asdk.enqueue(queue, None, id="long")
+    worker = Worker(queue, handle, client=asdk, lease_ms=1000, **FAST)
+    task = asyncio.create_task(worker.arun())
+    await await_until(lambda: completed(asdk, queue, 1))
+    worker.stop()
+    await asyncio.wait_for(task, 5)
+    job = await asdk.get_job(queue, "long")
+    assert (job.state, job.attempt, job.result) == ("completed", 1, "made it")
+    assert worker.stats.lost == 0
+
+
+async def test_lost_lease_cancels_an_async_handler_and_nothing_is_acked(
+    asdk: AsyncClient, queue: str
+) -> None:
+    events: list[str] = []
+
+    async def handle(job: JobContext) -> str:
+        events.append("start")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            events.append(f"cancelled lease_lost={job.lease_lost}")
+            raise
+        return "must not be acked"
+
+    await asdk.enqueue(queue, None, id="j")
+    worker = Worker(queue, handle, client=asdk, worker_id="w-async", lease_ms=1500, **FAST)
+    task = asyncio.create_task(worker.arun())
+    await await_until(lambda: asdk.ledger(queue))
+    assert await asdk.release_worker(queue, "w-async") == ["j"]  # an operator takes it away
+
+    async def noticed() -> bool:
+        return "cancelled lease_lost=True" in events
+
+    await await_until(noticed, timeout=5)
+    worker.stop()
+    await asyncio.wait_for(task, 5)
+    assert worker.stats.lost == 1 and worker.stats.acked == 0
+    job = await asdk.get_job(queue, "j")
+    assert job.state == "waiting" and job.result is None  # (leased again and released at stop)
+
+
+async def test_lost_lease_flags_a_sync_handler_and_its_result_is_discarded(
+    asdk: AsyncClient, queue: str
+) -> None:
+    seen: list[bool] = []
+    done = threading.Event()
+
+    def handle(job: JobContext) -> str:
+        if job.attempt > 1 or seen:
+            return "second delivery"
+        while not job.cancelled:
+            time.sleep(0.02)
+        seen.append(job.lease_lost)
+        done.set()
+        return "after the loss"
+
+    await asdk.enqueue(queue, None, id="j", max_attempts=1)
+    worker = Worker(queue, handle, client=asdk, worker_id="w-sync", lease_ms=1500, **FAST)
+    task = asyncio.create_task(worker.arun())
+    await await_until(lambda: asdk.ledger(queue))
+    await asdk.pause(queue)  # so that the job is not leased again before we look
+    await asdk.release_worker(queue, "w-sync")
+    await asyncio.get_running_loop().run_in_executor(None, done.wait, 5)
+    await asyncio.sleep(0.2)
+    worker.stop()
+    await asyncio.wait_for(task, 5)
+    assert seen == [True]
+    assert worker.stats.lost == 1 and worker.stats.acked == 0
+    job = await asdk.get_job(queue, "j")
+    assert (job.state, job.result) == ("waiting", None)
+
+
+async def test_stop_releases_running_jobs_without_spending_an_attempt(asdk: AsyncClient, queue: str) -> None:
+    started = asyncio.Event()
+
+    async def handle(job: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    await asdk.enqueue(queue, None, id="j", max_attempts=1)
+    worker = Worker(queue, handle, client=asdk, **FAST)
+    task = asyncio.create_task(worker.arun())
+    await asyncio.wait_for(started.wait(), 5)
+    begun = time.monotonic()
+    worker.stop()
+    stats = await asyncio.wait_for(task, 5)
+    assert time.monotonic() - begun < 2
+    assert stats.released == 1 and stats.acked == 0
+    assert (await asdk.get_job(queue, "j")).state == "waiting"
+    (again,) = await asdk.lease(queue, "w2")
+    assert again.attempt == 1  # the release did not count as a delivery
+
+
+async def test_grace_lets_running_jobs_finish(asdk: AsyncClient, queue: str) -> None:
+    started = asyncio.Event()
+
+    async def handle(job: JobContext) -> str:
+        started.set()
+        await asyncio.sleep(0.5)
+        return "finished"
+
+    await asdk.enqueue(queue, None, id="j")
+    worker = Worker(queue, handle, client=asdk, grace_s=5, **FAST)
+    task = asyncio.create_task(worker.arun())
+    await asyncio.wait_for(started.wait(), 5)
+    worker.stop()
+    stats = await asyncio.wait_for(task, 5)
+    assert (stats.acked, stats.released) == (1, 0)
+    assert (await asdk.get_job(queue, "j")).result == "finished"
