@@ -79,6 +79,10 @@ class ValkeyCluster:
                 "",
                 "--maxmemory-policy",
                 "noeviction",
+                "--logfile",
+                str(node_dir / "valkey.log"),
+                "--repl-diskless-sync-delay",  # replicas in sync at once, not after the default 5 s
+                "0",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -110,7 +114,12 @@ class ValkeyCluster:
             self._wait(lambda p=port, q=primary: ids[q] in self._known(p), "replica to see its primary")
             self.client(port).execute_command("CLUSTER", "REPLICATE", ids[primary])
         self._wait(self._healthy, "cluster_state:ok on every node")
+        self._wait(self._replicas_in_sync, "every replica's link to its primary")
         return self
+
+    def _replicas_in_sync(self) -> bool:
+        replicas = self.ports[self.primaries :]
+        return all(self.client(p).info("replication").get("master_link_status") == "up" for p in replicas)
 
     def _known(self, port: int) -> set[str]:
         lines = self.client(port).execute_command("CLUSTER", "NODES").decode().splitlines()

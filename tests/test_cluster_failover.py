@@ -1,0 +1,96 @@
+"""A Cluster primary dies under load: its replica is promoted and the service follows the new slot
+map by itself. Acknowledged enqueues are counted afterwards; replication is asynchronous, so the
+count is reported rather than promised (docs/SCALING.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from service.config import Settings
+from service.keys import queue_prefix
+from tests.cluster import ValkeyCluster
+from tests.server import running_service
+
+QUEUES = 12
+JOBS_PER_QUEUE = 30
+RECOVERY_DEADLINE_S = 60.0
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ValkeyCluster]:
+    started = ValkeyCluster(tmp_path, primaries=3, replicas_per_primary=1).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def owner_port(cluster: ValkeyCluster, queue: str) -> int:
+    """The primary that holds a queue's slot, as the cluster sees it now."""
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.ports[-1])
+    try:
+        return client.get_node_from_key(queue_prefix(queue) + "wait").port
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(300)
+async def test_the_service_follows_a_cluster_failover(cluster: ValkeyCluster) -> None:
+    queues = [f"cf-{i}" for i in range(QUEUES)]
+    victim = owner_port(cluster, queues[0])
+    acknowledged: set[tuple[str, str]] = set()
+    killed_at = recovered_at = 0.0
+    settings = Settings(redis_url=cluster.url, sweep_interval_ms=200, redis_timeout_s=2.0)
+    with running_service(settings) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+
+            async def produce(queue: str) -> None:
+                nonlocal recovered_at
+                for i in range(JOBS_PER_QUEUE):
+                    while True:  # the same id until acknowledged: enqueue is idempotent by id
+                        try:
+                            answer = await http.post(
+                                f"/v1/queues/{queue}/jobs", json={"id": f"j{i}", "payload": i}
+                            )
+                        except httpx.TransportError:
+                            answer = None
+                        if answer is not None and answer.status_code in (200, 201):
+                            acknowledged.add((queue, f"j{i}"))
+                            if killed_at and queue == queues[0] and not recovered_at:
+                                recovered_at = time.monotonic()
+                            break
+                        await asyncio.sleep(0.1)
+                    await asyncio.sleep(0.02)
+
+            producers = [asyncio.create_task(produce(queue)) for queue in queues]
+            await asyncio.sleep(0.3)
+            killed_at = time.monotonic()
+            cluster.processes[victim].kill()
+            await asyncio.wait_for(asyncio.gather(*producers), RECOVERY_DEADLINE_S)
+            completed: set[tuple[str, str]] = set()
+            for queue in queues:
+                while True:
+                    body = {"worker": "w", "max_jobs": 100}
+                    jobs = (await http.post(f"/v1/queues/{queue}/lease", json=body)).json()["jobs"]
+                    if not jobs:
+                        break
+                    acks = [{"id": job["id"], "lease_id": job["lease_id"]} for job in jobs]
+                    results = (await http.post(f"/v1/queues/{queue}/ack", json={"acks": acks})).json()[
+                        "results"
+                    ]
+                    completed |= {(queue, result["id"]) for result in results if result["ok"]}
+    lost = acknowledged - completed
+    print(
+        f"\ncluster failover: acknowledged {len(acknowledged)}, lost {len(lost)}, "
+        f"first acknowledged enqueue on the failed-over slot {recovered_at - killed_at:.1f} s after the kill"
+    )
+    assert len(acknowledged) == QUEUES * JOBS_PER_QUEUE  # every producer got through
+    assert recovered_at and recovered_at - killed_at < RECOVERY_DEADLINE_S
+    assert owner_port(cluster, queues[0]) != victim  # a replica took the slot over
