@@ -21,7 +21,6 @@ from litestar.exceptions import HTTPException
 from litestar.plugins.opentelemetry import OpenTelemetryConfig, OpenTelemetryPlugin
 from litestar.types import ASGIApp, Receive, Scope, Send
 from opentelemetry.metrics import NoOpMeterProvider
-from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -29,7 +28,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from service import metrics, openapi
 from service.auth import Action, Authenticator, Forbidden, Unauthorized
 from service.backend import check_server, close, connect
-from service.config import ConfigError, Settings
+from service.config import Settings
 from service.errors import PROBLEMS, QueueError
 from service.longpoll import TooManyWaiters, WakeHub
 from service.queue import JobQueues
@@ -204,9 +203,6 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litest
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         client = await connect(settings)
-        if settings.wait_replicas and isinstance(client, RedisCluster):
-            await close(client)
-            raise ConfigError("EMQ_WAIT_REPLICAS is not supported on Redis Cluster yet (see docs/SCALING.md)")
         await check_server(client)
         queues = JobQueues(
             client,

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from service import keys, limits
 
@@ -53,6 +54,21 @@ def render(path: Path) -> str:
     return _PLACEHOLDER.sub(fill, source)
 
 
+async def _pipelined(
+    client: Redis | RedisCluster, commands: Sequence[tuple[Any, ...]], key: str
+) -> list[Any]:
+    """Commands sent together on one connection: the connection of the node that owns key."""
+    if isinstance(client, RedisCluster):
+        node = client.get_node_from_key(key)
+        queued = [PipelineCommand(position, *command) for position, command in enumerate(commands)]
+        await node.execute_pipeline(queued)
+        return [command.result for command in queued]
+    async with client.pipeline(transaction=False) as pipe:
+        for command in commands:
+            pipe.execute_command(*command)
+        return await pipe.execute(raise_on_error=False)
+
+
 class WriteNotConfirmed(Exception):
     """Durable mode: the write took effect on the primary, but not on enough replicas in time."""
 
@@ -69,6 +85,14 @@ class Scripts:
                 raise ValueError(f"script file name must be <operation>-<numkeys>.lua: {path}")
             script = client.register_script(render(path))
             self._scripts[match["operation"]] = (script, int(match["numkeys"]))
+
+    async def _with_wait(self, evalsha: tuple[Any, ...], wait: tuple[Any, ...], key: str) -> list[Any]:
+        """EVALSHA then WAIT on the same connection, which is what WAIT's count refers to."""
+        reply, confirmed = await _pipelined(self._client, (evalsha, wait), key)
+        if isinstance(reply, ResponseError) and str(reply).startswith(("MOVED", "ASK")):
+            await self._client.nodes_manager.initialize()  # type: ignore[union-attr]  # the slot moved
+            reply, confirmed = await _pipelined(self._client, (evalsha, wait), key)
+        return [reply, confirmed]
 
     @property
     def operations(self) -> list[str]:
@@ -90,11 +114,10 @@ class Scripts:
             raise ValueError(f"{operation} takes {numkeys} keys, got {len(keys)}")
         if replicas <= 0:
             return await script(keys=keys, args=args)
+        evalsha = ("EVALSHA", script.sha, numkeys, *keys, *args)
+        wait = ("WAIT", replicas, timeout_ms)
         for _ in range(2):  # a second round only after loading a script the server had forgotten
-            async with self._client.pipeline(transaction=False) as pipe:
-                pipe.execute_command("EVALSHA", script.sha, numkeys, *keys, *args)
-                pipe.execute_command("WAIT", replicas, timeout_ms)
-                reply, confirmed = await pipe.execute(raise_on_error=False)
+            reply, confirmed = await self._with_wait(evalsha, wait, keys[0])
             if isinstance(reply, NoScriptError):
                 await self._client.script_load(script.script)
                 continue

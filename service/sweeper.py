@@ -11,6 +11,7 @@ from redis.exceptions import RedisError
 
 from service.background import stop_task
 from service.queue import JobQueues, SweepReport
+from service.scripts import WriteNotConfirmed
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,10 @@ class Sweeper:
                         report.reclaimed,
                         report.dead_lettered,
                     )
-            except (RedisError, OSError) as error:
+            except (RedisError, OSError, WriteNotConfirmed) as error:
                 log.warning("sweep skipped: %s", error)
+            except Exception:
+                # The loop must outlive any surprise: without it expired leases stay in the ledger.
+                log.exception("sweep failed; trying again next interval")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self._interval_s)

@@ -94,3 +94,28 @@ async def test_the_service_follows_a_cluster_failover(cluster: ValkeyCluster) ->
     assert len(acknowledged) == QUEUES * JOBS_PER_QUEUE  # every producer got through
     assert recovered_at and recovered_at - killed_at < RECOVERY_DEADLINE_S
     assert owner_port(cluster, queues[0]) != victim  # a replica took the slot over
+
+
+@pytest.mark.timeout(300)
+async def test_durable_mode_on_a_cluster_waits_for_the_shards_replica(cluster: ValkeyCluster) -> None:
+    settings = Settings(redis_url=cluster.url, wait_replicas=1, wait_timeout_ms=500, redis_timeout_s=2.0)
+    with running_service(settings) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            for queue in ("d-a", "d-b", "d-c", "d-d"):  # queues on several shards
+                assert (await http.post(f"/v1/queues/{queue}/jobs", json={"payload": 1})).status_code == 201
+                job = (await http.post(f"/v1/queues/{queue}/lease", json={"worker": "w"})).json()["jobs"][0]
+                ack = await http.post(
+                    f"/v1/queues/{queue}/jobs/{job['id']}/ack", json={"lease_id": job["lease_id"]}
+                )
+                assert ack.status_code == 200
+            # Without its replica, a shard's writes are refused (they did happen on the primary).
+            primary = owner_port(cluster, "d-a")
+            replica = next(
+                port
+                for port in cluster.ports[3:]
+                if cluster.client(port).info("replication").get("master_port") == primary
+            )
+            cluster.processes[replica].kill()
+            refused = await http.post("/v1/queues/d-a/jobs", json={"payload": 2})
+            assert refused.status_code == 503 and refused.json()["code"] == "backend_unavailable"
+            assert (await http.get("/v1/queues/d-a")).status_code == 200  # reads do not wait
