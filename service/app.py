@@ -21,6 +21,7 @@ from litestar.exceptions import HTTPException
 from litestar.plugins.opentelemetry import OpenTelemetryConfig, OpenTelemetryPlugin
 from litestar.types import ASGIApp, Receive, Scope, Send
 from opentelemetry.metrics import NoOpMeterProvider
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -30,7 +31,7 @@ from service.auth import Action, Authenticator, Forbidden, Unauthorized
 from service.backend import check_server, close, connect
 from service.config import Settings
 from service.errors import PROBLEMS, QueueError
-from service.longpoll import TooManyWaiters, WakeHub
+from service.longpoll import ShardedWakeHub, TooManyWaiters, WakeHub
 from service.queue import JobQueues
 from service.routes import QUEUE_HANDLERS, authorize, json_response
 from service.schemas import Health, Problem
@@ -214,7 +215,11 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litest
             confirm_replicas=settings.wait_replicas,
             confirm_timeout_ms=settings.wait_timeout_ms,
         )
-        hub = WakeHub(client, settings.max_waiters)
+        hub = (
+            ShardedWakeHub(client, settings.max_waiters)
+            if isinstance(client, RedisCluster)
+            else WakeHub(client, settings.max_waiters)
+        )
         telemetry.waiters = lambda: hub.waiting
         sweeper = Sweeper(queues, settings.sweep_interval_ms)
         app.state.update(

@@ -14,18 +14,34 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
-from redis.asyncio import Redis
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import Connection
 from redis.exceptions import RedisError
 
 from service.background import stop_task
-from service.keys import WAKE_CHANNEL_PATTERN, queue_of_wake_channel
+from service.keys import WAKE_CHANNEL_PATTERN, QueueKeys, queue_of_wake_channel
 
 log = logging.getLogger(__name__)
 
-FALLBACK_POLL_S = 1.0  # a waiter re-tries this often even when no message arrives
+FALLBACK_POLL_S = 1.0
+_SUBSCRIBER_OPTIONS = frozenset(
+    {
+        "username",
+        "password",
+        "credential_provider",
+        "socket_connect_timeout",
+        "socket_keepalive",
+        "socket_keepalive_options",
+    }
+)  # a waiter re-tries this often even when no message arrives
 RECONNECT_DELAY_S = 0.5
 
 T = TypeVar("T")
+
+
+def keys_of(queue: str) -> QueueKeys:
+    return QueueKeys.for_queue(queue)
 
 
 class TooManyWaiters(Exception):
@@ -96,6 +112,9 @@ class WakeHub:
                 waiter.event.set()
                 count -= 1
 
+    async def ensure_subscribed(self, queue: str) -> None:
+        """Make sure this queue's wake-ups reach the hub (a pattern subscription covers all)."""
+
     def _on_message(self, channel: bytes, data: bytes) -> None:
         try:
             count = int(data)
@@ -131,6 +150,82 @@ class WakeHub:
                     await pubsub.aclose()
 
 
+class ShardedWakeHub(WakeHub):
+    """Redis Cluster: scripts SPUBLISH on their queue's shard, so a wake-up travels to that
+    shard's subscribers only instead of every node. The hub SSUBSCRIBEs a queue's channel the
+    first time one of its requests waits, on the primary that owns the channel's slot, with one
+    listener per primary. A slot that moves (failover, resharding) breaks that listener, and
+    the next round subscribes again where the slot now lives."""
+
+    def __init__(self, client: RedisCluster, max_waiters: int) -> None:
+        super().__init__(client, max_waiters)  # type: ignore[arg-type]
+        self._cluster = client
+        self._channels: set[str] = set()
+        self._changed = asyncio.Event()  # a new channel: listeners are rebuilt
+
+    async def ensure_subscribed(self, queue: str) -> None:
+        channel = keys_of(queue).wake
+        if channel not in self._channels:
+            self._channels.add(channel)
+            self._changed.set()
+            await asyncio.sleep(0)  # let the listeners start over with it before the first lease try
+
+    async def _listen(self) -> None:
+        while not self._stopping.is_set():
+            self._changed.clear()
+            by_node: dict[tuple[str, int], list[str]] = {}
+            for channel in sorted(self._channels):
+                node = self._cluster.get_node_from_key(channel)
+                by_node.setdefault((node.host, node.port), []).append(channel)
+            listeners = [
+                asyncio.create_task(self._listen_node(host, port, channels))
+                for (host, port), channels in by_node.items()
+            ]
+            rebuild = asyncio.create_task(self._changed.wait())
+            try:
+                done, _ = await asyncio.wait({rebuild, *listeners}, return_when=asyncio.FIRST_COMPLETED)
+                if rebuild not in done:  # a listener broke: the slot map may have changed
+                    with contextlib.suppress(RedisError, OSError):
+                        await self._cluster.nodes_manager.initialize()
+                    await asyncio.sleep(RECONNECT_DELAY_S)
+            finally:
+                for task in (rebuild, *listeners):
+                    task.cancel()
+                await asyncio.gather(rebuild, *listeners, return_exceptions=True)
+            self._wake_all()  # anything published while (re)subscribing was missed
+
+    async def _listen_node(self, host: str, port: int, channels: list[str]) -> None:
+        node = self._cluster.get_node(host=host, port=port)
+        # The node's credentials and TLS settings; no read timeout: a subscriber waits for ever.
+        options = {
+            key: value
+            for key, value in (node.connection_kwargs if node is not None else {}).items()
+            if key in _SUBSCRIBER_OPTIONS or key.startswith("ssl")
+        }
+        pool = ConnectionPool(
+            connection_class=node.connection_class if node is not None else Connection,
+            host=host,
+            port=port,
+            **options,
+        )
+        client = Redis.from_pool(pool)
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.execute_command("SSUBSCRIBE", *channels)
+            while True:
+                message = await pubsub.parse_response(block=True)
+                if message and message[0] in (b"smessage", "smessage"):
+                    self._on_message(message[1], message[2])
+        except (RedisError, OSError) as error:
+            log.warning("sharded wake subscription on %s:%s lost (%s)", host, port, error)
+        except Exception:
+            log.exception("sharded wake subscription on %s:%s failed", host, port)
+        finally:
+            with contextlib.suppress(RedisError, OSError):
+                await pubsub.aclose()
+                await client.aclose()
+
+
 async def lease_with_wait(
     hub: WakeHub,
     queue: str,
@@ -150,6 +245,7 @@ async def lease_with_wait(
         return jobs
     deadline = asyncio.get_running_loop().time() + wait_ms / 1000
     with hub.register(queue) as waiter:
+        await hub.ensure_subscribed(queue)
         hang_up = asyncio.create_task(_wake_when(gone, waiter))
         try:
             return await _wait_and_lease(hub, waiter, deadline, lease, gone)

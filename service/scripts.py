@@ -39,8 +39,9 @@ def lua_dir() -> Path:
     return packaged if packaged.is_dir() else Path(__file__).parent.parent / "lua"
 
 
-def render(path: Path) -> str:
+def render(path: Path, extra: Mapping[str, str] | None = None) -> str:
     """A script's source with its includes inlined and its placeholders filled in."""
+    placeholders = {**PLACEHOLDERS, **(extra or {})}
     include_dir = path.parent / "include"
 
     def include(match: re.Match[str]) -> str:
@@ -49,7 +50,7 @@ def render(path: Path) -> str:
     source = _INCLUDE.sub(include, path.read_text())
 
     def fill(match: re.Match[str]) -> str:
-        return PLACEHOLDERS[match[1]]
+        return placeholders[match[1]]
 
     return _PLACEHOLDER.sub(fill, source)
 
@@ -76,14 +77,16 @@ class WriteNotConfirmed(Exception):
 class Scripts:
     """Every script of lua/, registered on one client, callable by operation name."""
 
-    def __init__(self, client: Redis, directory: Path | None = None) -> None:
+    def __init__(self, client: Redis | RedisCluster, directory: Path | None = None) -> None:
         self._client = client
+        # On a Cluster, wake-ups go by sharded pub/sub to the queue's shard only (service.longpoll).
+        publish = {"PUBLISH": "SPUBLISH" if isinstance(client, RedisCluster) else "PUBLISH"}
         self._scripts: dict[str, tuple[AsyncScript, int]] = {}
         for path in sorted((directory or lua_dir()).glob("*.lua")):
             match = _SCRIPT_NAME.match(path.name)
             if match is None:
                 raise ValueError(f"script file name must be <operation>-<numkeys>.lua: {path}")
-            script = client.register_script(render(path))
+            script = client.register_script(render(path, publish))
             self._scripts[match["operation"]] = (script, int(match["numkeys"]))
 
     async def _with_wait(self, evalsha: tuple[Any, ...], wait: tuple[Any, ...], key: str) -> list[Any]:

@@ -119,3 +119,24 @@ async def test_durable_mode_on_a_cluster_waits_for_the_shards_replica(cluster: V
             refused = await http.post("/v1/queues/d-a/jobs", json={"payload": 2})
             assert refused.status_code == 503 and refused.json()["code"] == "backend_unavailable"
             assert (await http.get("/v1/queues/d-a")).status_code == 200  # reads do not wait
+
+
+@pytest.mark.timeout(120)
+async def test_wake_ups_go_by_sharded_pubsub_to_the_queues_shard(cluster: ValkeyCluster) -> None:
+    with running_service(Settings(redis_url=cluster.url)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            queue = "sharded-wake"
+            waiter = asyncio.create_task(
+                http.post(f"/v1/queues/{queue}/lease", json={"worker": "w", "wait_ms": 15_000})
+            )
+            await asyncio.sleep(0.5)
+            channel = queue_prefix(queue) + "wake"
+            owner = cluster.client(owner_port(cluster, queue))
+            assert owner.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1] >= 1
+            assert all(
+                cluster.client(port).execute_command("PUBSUB", "NUMPAT") == 0 for port in cluster.ports
+            )
+            started = time.monotonic()
+            assert (await http.post(f"/v1/queues/{queue}/jobs", json={"payload": 1})).status_code == 201
+            assert len((await waiter).json()["jobs"]) == 1
+            assert time.monotonic() - started < 0.5  # woken by the message, not the 1 s fallback poll

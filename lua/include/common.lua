@@ -83,5 +83,6 @@ local function promote_due(now, limit)
 end
 
 local function wake_waiters(count)
-  if count > 0 then redis.call('PUBLISH', WAKE, count) end
+  -- PUBLISH, or SPUBLISH on a Cluster (the channel is KEYS[10], so it shares the queue's slot)
+  if count > 0 then redis.call('@PUBLISH@', WAKE, count) end
 end

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import RedisCluster
 
 from service import limits
 from service.keys import QueueKeys
@@ -94,27 +95,42 @@ class WakeListener:
     def __init__(self, client: Redis, channel: str) -> None:
         self._client = client
         self._channel = channel
-        self._pubsub: PubSub = client.pubsub()
+        # On a Cluster the scripts SPUBLISH: listen on the shard that owns the channel.
+        self._sharded = isinstance(client, RedisCluster)
+        if self._sharded:
+            node = client.get_node_from_key(channel)
+            self._node_client: Redis | None = Redis(host=node.host, port=node.port)
+            self._pubsub: PubSub = self._node_client.pubsub()
+        else:
+            self._node_client = None
+            self._pubsub = client.pubsub()
 
     async def __aenter__(self) -> WakeListener:
-        await self._pubsub.subscribe(self._channel)
+        if self._sharded:
+            await self._pubsub.execute_command("SSUBSCRIBE", self._channel)
+        else:
+            await self._pubsub.subscribe(self._channel)
         confirmation = await self._pubsub.get_message(timeout=PUBSUB_TIMEOUT_S)
-        assert confirmation is not None and confirmation["type"] == "subscribe"
+        assert confirmation is not None and confirmation["type"] in ("subscribe", "ssubscribe")
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self._pubsub.unsubscribe()
         await self._pubsub.aclose()
+        if self._node_client is not None:
+            await self._node_client.aclose()
 
     async def messages(self) -> list[str]:
         """Everything published since the last call. A sentinel published after the scripts ran
         arrives after their messages, so no message can be missed and no sleep is needed."""
-        await self._client.publish(self._channel, WAKE_SENTINEL)
+        if self._sharded:
+            await self._client.execute_command("SPUBLISH", self._channel, WAKE_SENTINEL)
+        else:
+            await self._client.publish(self._channel, WAKE_SENTINEL)
         received = []
         while True:
             message = await self._pubsub.get_message(timeout=PUBSUB_TIMEOUT_S)
             assert message is not None, "the sentinel never arrived"
-            if message["type"] != "message":
+            if message["type"] not in ("message", "smessage"):
                 continue
             data = message["data"].decode()
             if data == WAKE_SENTINEL:
