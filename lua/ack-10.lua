@@ -13,22 +13,29 @@
 local acks = cjson.decode(ARGV[2])
 local now = now_ms()
 local reply = {}
+local departures = new_departures()
+local completed = {} -- ZADD arguments: score, id, ...
 for i, ack in ipairs(acks) do
   local id, lease_id = ack[1], ack[2]
   local key = job_key(id)
-  local state = redis.call('HGET', key, 'state')
+  local job = redis.call('HMGET', key, 'state', 'worker', 'leased_at', 'done_lease')
   local code, held_ms = 0, 0
-  if not state then
+  if not job[1] then
     code = JOB_NOT_FOUND
-  elseif holds_lease(id, key, lease_id) then
-    held_ms = now - tonumber(redis.call('HGET', key, 'leased_at'))
-    leave_ledger(id, key)
-    redis.call('HSET', key, 'state', 'completed', 'done_lease', lease_id,
-      'finished_at', now, 'updated_at', now)
-    if ARGV[i + 2] ~= '' then redis.call('HSET', key, 'result', ARGV[i + 2]) end
-    redis.call('ZADD', COMPLETED, now, id)
+  elseif job[2] and holds_lease(id, key, lease_id, job[2]) then
+    held_ms = now - tonumber(job[3])
+    leave_ledger(departures, id, key, job[2])
+    if ARGV[i + 2] ~= '' then
+      redis.call('HSET', key, 'state', 'completed', 'done_lease', lease_id, 'finished_at', now,
+        'updated_at', now, 'result', ARGV[i + 2])
+    else
+      redis.call('HSET', key, 'state', 'completed', 'done_lease', lease_id, 'finished_at', now,
+        'updated_at', now)
+    end
+    completed[#completed + 1] = now
+    completed[#completed + 1] = id
     code = 1
-  elseif state == 'completed' and redis.call('HGET', key, 'done_lease') == lease_id then
+  elseif job[1] == 'completed' and job[4] == lease_id then
     code = 2
   else
     code = LEASE_LOST
@@ -36,4 +43,6 @@ for i, ack in ipairs(acks) do
   reply[#reply + 1] = code
   reply[#reply + 1] = held_ms
 end
+detach(departures)
+if #completed > 0 then redis.call('ZADD', COMPLETED, unpack(completed)) end
 return reply

@@ -10,10 +10,19 @@
 -- Returns     flat array, 3 entries per job: id, state ("waiting"|"delayed" or the stored job's
 --             state), created (1 = stored now, 0 = the id existed)
 -- @include common
+-- Appends field and value to an HSET's arguments, unless the value is the field's default.
+local function unless_default(fields, field, value, default)
+  if value ~= default then
+    fields[#fields + 1] = field
+    fields[#fields + 1] = value
+  end
+end
+
 local jobs = cjson.decode(ARGV[2])
 local now = now_ms()
 local reply = {}
 local leasable = 0
+local unprioritised = {} -- priority 0: pushed onto WAIT in one LPUSH, in order, at the end
 for i, job in ipairs(jobs) do
   local id = job.id
   local key = job_key(id)
@@ -22,13 +31,18 @@ for i, job in ipairs(jobs) do
   if not state then
     created = 1
     state = job.delay_ms > 0 and 'delayed' or 'waiting'
-    redis.call('HSET', key, 'name', job.name, 'payload', ARGV[i + 2], 'priority', job.priority,
-      'max_attempts', job.max_attempts, 'backoff_type', job.backoff_type,
-      'backoff_ms', job.backoff_ms, 'attempt', 0, 'state', state,
-      'created_at', now, 'updated_at', now)
-    if job.traceparent then redis.call('HSET', key, 'traceparent', job.traceparent) end
+    local fields = {'payload', ARGV[i + 2], 'state', state, 'created_at', now}
+    unless_default(fields, 'name', job.name, '')
+    unless_default(fields, 'priority', job.priority, 0)
+    unless_default(fields, 'max_attempts', job.max_attempts, DEFAULT_MAX_ATTEMPTS)
+    unless_default(fields, 'backoff_type', job.backoff_type, 'exponential')
+    unless_default(fields, 'backoff_ms', job.backoff_ms, DEFAULT_BACKOFF_MS)
+    unless_default(fields, 'traceparent', job.traceparent, nil)
+    redis.call('HSET', key, unpack(fields))
     if state == 'delayed' then
       redis.call('ZADD', DELAYED, now + job.delay_ms, id)
+    elseif job.priority == 0 then
+      unprioritised[#unprioritised + 1] = id
     else
       push_waiting(id, job.priority, false)
       leasable = leasable + 1
@@ -37,6 +51,10 @@ for i, job in ipairs(jobs) do
   reply[#reply + 1] = id
   reply[#reply + 1] = state
   reply[#reply + 1] = created
+end
+if #unprioritised > 0 then
+  redis.call('LPUSH', WAIT, unpack(unprioritised))
+  leasable = leasable + #unprioritised
 end
 wake_waiters(leasable)
 return reply

@@ -20,8 +20,8 @@ if not holds_lease(id, key, lease_id) then return {LEASE_LOST} end
 local options = cjson.decode(ARGV[4])
 local now = now_ms()
 local job = redis.call('HMGET', key, 'attempt', 'max_attempts', 'backoff_type', 'backoff_ms', 'priority')
-local attempt, max_attempts = tonumber(job[1]), tonumber(job[2])
-leave_ledger(id, key)
+local attempt, max_attempts = number_or(job[1], 0), number_or(job[2], DEFAULT_MAX_ATTEMPTS)
+leave_ledger_now(id, key)
 redis.call('HSET', key, 'error', ARGV[5], 'updated_at', now)
 if not options.retry or attempt >= max_attempts then
   dead_letter(id, key, now)
@@ -29,7 +29,7 @@ if not options.retry or attempt >= max_attempts then
 end
 local delay_ms = options.retry_after_ms
 if delay_ms == nil then
-  local backoff_ms = tonumber(job[4])
+  local backoff_ms = number_or(job[4], DEFAULT_BACKOFF_MS)
   if job[3] == 'fixed' then
     delay_ms = backoff_ms
   else
@@ -42,6 +42,6 @@ if delay_ms > 0 then
   return {1, 'delayed', attempt}
 end
 redis.call('HSET', key, 'state', 'waiting')
-push_waiting(id, tonumber(job[5]), false)
+push_waiting(id, number_or(job[5], 0), false)
 wake_waiters(1)
 return {1, 'waiting', attempt}

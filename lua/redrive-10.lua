@@ -18,7 +18,7 @@ for _, id in ipairs(ids) do
     local key = job_key(id)
     redis.call('HSET', key, 'state', 'waiting', 'attempt', 0, 'updated_at', now)
     redis.call('HDEL', key, 'error', 'finished_at', 'redeliver')
-    push_waiting(id, tonumber(redis.call('HGET', key, 'priority')), false)
+    push_waiting(id, priority_of(key), false)
     redriven[#redriven + 1] = id
   end
 end

@@ -11,8 +11,8 @@ local id, lease_id = ARGV[2], ARGV[3]
 local key = job_key(id)
 if redis.call('EXISTS', key) == 0 then return JOB_NOT_FOUND end
 if not holds_lease(id, key, lease_id) then return LEASE_LOST end
-leave_ledger(id, key)
+leave_ledger_now(id, key)
 redis.call('HSET', key, 'state', 'waiting', 'redeliver', 1, 'updated_at', now_ms())
-push_waiting(id, tonumber(redis.call('HGET', key, 'priority')), true)
+push_waiting(id, priority_of(key), true)
 wake_waiters(1)
 return 1

@@ -15,12 +15,14 @@ for _, id in ipairs(ids) do
 end
 table.sort(ids, function(a, b) return fence[a] < fence[b] end)
 -- Push the newest first so that the oldest ends up first in line.
+local departures = new_departures()
 for i = #ids, 1, -1 do
   local id = ids[i]
   local key = job_key(id)
-  leave_ledger(id, key)
+  leave_ledger(departures, id, key, ARGV[2])
   redis.call('HSET', key, 'state', 'waiting', 'redeliver', 1, 'updated_at', now)
-  push_waiting(id, tonumber(redis.call('HGET', key, 'priority')), true)
+  push_waiting(id, priority_of(key), true)
 end
+detach(departures)
 wake_waiters(#ids)
 return ids

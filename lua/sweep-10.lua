@@ -17,6 +17,7 @@ local more = 0
 local expired = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', now, 'LIMIT', 0, batch)
 if #expired == batch then more = 1 end
 local reclaimed, dead_lettered = 0, 0
+local departures = new_departures()
 -- Newest deadline first, so that within this batch the job whose lease expired first ends up
 -- first in line (a later batch goes in front of it: its leases are older, not newer, than the
 -- queue's new jobs, so all of them still come before those).
@@ -27,20 +28,21 @@ for i = #expired, 1, -1 do
     redis.call('ZADD', DEADLINES, now + lock_ttl_ms, id)
   else
     local key = job_key(id)
-    local worker = redis.call('HGET', key, 'worker') or '?'
-    local job = redis.call('HMGET', key, 'attempt', 'max_attempts', 'priority')
-    leave_ledger(id, key)
-    redis.call('HSET', key, 'error', 'lease expired: worker ' .. worker .. ' stopped heartbeating')
-    if tonumber(job[1]) >= tonumber(job[2]) then
+    local job = redis.call('HMGET', key, 'worker', 'attempt', 'max_attempts', 'priority')
+    local worker = job[1] or nil
+    leave_ledger(departures, id, key, worker)
+    redis.call('HSET', key, 'error', 'lease expired: worker ' .. (worker or '?') .. ' stopped heartbeating')
+    if number_or(job[2], 0) >= number_or(job[3], DEFAULT_MAX_ATTEMPTS) then
       dead_letter(id, key, now)
       dead_lettered = dead_lettered + 1
     else
       redis.call('HSET', key, 'state', 'waiting', 'updated_at', now)
-      push_waiting(id, tonumber(job[3]), true)
+      push_waiting(id, number_or(job[4], 0), true)
       reclaimed = reclaimed + 1
     end
   end
 end
+detach(departures)
 local promoted = promote_due(now, batch)
 if promoted == batch then more = 1 end
 local deleted = 0

@@ -86,10 +86,12 @@ def _int(value: bytes | None) -> int | None:
 
 
 def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
-    """A job's hash (HGETALL) as the API's job view."""
+    """A job's hash (HGETALL) as the API's job view. The hash leaves out fields that hold
+    their default (lua/include/common.lua), so those are filled in here."""
     name = fields.get(b"name") or None
     result = fields.get(b"result")
     active = fields[b"state"] == b"active"
+    created_at = int(fields[b"created_at"])
     return JobView(
         id=job_id,
         queue=queue,
@@ -98,11 +100,11 @@ def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
         payload=Raw(fields[b"payload"]),
         result=None if result is None else Raw(result),
         error=_text(fields.get(b"error")),
-        attempt=int(fields[b"attempt"]),
-        max_attempts=int(fields[b"max_attempts"]),
-        priority=int(fields[b"priority"]),
-        created_at=int(fields[b"created_at"]),
-        updated_at=int(fields[b"updated_at"]),
+        attempt=int(fields.get(b"attempt", 0)),
+        max_attempts=int(fields.get(b"max_attempts", limits.DEFAULT_MAX_ATTEMPTS)),
+        priority=int(fields.get(b"priority", 0)),
+        created_at=created_at,
+        updated_at=int(fields.get(b"updated_at", created_at)),
         worker=_text(fields.get(b"worker")) if active else None,
         lease_expires_at=_int(fields.get(b"lease_expires_at")) if active else None,
     )
@@ -231,7 +233,7 @@ class JobQueues:
             LeasedJob(
                 id=reply[i].decode(),
                 queue=queue,
-                name=reply[i + 1].decode() or None,
+                name=_text(reply[i + 1]) or None,
                 payload=Raw(reply[i + 2]),
                 attempt=reply[i + 3],
                 max_attempts=reply[i + 4],

@@ -30,6 +30,8 @@ PLACEHOLDERS: Mapping[str, str] = {
     "MAX_PRIORITY": str(limits.MAX_PRIORITY),
     "LEASE_ID_CHARS": str(limits.LEASE_ID_CHARS),
     "MAX_EXPONENTIAL_BACKOFF_MS": str(limits.MAX_EXPONENTIAL_BACKOFF_MS),
+    "DEFAULT_MAX_ATTEMPTS": str(limits.DEFAULT_MAX_ATTEMPTS),
+    "DEFAULT_BACKOFF_MS": str(limits.DEFAULT_BACKOFF_MS),
     "PUBLISH": "PUBLISH",  # a Cluster's Scripts use SPUBLISH instead
 }
 

@@ -19,6 +19,13 @@ local MAX_PRIORITY = @MAX_PRIORITY@
 local PRIORITY_BAND = 8796093022208 -- 2^43
 local PRIORITY_MIDDLE = 4398046511104 -- 2^42
 
+-- A job's hash leaves out fields that hold their default (absent: name "", priority 0, attempt 0,
+-- these max_attempts and backoff, updated_at = created_at): a queued job costs less memory.
+local DEFAULT_MAX_ATTEMPTS = @DEFAULT_MAX_ATTEMPTS@
+local DEFAULT_BACKOFF_MS = @DEFAULT_BACKOFF_MS@
+local function number_or(value, default) return value and tonumber(value) or default end
+local function priority_of(key) return number_or(redis.call('HGET', key, 'priority'), 0) end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -43,26 +50,53 @@ local function push_waiting(id, priority, front)
   redis.call('ZADD', PRIO, score, id)
 end
 
--- True when lease_id is the job's current, unexpired lease (its lock names it).
-local function holds_lease(id, key, lease_id)
+-- True when lease_id is the job's current, unexpired lease (its lock names it). worker is the
+-- job's worker field, when the caller has read it already.
+local function holds_lease(id, key, lease_id, worker)
   local lock = redis.call('GET', lock_key(id))
-  return lock ~= false and lock == lease_id .. ':' .. redis.call('HGET', key, 'worker')
+  if lock == false then return false end
+  worker = worker or redis.call('HGET', key, 'worker')
+  return worker ~= false and lock == lease_id .. ':' .. worker
 end
 
--- Take a job out of the in-flight ledger and everything that attributes it to its worker.
+-- Taking jobs out of the in-flight ledger, and out of everything that attributes them to their
+-- workers, in two steps: leave_ledger for each job, then detach once for all of them, which
+-- batches the set and sorted-set removals into one command per key (issue 5: fewer calls).
 -- LREM with count -1 scans from the right, where the oldest leases are: a typical ack is cheap
 -- however many jobs are in flight.
-local function leave_ledger(id, key)
-  local worker = redis.call('HGET', key, 'worker')
+local function new_departures() return {ids = {}, by_worker = {}, workers = {}} end
+
+local function leave_ledger(departures, id, key, worker)
   redis.call('LREM', ACTIVE, -1, id)
-  redis.call('ZREM', DEADLINES, id)
   redis.call('DEL', lock_key(id))
+  redis.call('HDEL', key, 'worker', 'lease_id', 'leased_at', 'lease_expires_at', 'lease_ms')
+  departures.ids[#departures.ids + 1] = id
   if worker then
+    local held = departures.by_worker[worker]
+    if not held then
+      held = {}
+      departures.by_worker[worker] = held
+      departures.workers[#departures.workers + 1] = worker
+    end
+    held[#held + 1] = id
+  end
+end
+
+local function detach(departures)
+  if #departures.ids == 0 then return end
+  redis.call('ZREM', DEADLINES, unpack(departures.ids))
+  for _, worker in ipairs(departures.workers) do
     local holds = holds_key(worker)
-    redis.call('SREM', holds, id)
+    redis.call('SREM', holds, unpack(departures.by_worker[worker]))
     if redis.call('SCARD', holds) == 0 then redis.call('SREM', WORKERS, worker) end
   end
-  redis.call('HDEL', key, 'worker', 'lease_id', 'leased_at', 'lease_expires_at', 'lease_ms')
+end
+
+-- Both steps for one job.
+local function leave_ledger_now(id, key)
+  local departures = new_departures()
+  leave_ledger(departures, id, key, redis.call('HGET', key, 'worker'))
+  detach(departures)
 end
 
 local function dead_letter(id, key, now)
@@ -77,7 +111,7 @@ local function promote_due(now, limit)
     local key = job_key(id)
     redis.call('ZREM', DELAYED, id)
     redis.call('HSET', key, 'state', 'waiting', 'updated_at', now)
-    push_waiting(id, tonumber(redis.call('HGET', key, 'priority')), false)
+    push_waiting(id, priority_of(key), false)
   end
   return #due
 end

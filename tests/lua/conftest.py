@@ -78,7 +78,7 @@ class Leased:
     """One job of a lease reply (10 entries)."""
 
     id: str
-    name: str
+    name: str | None  # None: the job has no name
     payload: bytes
     attempt: int
     max_attempts: int
@@ -187,7 +187,7 @@ class LuaQueue:
             jobs.append(
                 Leased(
                     job_id.decode(),
-                    name.decode(),
+                    None if name is None else name.decode(),
                     payload,
                     attempt,
                     max_attempts,

@@ -23,21 +23,36 @@ async def test_enqueue_stores_a_waiting_job(q):
     assert reply == [("a", "waiting", 1)]
     job = await q.job("a")
     assert before <= int(job.pop("created_at")) <= after
-    assert job.pop("updated_at") is not None
-    assert job == {
+    assert job == {  # priority 0, attempt 0 and updated_at = created_at are left out: defaults
         "name": "email",
         "payload": PAYLOAD.decode(),
-        "priority": "0",
         "max_attempts": "5",
         "backoff_type": "fixed",
         "backoff_ms": "250",
-        "attempt": "0",
         "state": "waiting",
     }
     assert await q.field("a", "payload") == PAYLOAD  # the bytes exactly
     assert await q.wait_list() == ["a"]
     assert await q.prio() == []
     assert await q.zset(q.keys.delayed) == {}
+
+
+async def test_enqueue_leaves_fields_holding_their_default_out_of_the_hash(q):
+    await q.enqueue(
+        q.spec(
+            "a",
+            name="",
+            priority=0,
+            max_attempts=limits.DEFAULT_MAX_ATTEMPTS,
+            backoff_type="exponential",
+            backoff_ms=limits.DEFAULT_BACKOFF_MS,
+            payload=PAYLOAD,
+        )
+    )
+    assert set(await q.job("a")) == {"payload", "state", "created_at"}  # memory per queued job
+
+    job = await q.lease_one()
+    assert (job.name, job.attempt, job.max_attempts) == (None, 1, limits.DEFAULT_MAX_ATTEMPTS)
 
 
 async def test_enqueue_existing_id_keeps_the_stored_job(q):
@@ -173,9 +188,9 @@ async def test_lease_moves_the_job_into_the_ledger_under_its_lock(q):
     assert int(stored["leased_at"]) == job.lease_expires_at - 5000 == int(stored["updated_at"])
 
 
-async def test_lease_of_a_job_without_name_answers_an_empty_name(q):
+async def test_lease_of_a_job_without_name_answers_no_name(q):
     await q.add("a", name="")
-    assert (await q.lease_one()).name == ""
+    assert (await q.lease_one()).name is None
 
 
 async def test_lease_puts_the_newest_lease_on_the_left_of_the_ledger(q):
