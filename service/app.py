@@ -31,6 +31,7 @@ from service.auth import Action, Authenticator, Forbidden, Unauthorized
 from service.backend import check_server, close, connect
 from service.config import Settings
 from service.errors import PROBLEMS, QueueError
+from service.fastpath import FastPath
 from service.longpoll import ShardedWakeHub, TooManyWaiters, WakeHub
 from service.queue import JobQueues
 from service.routes import QUEUE_HANDLERS, authorize, json_response
@@ -118,6 +119,21 @@ def on_unexpected(_: Request[Any, Any, State], error: Exception) -> Response[byt
     return problem(500, "internal_error", "Internal error", "unexpected error; see the service log")
 
 
+EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
+    QueueError: on_queue_error,
+    TooManyWaiters: on_too_many_waiters,
+    Unauthorized: on_unauthorized,
+    Forbidden: on_forbidden,
+    HTTPException: on_http_error,
+    RedisError: on_redis_error,
+    WriteNotConfirmed: on_write_not_confirmed,
+    Exception: on_unexpected,
+}
+
+# What workers call in a loop: served by service.fastpath, past litestar's routing.
+HOT_OPERATIONS = ("enqueue", "enqueueMany", "lease", "heartbeat", "ack", "ackMany", "fail", "release")
+
+
 def reject_ambiguous_paths(app: ASGIApp) -> ASGIApp:
     """The router matches the decoded, normalised path: "/v1/queues//active" would read as queue
     "active", and "/v1/queues/a%2Fpause" as a pause of queue "a". Names never hold "/", so a
@@ -162,7 +178,7 @@ def hook_shutdown_signals(hub: WakeHub) -> None:
         signal.signal(signum, handler)
 
 
-def create_app_from_env() -> Litestar:
+def create_app_from_env() -> FastPath:
     """The app of a uvicorn worker process (settings from the environment)."""
     die_with_parent()
     return create_app(Settings.from_env())
@@ -196,7 +212,7 @@ def answer_options(app: ASGIApp) -> ASGIApp:
     return middleware
 
 
-def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litestar:
+def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPath:
     telemetry = telemetry or Telemetry.from_env()
     document = openapi.render(openapi.document())
     auth = Authenticator.from_entries(settings.auth_entries)
@@ -238,6 +254,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litest
         finally:
             await hub.stop()
             await sweeper.stop()
+            await queues.aclose()
             await close(client)
             telemetry.shutdown()
 
@@ -268,7 +285,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litest
     async def openapi_json() -> Response[bytes]:
         return Response(document, media_type="application/json")
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[*QUEUE_HANDLERS, healthz, readyz, metrics_text, openapi_json],
         lifespan=[lifespan],
         openapi_config=None,
@@ -277,14 +294,6 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> Litest
         plugins=[tracing_plugin(telemetry)] if telemetry.tracing else [],
         guards=[authorize],  # the launcher configures logging; no queue-listener threads
         request_max_body_size=settings.max_body_bytes,
-        exception_handlers={
-            QueueError: on_queue_error,
-            TooManyWaiters: on_too_many_waiters,
-            Unauthorized: on_unauthorized,
-            Forbidden: on_forbidden,
-            HTTPException: on_http_error,
-            RedisError: on_redis_error,
-            WriteNotConfirmed: on_write_not_confirmed,
-            Exception: on_unexpected,
-        },
+        exception_handlers=dict(EXCEPTION_HANDLERS),  # type: ignore[arg-type]
     )
+    return FastPath(app, telemetry, HOT_OPERATIONS, EXCEPTION_HANDLERS)
