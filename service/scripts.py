@@ -18,6 +18,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
 from service import keys, limits
+from service.multiplex import Multiplexer
 
 _SCRIPT_NAME = re.compile(r"^(?P<operation>[a-z][a-z-]*)-(?P<numkeys>\d+)\.lua$")
 _INCLUDE = re.compile(r"^-- @include (?P<name>[a-z_]+)$", re.MULTILINE)
@@ -82,6 +83,9 @@ class Scripts:
 
     def __init__(self, client: Redis | RedisCluster, directory: Path | None = None) -> None:
         self._client = client
+        # One pipelined connection for a single server's calls (service.multiplex); a Cluster's
+        # calls go through its client, which routes each to its slot's node.
+        self._multiplexer = None if isinstance(client, RedisCluster) else Multiplexer(client.connection_pool)
         # On a Cluster, wake-ups go by sharded pub/sub to the queue's shard only (service.longpoll).
         publish = {"PUBLISH": "SPUBLISH" if isinstance(client, RedisCluster) else "PUBLISH"}
         self._scripts: dict[str, tuple[AsyncScript, int]] = {}
@@ -99,6 +103,10 @@ class Scripts:
             await self._client.nodes_manager.initialize()  # type: ignore[union-attr]  # the slot moved
             reply, confirmed = await _pipelined(self._client, (evalsha, wait), key)
         return [reply, confirmed]
+
+    async def aclose(self) -> None:
+        if self._multiplexer is not None:
+            await self._multiplexer.aclose()
 
     @property
     def operations(self) -> list[str]:
@@ -118,6 +126,12 @@ class Scripts:
         script, numkeys = self._scripts[operation]
         if len(keys) != numkeys:
             raise ValueError(f"{operation} takes {numkeys} keys, got {len(keys)}")
+        if replicas <= 0 and self._multiplexer is not None:
+            try:
+                return await self._multiplexer.execute("EVALSHA", script.sha, numkeys, *keys, *args)
+            except NoScriptError:  # the server lost its scripts (a restart, SCRIPT FLUSH)
+                await self._multiplexer.execute("SCRIPT", "LOAD", script.script)
+                return await self._multiplexer.execute("EVALSHA", script.sha, numkeys, *keys, *args)
         if replicas <= 0:
             return await script(keys=keys, args=args)
         evalsha = ("EVALSHA", script.sha, numkeys, *keys, *args)

@@ -358,8 +358,10 @@ def decoded_dict(fields: dict[bytes, bytes]) -> dict[str, str]:
 
 
 @pytest.fixture
-def scripts(redis_client: Redis) -> Scripts:
-    return Scripts(redis_client)
+async def scripts(redis_client: Redis) -> AsyncIterator[Scripts]:
+    scripts = Scripts(redis_client)
+    yield scripts
+    await scripts.aclose()
 
 
 @pytest.fixture

@@ -418,9 +418,12 @@ async def test_loader_reads_the_key_count_from_the_file_name(redis_client, tmp_p
     (tmp_path / "pair-2.lua").write_text("return {KEYS[1], KEYS[2], ARGV[1]}\n")
     scripts = Scripts(redis_client, tmp_path)
     assert scripts.operations == ["pair"]
-    assert await scripts.call("pair", ["{t}k1", "{t}k2"], ["v"]) == [b"{t}k1", b"{t}k2", b"v"]  # one slot
-    with pytest.raises(ValueError, match="pair takes 2 keys, got 1"):
-        await scripts.call("pair", ["k1"], [])
+    try:
+        assert await scripts.call("pair", ["{t}k1", "{t}k2"], ["v"]) == [b"{t}k1", b"{t}k2", b"v"]  # one slot
+        with pytest.raises(ValueError, match="pair takes 2 keys, got 1"):
+            await scripts.call("pair", ["k1"], [])
+    finally:
+        await scripts.aclose()
 
 
 def test_every_shipped_script_is_named_for_the_ten_queue_keys():

@@ -1,0 +1,156 @@
+"""One Redis connection shared by concurrent calls, their commands pipelined on it.
+
+A call through redis-py's client checks a connection out of the pool, writes one command, waits
+for its reply and checks the connection back in: about 40 % of a small request's CPU here
+(docs/PERFORMANCE.md). A Multiplexer writes the commands made while the event loop is busy in
+one go, on one connection, and one reader hands the replies back in order (the way ioredis
+does). Redis runs commands one at a time anyway, so one busy connection loses nothing.
+
+Connections come from the client's pool factory (make_connection), so URL options, TLS, ACL
+credentials and Sentinel's primary discovery are redis-py's. A broken connection fails every
+call waiting on it with ConnectionError (or TimeoutError) and the next call opens a new one;
+like the client's Retry(1), such a call is tried once more before the error reaches the caller.
+Not for commands that block or that must be followed by another on the same connection (WAIT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from typing import Any
+
+from redis.asyncio.connection import AbstractConnection, ConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+RETRY_AFTER_S = 0.01
+_BROKEN = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+class _Link:
+    """One connection's life: the replies it owes, in order, and what is still to be written."""
+
+    def __init__(self, connection: AbstractConnection) -> None:
+        self.connection = connection
+        self.owed: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self.unsent: list[bytes] = []
+        self.writing = False
+        self.broken: BaseException | None = None
+        self.something_owed = asyncio.Event()
+        self.tasks: set[asyncio.Task[None]] = set()
+
+
+class Multiplexer:
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+        self._link: _Link | None = None
+        self._closed = False
+
+    async def execute(self, *args: Any) -> Any:
+        """One command's reply; a Redis error reply is raised (ResponseError and subclasses)."""
+        try:
+            return await self._send(args)
+        except _BROKEN:
+            if self._closed:
+                raise
+            await asyncio.sleep(RETRY_AFTER_S)
+            return await self._send(args)
+
+    def _send(self, args: tuple[Any, ...]) -> asyncio.Future[Any]:
+        if self._closed:
+            raise RedisConnectionError("the multiplexer is closed")
+        link = self._link if self._link is not None and self._link.broken is None else self._open()
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        link.owed.append(reply)
+        link.unsent.extend(link.connection.pack_command(*args))
+        link.something_owed.set()
+        if not link.writing:
+            link.writing = True
+            self._spawn(link, self._write(link))
+        return reply
+
+    def _open(self) -> _Link:
+        link = self._link = _Link(self._pool.make_connection())
+        link.writing = True  # until connected: commands wait in unsent
+        self._spawn(link, self._connect(link))
+        return link
+
+    def _spawn(self, link: _Link, work: Any) -> None:
+        task = asyncio.create_task(work)
+        link.tasks.add(task)
+        task.add_done_callback(link.tasks.discard)
+
+    async def _connect(self, link: _Link) -> None:
+        try:
+            await link.connection.connect()
+        except BaseException as error:
+            await self._break(link, error)
+            return
+        self._spawn(link, self._read(link))
+        await self._write(link)
+
+    async def _write(self, link: _Link) -> None:
+        """Everything queued so far in one write; again while more was queued meanwhile."""
+        try:
+            while link.unsent and link.broken is None:
+                chunks, link.unsent = link.unsent, []
+                await link.connection.send_packed_command(chunks, check_health=False)
+        except BaseException as error:
+            await self._break(link, error)
+        finally:
+            link.writing = False
+
+    async def _read(self, link: _Link) -> None:
+        """The replies, in the order the commands went out."""
+        while link.broken is None:
+            if not link.owed:
+                link.something_owed.clear()
+                await link.something_owed.wait()
+                continue
+            try:
+                reply: Any = await link.connection.read_response()
+            except ResponseError as error:
+                reply = error
+            except BaseException as error:
+                await self._break(link, error)
+                return
+            waiter = link.owed.popleft()
+            if waiter.done():  # its caller went away; the reply is dropped
+                continue
+            if isinstance(reply, ResponseError):
+                waiter.set_exception(reply)
+            else:
+                waiter.set_result(reply)
+
+    async def _break(self, link: _Link, error: BaseException) -> None:
+        """The connection is unusable: fail every call still owed a reply, close it."""
+        if link.broken is not None:
+            return
+        if isinstance(error, asyncio.CancelledError | GeneratorExit):
+            error = RedisConnectionError("connection closed")
+        elif not isinstance(error, RedisConnectionError | RedisTimeoutError):
+            error = RedisConnectionError(f"Redis connection failed: {error}")
+        link.broken = error
+        if self._link is link:
+            self._link = None
+        while link.owed:
+            waiter = link.owed.popleft()
+            if not waiter.done():
+                waiter.set_exception(error)
+        link.something_owed.set()
+        with contextlib.suppress(Exception):
+            await link.connection.disconnect(nowait=True)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        link, self._link = self._link, None
+        if link is None:
+            return
+        current = asyncio.current_task()
+        for task in list(link.tasks):
+            if task is not current:
+                task.cancel()
+        await self._break(link, RedisConnectionError("the multiplexer was closed"))
+        await asyncio.gather(*link.tasks, return_exceptions=True)
