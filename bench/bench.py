@@ -46,6 +46,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO))
 
+from service.config import DEFAULT_WORKERS  # noqa: E402 - the repository is on the path now
+
 BULLMQ_VERSION = "5.81.5"  # pinned: the newest 5.x on the registry when this was written
 DEFAULT_NODE_CACHE = Path.home() / ".cache" / "echomq-bench" / "node"
 PAYLOAD = {"n": 123456}  # the small payload of every job: 12 bytes of JSON
@@ -1199,7 +1201,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", metavar="PATH", help="write every figure to this file")
     parser.add_argument("--duration", type=float, help="seconds measured per throughput workload")
     parser.add_argument("--replicas", type=int, default=1, help="service processes, each on its own port")
-    parser.add_argument("--workers", type=int, default=1, help="EMQ_WORKERS given to each replica")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULT_WORKERS,
+        help=f"EMQ_WORKERS given to each replica (default: the service's own default, {DEFAULT_WORKERS})",
+    )
     parser.add_argument(
         "--client", choices=("raw", "httpx"), default="raw", help="load generator's HTTP client"
     )
