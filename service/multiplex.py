@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import math
+from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
@@ -26,7 +28,32 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 RETRY_AFTER_S = 0.01
+WATCH_CHECKS_PER_TIMEOUT = 4
 _BROKEN = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+Arg = bytes | str | int
+
+
+def _bulk(value: Arg) -> bytes:
+    """One argument in RESP (redis-py's packer is written for every case; this one for ours)."""
+    if isinstance(value, str):
+        value = value.encode()
+    elif isinstance(value, int):  # bool included: redis-py refuses those; we never send one
+        value = b"%d" % value
+    elif not isinstance(value, bytes):
+        raise TypeError(f"a Redis command argument must be bytes, str or int, not {type(value).__name__}")
+    return b"$%d\r\n%b\r\n" % (len(value), value)
+
+
+class Packed:
+    """The leading arguments of commands sent often (a script's EVALSHA, sha and keys), packed once."""
+
+    __slots__ = ("count", "data")
+
+    def __init__(self, args: Sequence[Arg]) -> None:
+        self.count = len(args)
+        self.data = b"".join(map(_bulk, args))
 
 
 class _Link:
@@ -39,6 +66,7 @@ class _Link:
         self.writing = False
         self.broken: BaseException | None = None
         self.something_owed = asyncio.Event()
+        self.waiting_since = 0.0  # loop time of the last reply, or of the first call owed since
         self.tasks: set[asyncio.Task[None]] = set()
 
 
@@ -48,23 +76,30 @@ class Multiplexer:
         self._link: _Link | None = None
         self._closed = False
 
-    async def execute(self, *args: Any) -> Any:
+    async def execute(self, *args: Arg) -> Any:
         """One command's reply; a Redis error reply is raised (ResponseError and subclasses)."""
+        return await self.execute_packed(Packed(()), args)
+
+    async def execute_packed(self, head: Packed, args: Sequence[Arg]) -> Any:
+        """The command whose first arguments are packed already in head, the rest in args."""
+        command = b"*%d\r\n%b%b" % (head.count + len(args), head.data, b"".join(map(_bulk, args)))
         try:
-            return await self._send(args)
+            return await self._send(command)
         except _BROKEN:
             if self._closed:
                 raise
             await asyncio.sleep(RETRY_AFTER_S)
-            return await self._send(args)
+            return await self._send(command)
 
-    def _send(self, args: tuple[Any, ...]) -> asyncio.Future[Any]:
+    def _send(self, command: bytes) -> asyncio.Future[Any]:
         if self._closed:
             raise RedisConnectionError("the multiplexer is closed")
         link = self._link if self._link is not None and self._link.broken is None else self._open()
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if not link.owed:
+            link.waiting_since = reply.get_loop().time()
         link.owed.append(reply)
-        link.unsent.extend(link.connection.pack_command(*args))
+        link.unsent.append(command)
         link.something_owed.set()
         if not link.writing:
             link.writing = True
@@ -89,6 +124,8 @@ class Multiplexer:
             await self._break(link, error)
             return
         self._spawn(link, self._read(link))
+        if link.connection.socket_timeout:
+            self._spawn(link, self._watch(link, link.connection.socket_timeout))
         await self._write(link)
 
     async def _write(self, link: _Link) -> None:
@@ -110,12 +147,15 @@ class Multiplexer:
                 await link.something_owed.wait()
                 continue
             try:
-                reply: Any = await link.connection.read_response()
+                # No timeout per reply (one costs more than the rest of the read): _watch
+                # times out a connection that owes replies and makes no progress.
+                reply: Any = await link.connection.read_response(timeout=math.inf)
             except ResponseError as error:
                 reply = error
             except BaseException as error:
                 await self._break(link, error)
                 return
+            link.waiting_since = asyncio.get_running_loop().time()
             waiter = link.owed.popleft()
             if waiter.done():  # its caller went away; the reply is dropped
                 continue
@@ -124,22 +164,37 @@ class Multiplexer:
             else:
                 waiter.set_result(reply)
 
+    async def _watch(self, link: _Link, timeout_s: float) -> None:
+        """The socket timeout, checked a few times per period: a connection owing replies that
+        has not delivered one for longer than timeout_s is given up."""
+        loop = asyncio.get_running_loop()
+        while link.broken is None:
+            await asyncio.sleep(timeout_s / WATCH_CHECKS_PER_TIMEOUT)
+            if link.owed and loop.time() - link.waiting_since > timeout_s:
+                await self._break(link, RedisTimeoutError(f"no reply from Redis within {timeout_s} s"))
+
     async def _break(self, link: _Link, error: BaseException) -> None:
         """The connection is unusable: fail every call still owed a reply, close it."""
         if link.broken is not None:
             return
         if isinstance(error, asyncio.CancelledError | GeneratorExit):
             error = RedisConnectionError("connection closed")
+        elif isinstance(error, TimeoutError):  # asyncio's, from a connection's handshake
+            error = RedisTimeoutError(f"Redis did not answer in time: {error}")
         elif not isinstance(error, RedisConnectionError | RedisTimeoutError):
             error = RedisConnectionError(f"Redis connection failed: {error}")
         link.broken = error
+        link.something_owed.set()
         if self._link is link:
             self._link = None
         while link.owed:
             waiter = link.owed.popleft()
             if not waiter.done():
                 waiter.set_exception(error)
-        link.something_owed.set()
+        current = asyncio.current_task()
+        for task in link.tasks:
+            if task is not current:
+                task.cancel()
         with contextlib.suppress(Exception):
             await link.connection.disconnect(nowait=True)
 
@@ -148,9 +203,5 @@ class Multiplexer:
         link, self._link = self._link, None
         if link is None:
             return
-        current = asyncio.current_task()
-        for task in list(link.tasks):
-            if task is not current:
-                task.cancel()
         await self._break(link, RedisConnectionError("the multiplexer was closed"))
         await asyncio.gather(*link.tasks, return_exceptions=True)

@@ -8,6 +8,7 @@ service.openapi builds the OpenAPI document.
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from typing import Any, TypeVar
 
@@ -15,6 +16,8 @@ import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.connection import ASGIConnection
 from litestar.datastructures import State
+from litestar.exceptions import InternalServerException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import BaseRouteHandler
 
 from service import limits
@@ -70,7 +73,7 @@ async def read_body(request: Request[Any, Any, State], struct: type[S], *, optio
     try:
         # A client that trickles its body would otherwise hold a connection for ever.
         async with asyncio.timeout(request.app.state.body_timeout_s):
-            body = await request.body()
+            body = await receive_body(request)
     except TimeoutError:
         raise BodyTimeout(
             f"the request body did not arrive within {request.app.state.body_timeout_s} s"
@@ -93,6 +96,26 @@ async def read_body(request: Request[Any, Any, State], struct: type[S], *, optio
         raise InvalidRequest(f"request body: {error}") from None
     except RecursionError:
         raise InvalidRequest("request body: JSON nested too deeply") from None
+
+
+async def receive_body(request: Request[Any, Any, State]) -> bytes:
+    """The body, as litestar's request.body() reads it (the same limit, the same errors),
+    without the header parsing it does first: that was a tenth of a small request's CPU."""
+    limit = request.route_handler.resolve_request_max_body_size() or math.inf
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise InternalServerException("client disconnected prematurely")
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise RequestEntityTooLarge
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 _RAW_FIELDS = frozenset({"payload", "result"})

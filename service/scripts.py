@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
 from service import keys, limits
-from service.multiplex import Multiplexer
+from service.multiplex import Multiplexer, Packed
 
 _SCRIPT_NAME = re.compile(r"^(?P<operation>[a-z][a-z-]*)-(?P<numkeys>\d+)\.lua$")
 _INCLUDE = re.compile(r"^-- @include (?P<name>[a-z_]+)$", re.MULTILINE)
@@ -74,6 +75,12 @@ async def _pipelined(
         return await pipe.execute(raise_on_error=False)
 
 
+@lru_cache(maxsize=4096)
+def _evalsha_head(sha: str, numkeys: int, keys: tuple[str, ...]) -> Packed:
+    """EVALSHA, the script and a queue's keys: the same for every call of it on that queue."""
+    return Packed(("EVALSHA", sha, numkeys, *keys))
+
+
 class WriteNotConfirmed(Exception):
     """Durable mode: the write took effect on the primary, but not on enough replicas in time."""
 
@@ -127,11 +134,12 @@ class Scripts:
         if len(keys) != numkeys:
             raise ValueError(f"{operation} takes {numkeys} keys, got {len(keys)}")
         if replicas <= 0 and self._multiplexer is not None:
+            head = _evalsha_head(script.sha, numkeys, tuple(keys))
             try:
-                return await self._multiplexer.execute("EVALSHA", script.sha, numkeys, *keys, *args)
+                return await self._multiplexer.execute_packed(head, args)
             except NoScriptError:  # the server lost its scripts (a restart, SCRIPT FLUSH)
                 await self._multiplexer.execute("SCRIPT", "LOAD", script.script)
-                return await self._multiplexer.execute("EVALSHA", script.sha, numkeys, *keys, *args)
+                return await self._multiplexer.execute_packed(head, args)
         if replicas <= 0:
             return await script(keys=keys, args=args)
         evalsha = ("EVALSHA", script.sha, numkeys, *keys, *args)

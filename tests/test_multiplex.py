@@ -4,12 +4,14 @@ concurrency, error replies, cancelled callers and broken connections."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.multiplex import Multiplexer
 from tests.conftest import ValkeyProcess
@@ -90,3 +92,28 @@ async def test_close_fails_what_is_still_owed(mux: Multiplexer) -> None:
     await mux.aclose()
     (outcome,) = await pending
     assert isinstance(outcome, RedisConnectionError)
+
+
+async def test_a_server_that_stops_answering_times_the_calls_out(private_valkey: ValkeyProcess) -> None:
+    client = Redis.from_url(private_valkey.url, socket_timeout=0.5)
+    mux = Multiplexer(client.connection_pool)
+    try:
+        assert await mux.execute("PING") == b"PONG"
+        await client.execute_command("CLIENT", "PAUSE", "2500", "ALL")  # this client's too
+        started = time.monotonic()
+        with pytest.raises(RedisTimeoutError):
+            await mux.execute("PING")
+        assert time.monotonic() - started < 2.5  # two tries, each given up after 0.5-0.625 s
+        await asyncio.sleep(3 - (time.monotonic() - started))  # the pause is over
+        assert await mux.execute("ECHO", "back") == b"back"
+    finally:
+        await mux.aclose()
+        await client.aclose()
+
+
+async def test_arguments_are_bytes_str_or_int(mux: Multiplexer) -> None:
+    assert await mux.execute("ECHO", b"\x00\xff") == b"\x00\xff"
+    assert await mux.execute("ECHO", "é") == "é".encode()
+    assert await mux.execute("ECHO", -12) == b"-12"
+    with pytest.raises(TypeError, match="float"):
+        await mux.execute("ECHO", 1.5)  # type: ignore[arg-type]
