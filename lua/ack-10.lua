@@ -18,13 +18,15 @@ local completed = {} -- ZADD arguments: score, id, ...
 for i, ack in ipairs(acks) do
   local id, lease_id = ack[1], ack[2]
   local key = job_key(id)
-  local job = redis.call('HMGET', key, 'state', 'worker', 'leased_at', 'done_lease')
+  local job = redis.call('HMGET', key, 'state', 'worker', 'leased_at', 'done_lease', 'lease_id')
   local code, held_ms = 0, 0
   if not job[1] then
     code = JOB_NOT_FOUND
-  elseif job[2] and holds_lease(id, key, lease_id, job[2]) then
+  elseif job[5] == lease_id and job[2] and redis.call('DEL', lock_key(id)) == 1 then
+    -- The lease's own id and an unexpired lock: holds_lease in one call fewer, as the lock
+    -- always names the lease_id and worker of the hash while it exists (both set by lease).
     held_ms = now - tonumber(job[3])
-    leave_ledger(departures, id, key, job[2])
+    leave_ledger(departures, id, key, job[2], true)
     if ARGV[i + 2] ~= '' then
       redis.call('HSET', key, 'state', 'completed', 'done_lease', lease_id, 'finished_at', now,
         'updated_at', now, 'result', ARGV[i + 2])

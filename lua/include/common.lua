@@ -66,9 +66,9 @@ end
 -- however many jobs are in flight.
 local function new_departures() return {ids = {}, by_worker = {}, workers = {}} end
 
-local function leave_ledger(departures, id, key, worker)
+local function leave_ledger(departures, id, key, worker, lock_deleted)
   redis.call('LREM', ACTIVE, -1, id)
-  redis.call('DEL', lock_key(id))
+  if not lock_deleted then redis.call('DEL', lock_key(id)) end
   redis.call('HDEL', key, 'worker', 'lease_id', 'leased_at', 'lease_expires_at', 'lease_ms')
   departures.ids[#departures.ids + 1] = id
   if worker then
