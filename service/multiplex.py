@@ -80,6 +80,11 @@ class Multiplexer:
         """One command's reply; a Redis error reply is raised (ResponseError and subclasses)."""
         return await self.execute_packed(Packed(()), args)
 
+    def submit(self, *args: Arg) -> asyncio.Future[Any]:
+        """Send a command with whatever else goes out now, without waiting: await the future
+        for its reply later (no second try on a broken connection)."""
+        return self._send(b"*%d\r\n%b" % (len(args), b"".join(map(_bulk, args))))
+
     async def execute_packed(self, head: Packed, args: Sequence[Arg]) -> Any:
         """The command whose first arguments are packed already in head, the rest in args."""
         command = b"*%d\r\n%b%b" % (head.count + len(args), head.data, b"".join(map(_bulk, args)))

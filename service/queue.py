@@ -120,6 +120,12 @@ def _outcome(reply: Any) -> dict[str, Any]:
     return {"emq.outcome": "ok"}
 
 
+def _consume(future: asyncio.Future[Any]) -> None:
+    """Retrieve a reply nobody waits for, so that asyncio does not report it as lost."""
+    if not future.cancelled():
+        future.exception()
+
+
 @dataclass(frozen=True, slots=True)
 class SweepReport:
     reclaimed: int = 0
@@ -201,7 +207,12 @@ class JobQueues:
     async def enqueue(
         self, queue: str, jobs: Sequence[EnqueueRequest], traceparent: str | None = None
     ) -> list[EnqueueResponse]:
-        await self._register(queue)
+        multiplexer = self.scripts.multiplexer
+        if multiplexer is None or self.confirm_replicas:
+            await self._register(queue)
+            registering = None
+        else:  # sent in the same write as the script call: one round trip, not two
+            registering = multiplexer.submit("SADD", QUEUE_REGISTRY, queue)
         options = [
             _ScriptJob(
                 id=job.id or new_job_id(),
@@ -216,7 +227,14 @@ class JobQueues:
             for job in jobs
         ]
         payloads = [bytes(job.payload) for job in jobs]
-        reply = await self._call("enqueue", queue, _encode(options), *payloads)
+        try:
+            reply = await self._call("enqueue", queue, _encode(options), *payloads)
+        except BaseException:
+            if registering is not None:  # it failed the same way, or its reply does not matter now
+                registering.add_done_callback(_consume)
+            raise
+        if registering is not None:
+            await registering
         answers = [
             EnqueueResponse(
                 id=reply[i].decode(),

@@ -211,7 +211,9 @@ def queues_of(request: Request[Any, Any, State]) -> JobQueues:
 
 def traceparent_of(request: Request[Any, Any, State], queues: JobQueues) -> str | None:
     """The trace context a new job carries to its workers (W3C traceparent header)."""
-    return queues.telemetry.traceparent_to_store(request.headers.get("traceparent"))
+    # Straight from the ASGI scope: request.headers would parse every header first.
+    header = next((value for name, value in request.scope["headers"] if name == b"traceparent"), None)
+    return queues.telemetry.traceparent_to_store(None if header is None else header.decode("latin-1"))
 
 
 def hub_of(request: Request[Any, Any, State]) -> WakeHub:

@@ -111,6 +111,11 @@ class Scripts:
             reply, confirmed = await _pipelined(self._client, (evalsha, wait), key)
         return [reply, confirmed]
 
+    @property
+    def multiplexer(self) -> Multiplexer | None:
+        """The shared connection script calls go through, when there is one (not on a Cluster)."""
+        return self._multiplexer
+
     async def aclose(self) -> None:
         if self._multiplexer is not None:
             await self._multiplexer.aclose()
