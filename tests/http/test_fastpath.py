@@ -93,3 +93,49 @@ async def test_with_request_tracing_on_litestar_serves_the_hot_routes(redis_url:
     assert job["payload"] == {"n": 1}
     server_spans = [span.name for span in exporter.get_finished_spans() if span.kind.name == "SERVER"]
     assert any("/lease" in name for name in server_spans)  # litestar's plugin made it
+
+
+@pytest.fixture(scope="module")
+def litestar_url(redis_url: str) -> Any:
+    """The same service with request tracing on: every request goes through litestar."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    telemetry = Telemetry(span_exporter=InMemorySpanExporter(), batch_spans=False)
+    with running_service(Settings.from_env({"EMQ_REDIS_URL": redis_url}), telemetry) as url:
+        yield url
+
+
+PARITY_CASES = [
+    ("lease", b'{"worker":'),
+    ("lease", b""),
+    ("lease", b'{"worker":"w","max_jobs":0}'),
+    ("lease", b'{"worker":"w","max_jobs":1.0}'),
+    ("lease", b'{"worker":"w"}'),
+    ("jobs", b'{"name":"x"}'),
+    ("jobs", b'{"payload":1,"priority":"high"}'),
+    ("enqueue", b'{"jobs":[]}'),
+    ("enqueue", b'{"jobs":[{"payload":"' + b"x" * (1024 * 1024) + b'"}]}'),
+    ("ack", b'{"acks":[{"id":"nope","lease_id":"x"}]}'),
+    ("jobs/nope/ack", b'{"lease_id":"x"}'),
+    ("jobs/nope/heartbeat", b'{"lease_id":"x"}'),
+    ("jobs/nope/fail", b'{"lease_id":"x","error":"e"}'),
+    ("jobs/nope/release", b'{"lease_id":"x"}'),
+    ("jobs/bad%21id/ack", b'{"lease_id":"x"}'),
+]
+
+
+@pytest.mark.parametrize(
+    ("route", "body"), PARITY_CASES, ids=[f"{r}-{i}" for i, (r, _) in enumerate(PARITY_CASES)]
+)
+async def test_the_fast_path_answers_as_litestar_does(
+    service_url: str, litestar_url: str, queue: str, route: str, body: bytes
+) -> None:
+    answers = []
+    for url in (service_url, litestar_url):
+        async with httpx.AsyncClient(base_url=url) as client:
+            response = await client.post(
+                f"/v1/queues/{queue}/{route}", content=body, headers={"content-type": "application/json"}
+            )
+        headers = {name: value for name, value in response.headers.items() if name != "date"}
+        answers.append((response.status_code, headers, response.content))
+    assert answers[0] == answers[1]
