@@ -123,6 +123,10 @@ class WakeHub:
             return
         self.wake(queue_of_wake_channel(channel.decode()), count)
 
+    def _wake_queue(self, queue: str) -> None:
+        for waiter in self._waiters.get(queue, ()):
+            waiter.event.set()
+
     def _wake_all(self) -> None:
         for waiters in self._waiters.values():
             for waiter in waiters:
@@ -214,8 +218,15 @@ class ShardedWakeHub(WakeHub):
             await pubsub.execute_command("SSUBSCRIBE", *channels)
             while True:
                 message = await pubsub.parse_response(block=True)
-                if message and message[0] in (b"smessage", "smessage"):
+                if not message:
+                    continue
+                if message[0] in (b"smessage", "smessage"):
                     self._on_message(message[1], message[2])
+                elif message[0] in (b"ssubscribe", "ssubscribe"):
+                    # Subscribed from now on: a wake-up published while this round of listeners
+                    # was being set up was missed, so the channel's waiters look again now
+                    # rather than at their fallback poll.
+                    self._wake_queue(queue_of_wake_channel(_text(message[1])))
         except (RedisError, OSError) as error:
             log.warning("sharded wake subscription on %s:%s lost (%s)", host, port, error)
         except Exception:
@@ -224,6 +235,10 @@ class ShardedWakeHub(WakeHub):
             with contextlib.suppress(RedisError, OSError):
                 await pubsub.aclose()
                 await client.aclose()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 async def lease_with_wait(
