@@ -48,15 +48,7 @@ class LocalHistogram:
         self._started_ns = time.time_ns()
 
     def record(self, value: float, *labels: tuple[str, str]) -> None:
-        with self._lock:
-            point = self._points.get(labels)
-            if point is None:
-                point = self._points[labels] = _Point(len(self.bounds) + 1)
-            point.buckets[bisect.bisect_left(self.bounds, value)] += 1
-            point.count += 1
-            point.sum += value
-            point.min = min(point.min, value)
-            point.max = max(point.max, value)
+        self.record_many((value,), *labels)
 
     def record_many(self, values: Iterable[float], *labels: tuple[str, str]) -> int:
         """Several values with the same labels, under one lock; returns how many."""

@@ -12,6 +12,7 @@ are handed to them as arguments instead of being spelled again in Lua.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 KEY_ROOT = "emq"
 QUEUE_REGISTRY = f"{KEY_ROOT}:queues"  # SET of queue names; global, so never touched by scripts
@@ -67,3 +68,9 @@ WAKE_CHANNEL_PATTERN = f"{KEY_ROOT}:{{*}}:wake"
 def queue_of_wake_channel(channel: str) -> str:
     """The queue name inside a wake channel name (the text between the braces)."""
     return channel[channel.index("{") + 1 : channel.rindex("}")]
+
+
+@lru_cache(maxsize=4096)
+def keys_of(queue: str) -> QueueKeys:
+    """A queue's keys, built once per queue name."""
+    return QueueKeys.for_queue(queue)

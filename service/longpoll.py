@@ -20,11 +20,12 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import RedisError
 
 from service.background import stop_task
-from service.keys import WAKE_CHANNEL_PATTERN, QueueKeys, queue_of_wake_channel
+from service.keys import WAKE_CHANNEL_PATTERN, keys_of, queue_of_wake_channel
 
 log = logging.getLogger(__name__)
 
-FALLBACK_POLL_S = 1.0
+FALLBACK_POLL_S = 1.0  # a waiter re-tries this often even when no message arrives
+# What a sharded subscriber takes over from its node's connection settings (no read timeout).
 _SUBSCRIBER_OPTIONS = frozenset(
     {
         "username",
@@ -34,14 +35,10 @@ _SUBSCRIBER_OPTIONS = frozenset(
         "socket_keepalive",
         "socket_keepalive_options",
     }
-)  # a waiter re-tries this often even when no message arrives
+)
 RECONNECT_DELAY_S = 0.5
 
 T = TypeVar("T")
-
-
-def keys_of(queue: str) -> QueueKeys:
-    return QueueKeys.for_queue(queue)
 
 
 class TooManyWaiters(Exception):

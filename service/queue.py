@@ -10,7 +10,6 @@ import asyncio
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -20,7 +19,7 @@ from redis.asyncio import Redis
 
 from service import limits
 from service.errors import ScriptCode, problem_code_of, raise_for_code
-from service.keys import QUEUE_REGISTRY, QueueKeys
+from service.keys import QUEUE_REGISTRY, keys_of
 from service.schemas import (
     AckItem,
     AckResult,
@@ -70,11 +69,6 @@ class _FailOptions(msgspec.Struct, omit_defaults=True):
 
 
 _encode = msgspec.json.encode
-
-
-@lru_cache(maxsize=4096)
-def keys_of(queue: str) -> QueueKeys:
-    return QueueKeys.for_queue(queue)
 
 
 def _text(value: bytes | None) -> str | None:
