@@ -225,6 +225,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
             client,
             completed_retention_s=settings.completed_retention_s,
             failed_retention_s=settings.failed_retention_s,
+            completed_max=settings.completed_max,
+            failed_max=settings.failed_max,
             sweep_batch=settings.sweep_batch,
             telemetry=telemetry,
             max_concurrent_calls=settings.redis_pool_size,

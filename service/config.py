@@ -12,8 +12,11 @@ DEFAULT_PORT = 8080
 DEFAULT_DATA_DIR = "./.emq-data"
 DEFAULT_SWEEP_INTERVAL_MS = 1000
 DEFAULT_SWEEP_BATCH = 1000
+MAX_SWEEP_BATCH = 5000  # one sweep step stays short, and its id lists far from Lua's unpack limit
 DEFAULT_COMPLETED_RETENTION_S = 3600
 DEFAULT_FAILED_RETENTION_S = 7 * 24 * 3600
+DEFAULT_COMPLETED_MAX = 10_000  # completed jobs kept per queue, at most
+DEFAULT_FAILED_MAX = 100_000  # dead-lettered jobs kept per queue, at most
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_WAITERS = 2000
 DEFAULT_REDIS_POOL_SIZE = 64
@@ -38,6 +41,8 @@ class Settings:
     sweep_batch: int = DEFAULT_SWEEP_BATCH
     completed_retention_s: int = DEFAULT_COMPLETED_RETENTION_S
     failed_retention_s: int = DEFAULT_FAILED_RETENTION_S
+    completed_max: int = DEFAULT_COMPLETED_MAX
+    failed_max: int = DEFAULT_FAILED_MAX
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_waiters: int = DEFAULT_MAX_WAITERS  # long-poll requests waiting at once, per replica
     redis_pool_size: int = DEFAULT_REDIS_POOL_SIZE
@@ -54,7 +59,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
-        def integer(name: str, default: int, minimum: int) -> int:
+        def integer(name: str, default: int, minimum: int, maximum: int | None = None) -> int:
             raw = env.get(name, "").strip()
             if not raw:
                 return default
@@ -64,6 +69,8 @@ class Settings:
                 raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
             if value < minimum:
                 raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+            if maximum is not None and value > maximum:
+                raise ConfigError(f"{name} must be <= {maximum}, got {value}")
             return value
 
         return cls(
@@ -75,9 +82,11 @@ class Settings:
             host=env.get("HOST") or DEFAULT_HOST,
             port=integer("PORT", DEFAULT_PORT, 0),
             sweep_interval_ms=integer("EMQ_SWEEP_INTERVAL_MS", DEFAULT_SWEEP_INTERVAL_MS, 10),
-            sweep_batch=integer("EMQ_SWEEP_BATCH", DEFAULT_SWEEP_BATCH, 1),
+            sweep_batch=integer("EMQ_SWEEP_BATCH", DEFAULT_SWEEP_BATCH, 1, MAX_SWEEP_BATCH),
             completed_retention_s=integer("EMQ_COMPLETED_RETENTION_S", DEFAULT_COMPLETED_RETENTION_S, 0),
             failed_retention_s=integer("EMQ_FAILED_RETENTION_S", DEFAULT_FAILED_RETENTION_S, 0),
+            completed_max=integer("EMQ_COMPLETED_MAX", DEFAULT_COMPLETED_MAX, 0),
+            failed_max=integer("EMQ_FAILED_MAX", DEFAULT_FAILED_MAX, 0),
             max_body_bytes=integer("EMQ_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1024),
             max_waiters=integer("EMQ_MAX_WAITERS", DEFAULT_MAX_WAITERS, 1),
             redis_pool_size=integer("EMQ_REDIS_POOL_SIZE", DEFAULT_REDIS_POOL_SIZE, 2),

@@ -122,6 +122,12 @@ class Telemetry:
         self.failed = Tally(meter, "emq_jobs_failed", "Jobs dead-lettered, by reason.")
         self.retried = Tally(meter, "emq_jobs_retried", "Failed attempts sent back for a retry.")
         self.reclaimed = Tally(meter, "emq_jobs_reclaimed", "Expired leases the sweep returned to waiting.")
+        self.stale = Tally(
+            meter,
+            "emq_stale_index_entries",
+            "Index entries (waiting, delayed, deadlines, dead letters, holdings) naming no job in "
+            "that state: dropped, never acted on.",
+        )
         self.queue_counts: dict[str, Mapping[str, int]] = {}
         self.waiters: Callable[[], int] = lambda: 0
         meter.create_observable_gauge(
@@ -179,6 +185,10 @@ class Telemetry:
             self.failed.add(1, ("queue", queue), ("reason", "fail"))
         else:
             self.retried.add(1, ("queue", queue))
+
+    def record_stale(self, queue: str, count: int) -> None:
+        if count:
+            self.stale.add(count, ("queue", queue))
 
     def record_http(self, route: str, method: str, status: int, seconds: float) -> None:
         self.http_duration.record(seconds, ("method", method), ("route", route), ("status", str(status)))

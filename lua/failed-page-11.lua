@@ -1,5 +1,5 @@
 -- Read a page of dead-lettered jobs, most recently failed first, with the total.
--- KEYS[1..10] the queue's keys (see include/common.lua); reads FAILED and the jobs' hashes
+-- KEYS[1..11] the queue's keys (see include/common.lua); reads FAILED and the jobs' hashes
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     offset
 -- ARGV[3]     limit
