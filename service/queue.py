@@ -18,6 +18,8 @@ from msgspec import UNSET, Raw, UnsetType
 from opentelemetry.trace import SpanKind
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service import config, limits
 from service.dueindex import DueIndex
@@ -261,7 +263,11 @@ class JobQueues:
                 registering.add_done_callback(_consume)
             raise
         if registering is not None:
-            await registering
+            try:
+                await registering
+            except (RedisConnectionError, RedisTimeoutError):
+                # Lost with the script's own reply (which the multiplexer re-sent): again, alone.
+                await self._register(queue)
         if first_of_queue:
             # The queue's first keys: registered again now, after the script, so that a deletion
             # of the queue that ran just before cannot leave it out of the registry

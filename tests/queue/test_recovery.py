@@ -159,10 +159,13 @@ async def test_many_waiters_share_few_redis_connections(
     assert len(ids) == waiters and len(set(ids)) == waiters
 
 
-async def test_finished_jobs_are_removed_after_retention(
-    settings: Settings, queue: str, redis_client: Redis
-) -> None:
-    short = dataclasses.replace(settings, completed_retention_s=1, failed_retention_s=1)
+async def test_finished_jobs_are_removed_after_retention(private_redis_url: str, queue: str) -> None:
+    # A server of its own: retention is a service-wide setting, and the session's service (with
+    # the default retention) would sweep these jobs on its own terms.
+    short = Settings(
+        redis_url=private_redis_url, sweep_interval_ms=100, completed_retention_s=1, failed_retention_s=1
+    )
+    redis_client = Redis.from_url(private_redis_url)
     with running_service(short) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             done = await enqueue(http, queue, "a", id="keep-me")
@@ -184,6 +187,7 @@ async def test_finished_jobs_are_removed_after_retention(
             assert (
                 await http.post(f"/v1/queues/{queue}/jobs", json={"id": "keep-me", "payload": 1})
             ).status_code == 201
+    await redis_client.aclose()
 
 
 async def test_waiters_beyond_the_cap_get_429(settings: Settings, queue: str) -> None:
