@@ -26,7 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from service import metrics, openapi
+from service import exposition, metrics, openapi
 from service.auth import Action, Authenticator, Forbidden, Unauthorized
 from service.backend import check_server, close, connect
 from service.config import Settings
@@ -281,7 +281,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
     @get("/metrics", include_in_schema=False, opt={"action": Action.METRICS})
     async def metrics_text(state: State) -> Response[str]:
         text = await metrics.scrape(state.queues, telemetry)
-        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(text, media_type=exposition.CONTENT_TYPE)
 
     @get("/openapi.json", include_in_schema=False)
     async def openapi_json() -> Response[bytes]:

@@ -1,11 +1,12 @@
-"""/metrics: refresh the gauges' snapshot of every queue's counts, then render the text."""
+"""/metrics: what this process has counted, and the queue gauges read from Redis now."""
 
 from __future__ import annotations
 
 import asyncio
 
+from service.exposition import render
 from service.queue import JobQueues
-from service.telemetry import Telemetry
+from service.telemetry import Telemetry, queue_gauges
 
 
 async def scrape(queues: JobQueues, telemetry: Telemetry) -> str:
@@ -21,4 +22,6 @@ async def scrape(queues: JobQueues, telemetry: Telemetry) -> str:
         }
         for view in views
     }
-    return telemetry.prometheus_text()
+    totals = telemetry.totals()
+    totals.gauges.update(queue_gauges(telemetry.queue_counts))
+    return render(telemetry.families, totals)
