@@ -25,6 +25,8 @@ DEFAULT_REDIS_TIMEOUT_S = 5.0
 DEFAULT_BODY_TIMEOUT_S = 30
 DEFAULT_MAX_CONNECTIONS = 4096
 DEFAULT_WAIT_TIMEOUT_MS = 1000
+# Not a setting: the launcher names a directory of its own to its worker processes with it.
+METRICS_DIR_VARIABLE = "EMQ_METRICS_DIR"
 CGROUP_MOUNT = "sys/fs/cgroup"  # below the root: /sys/fs/cgroup
 # Where cgroup v1 mounts the cpu controller (alone, or with cpuacct under either name).
 CGROUP_V1_CPU_MOUNTS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
@@ -129,6 +131,7 @@ class Settings:
     access_log: bool = False  # uvicorn's line per request (EMQ_ACCESS_LOG=1)
     wait_replicas: int = 0  # durable mode: each write confirmed by this many replicas (WAIT)
     wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
+    metrics_dir: Path | None = None  # where the processes of a replica share their metrics' totals
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
@@ -169,6 +172,7 @@ class Settings:
             access_log=env.get("EMQ_ACCESS_LOG", "").strip().lower() in ("1", "true", "yes"),
             wait_replicas=integer("EMQ_WAIT_REPLICAS", 0, 0),
             wait_timeout_ms=integer("EMQ_WAIT_TIMEOUT_MS", DEFAULT_WAIT_TIMEOUT_MS, 1),
+            metrics_dir=Path(env[METRICS_DIR_VARIABLE]) if env.get(METRICS_DIR_VARIABLE) else None,
         )
 
 

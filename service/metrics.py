@@ -1,4 +1,5 @@
-"""/metrics: what this process has counted, and the queue gauges read from Redis now."""
+"""/metrics: what has been counted (by every process of the replica when they share their
+totals), and the queue gauges read from Redis now."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import asyncio
 
 from service.exposition import render
 from service.queue import JobQueues
+from service.replica_totals import ReplicaTotals
 from service.telemetry import Telemetry, queue_gauges
 
 
-async def scrape(queues: JobQueues, telemetry: Telemetry) -> str:
+async def scrape(queues: JobQueues, telemetry: Telemetry, replica: ReplicaTotals | None = None) -> str:
+    """``replica``: the processes' shared totals (None: this process is the replica)."""
     names = await queues.queue_names()
     views = await asyncio.gather(*(queues.queue_view(name) for name in names))
     telemetry.queue_counts = {
@@ -22,6 +25,6 @@ async def scrape(queues: JobQueues, telemetry: Telemetry) -> str:
         }
         for view in views
     }
-    totals = telemetry.totals()
-    totals.gauges.update(queue_gauges(telemetry.queue_counts))
+    totals = replica.read() if replica is not None else telemetry.totals()
+    totals.gauges.update(queue_gauges(telemetry.queue_counts))  # the same in every process: not added up
     return render(telemetry.families, totals)

@@ -1,10 +1,15 @@
-"""What the metrics have counted, as plain data, which /metrics renders."""
+"""What the metrics have counted, as plain data: written to a file by each process of a replica
+and added up across them before /metrics renders it."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 import msgspec
 
 Labels = tuple[tuple[str, str], ...]  # (name, value) pairs, in the order they were recorded
+N = TypeVar("N", int, float)
 
 
 class HistogramCounts(msgspec.Struct, array_like=True):
@@ -22,3 +27,28 @@ class Totals(msgspec.Struct):
     counters: dict[str, dict[Labels, int]] = msgspec.field(default_factory=dict)
     histograms: dict[str, dict[Labels, HistogramCounts]] = msgspec.field(default_factory=dict)
     gauges: dict[str, dict[Labels, float]] = msgspec.field(default_factory=dict)
+
+
+def _add_series(into: dict[str, dict[Labels, N]], part: Mapping[str, Mapping[Labels, N]]) -> None:
+    for name, series in part.items():
+        target = into.setdefault(name, {})
+        for labels, value in series.items():
+            target[labels] = target.get(labels, 0) + value
+
+
+def add_up(parts: Iterable[Totals]) -> Totals:
+    """The sum of several processes' totals, series by series."""
+    result = Totals()
+    for part in parts:
+        _add_series(result.counters, part.counters)
+        _add_series(result.gauges, part.gauges)
+        for name, series in part.histograms.items():
+            target = result.histograms.setdefault(name, {})
+            for labels, counts in series.items():
+                mine = target.get(labels)
+                if mine is None:
+                    target[labels] = HistogramCounts(list(counts.buckets), counts.sum)
+                elif len(mine.buckets) == len(counts.buckets):  # the same bounds: the same code
+                    mine.buckets = [a + b for a, b in zip(mine.buckets, counts.buckets, strict=True)]
+                    mine.sum += counts.sum
+    return result
