@@ -35,7 +35,7 @@ from service.fastpath import FastPath
 from service.longpoll import ShardedWakeHub, TooManyWaiters, WakeHub
 from service.queue import JobQueues
 from service.replica_totals import ReplicaTotals
-from service.routes import QUEUE_HANDLERS, authorize, json_response
+from service.routes import QUEUE_HANDLERS, authorize, grant_of, json_response
 from service.schemas import Health, Problem
 from service.scripts import WriteNotConfirmed
 from service.sweeper import Sweeper
@@ -286,8 +286,10 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
         return json_response(Health(status="ready"))
 
     @get("/metrics", include_in_schema=False, opt={"action": Action.METRICS})
-    async def metrics_text(state: State) -> Response[str]:
-        text = await metrics.scrape(state.queues, telemetry, replica)
+    async def metrics_text(request: Request[Any, Any, State]) -> Response[str]:
+        grant = grant_of(request)
+        covers = None if grant is None or grant.patterns is None else grant.covers
+        text = await metrics.scrape(request.app.state.queues, telemetry, replica, covers)
         return Response(text, media_type=exposition.CONTENT_TYPE)
 
     @get("/openapi.json", include_in_schema=False)

@@ -1,15 +1,17 @@
-"""What the metrics have counted, as plain data: written to a file by each process of a replica
-and added up across them before /metrics renders it."""
+"""What the metrics have counted, as plain data: written to a file by each process of a replica,
+added up across them, and cut down to the queues a token may see before /metrics renders it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 import msgspec
 
 Labels = tuple[tuple[str, str], ...]  # (name, value) pairs, in the order they were recorded
+QUEUE_LABEL = "queue"
 N = TypeVar("N", int, float)
+V = TypeVar("V")
 
 
 class HistogramCounts(msgspec.Struct, array_like=True):
@@ -52,3 +54,21 @@ def add_up(parts: Iterable[Totals]) -> Totals:
                     mine.buckets = [a + b for a, b in zip(mine.buckets, counts.buckets, strict=True)]
                     mine.sum += counts.sum
     return result
+
+
+def only_queues(totals: Totals, covers: Callable[[str], bool]) -> Totals:
+    """The series of the queues ``covers`` accepts, and those without a queue label."""
+    return Totals(
+        counters=_cut(totals.counters, covers),
+        histograms=_cut(totals.histograms, covers),
+        gauges=_cut(totals.gauges, covers),
+    )
+
+
+def _cut(kind: Mapping[str, Mapping[Labels, V]], covers: Callable[[str], bool]) -> dict[str, dict[Labels, V]]:
+    def keep(labels: Labels) -> bool:
+        return all(covers(value) for name, value in labels if name == QUEUE_LABEL)
+
+    return {
+        name: {labels: v for labels, v in series.items() if keep(labels)} for name, series in kind.items()
+    }

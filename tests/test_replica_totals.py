@@ -1,5 +1,6 @@
 """service.replica_totals and service.totals: the processes of a replica sharing their totals
-through a directory (each ReplicaTotals here stands for one process), added up."""
+through a directory (each ReplicaTotals here stands for one process), added up and cut down to
+a token's queues."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import msgspec
 
+from service.exposition import Family, render
 from service.replica_totals import (
     GAUGES_FRESH_FOR_S,
     SNAPSHOT_SUFFIX,
@@ -15,7 +17,7 @@ from service.replica_totals import (
     ReplicaTotals,
     Snapshot,
 )
-from service.totals import HistogramCounts, Totals, add_up
+from service.totals import HistogramCounts, Totals, add_up, only_queues
 
 Q1 = (("queue", "emails"),)
 Q2 = (("queue", "sms"),)
@@ -91,3 +93,17 @@ def test_histograms_add_up_bucket_by_bucket() -> None:
     assert summed[Q1] == HistogramCounts([1, 4, 3], 4.5) and summed[Q1].count == 8
     assert summed[Q2] == HistogramCounts([1, 1, 1], 2.0)
     assert one.histograms["h"][Q1] == HistogramCounts([1, 0, 2], 3.5)  # the parts are left as they were
+
+
+def test_a_token_s_queues_and_the_series_without_a_queue() -> None:
+    totals = Totals(
+        counters={"emq_jobs_failed": {(*Q1, ("reason", "fail")): 1, (*Q2, ("reason", "fail")): 2}},
+        histograms={"h": {Q2: HistogramCounts([1], 1.0), (("route", "/x"),): HistogramCounts([2], 1.0)}},
+        gauges={"waiters": {(): 3}},
+    )
+    cut = only_queues(totals, lambda queue: queue == "emails")
+    assert cut.counters == {"emq_jobs_failed": {(*Q1, ("reason", "fail")): 1}}
+    assert list(cut.histograms["h"]) == [(("route", "/x"),)]
+    assert cut.gauges == {"waiters": {(): 3}}
+    families = [Family("emq_jobs_failed", "d", "counter"), Family("h", "d", "histogram")]
+    assert "sms" not in render(families, cut)
