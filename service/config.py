@@ -119,11 +119,11 @@ class Settings:
     completed_max: int = DEFAULT_COMPLETED_MAX
     failed_max: int = DEFAULT_FAILED_MAX
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_waiters: int = DEFAULT_MAX_WAITERS  # long-poll requests waiting at once, per replica
+    max_waiters: int = DEFAULT_MAX_WAITERS  # long-poll requests waiting at once, per process
     redis_pool_size: int = DEFAULT_REDIS_POOL_SIZE
     redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S  # a request body must arrive within this
-    max_connections: int = DEFAULT_MAX_CONNECTIONS  # HTTP connections per replica; beyond: 503
+    max_connections: int = DEFAULT_MAX_CONNECTIONS  # HTTP connections per process; beyond: 503
     auth_entries: tuple[str, ...] = ()  # "ROLE:TOKEN[:PATTERN|...]"; none = auth off
     allow_insecure: bool = False  # serve without tokens on a non-loopback address
     log_format: str = "text"  # "json": one JSON object per line, with trace ids

@@ -17,6 +17,7 @@ from service.replica_totals import (
     ReplicaTotals,
     Snapshot,
 )
+from service.telemetry import Telemetry
 from service.totals import HistogramCounts, Totals, add_up, only_queues
 
 Q1 = (("queue", "emails"),)
@@ -107,3 +108,10 @@ def test_a_token_s_queues_and_the_series_without_a_queue() -> None:
     assert cut.gauges == {"waiters": {(): 3}}
     families = [Family("emq_jobs_failed", "d", "counter"), Family("h", "d", "histogram")]
     assert "sms" not in render(families, cut)
+
+
+def test_every_counter_of_telemetry_reaches_metrics() -> None:
+    telemetry = Telemetry()
+    telemetry.record_stale("emails", 2)  # a counter added after the others
+    text = render(telemetry.families, telemetry.totals())
+    assert 'emq_stale_index_entries_total{queue="emails"} 2' in text
