@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +24,82 @@ DEFAULT_REDIS_POOL_SIZE = 64
 DEFAULT_REDIS_TIMEOUT_S = 5.0
 DEFAULT_BODY_TIMEOUT_S = 30
 DEFAULT_MAX_CONNECTIONS = 4096
-DEFAULT_WORKERS = os.cpu_count() or 1
 DEFAULT_WAIT_TIMEOUT_MS = 1000
+# Not a setting: the launcher names a directory of its own to its worker processes with it.
+METRICS_DIR_VARIABLE = "EMQ_METRICS_DIR"
+CGROUP_MOUNT = "sys/fs/cgroup"  # below the root: /sys/fs/cgroup
+# Where cgroup v1 mounts the cpu controller (alone, or with cpuacct under either name).
+CGROUP_V1_CPU_MOUNTS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _cgroup_paths(root: Path) -> tuple[str, str]:
+    """This process's cgroup: its path in the v2 hierarchy and in v1's cpu hierarchy ("/" when
+    /proc/self/cgroup does not say, as in a container with its own cgroup namespace)."""
+    v2 = v1 = "/"
+    for line in _read(root / "proc/self/cgroup").splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and not controllers:
+            v2 = path
+        elif "cpu" in controllers.split(","):
+            v1 = path
+    return v2, v1
+
+
+def _up_to_the_top(mount: Path, path: str) -> Iterator[Path]:
+    """A cgroup's directory and then each ancestor's: a quota anywhere above limits it too. A
+    path that is not there (a container that sees only its own cgroup at the mount) ends at
+    the mount itself."""
+    parts = [part for part in path.split("/") if part and part != ".."]
+    for depth in range(len(parts), -1, -1):
+        yield mount.joinpath(*parts[:depth])
+
+
+def _ratio(quota: str, period: str) -> float | None:
+    try:
+        cpus = int(quota) / int(period)
+    except (ValueError, ZeroDivisionError):
+        return None  # "max", "-1" (no quota) or something unreadable
+    return cpus if cpus > 0 else None
+
+
+def cgroup_cpu_limit(root: Path = Path("/")) -> float | None:
+    """The CPUs this process's cgroup quota allows (quota / period, the smallest along its
+    cgroup and its ancestors, v2 cpu.max or v1 cpu.cfs_quota_us), or None without a quota."""
+    v2_path, v1_path = _cgroup_paths(root)
+    mount = root / CGROUP_MOUNT
+    limits = []
+    for directory in _up_to_the_top(mount, v2_path):
+        quota, _, period = _read(directory / "cpu.max").partition(" ")  # "max 100000", "200000 100000"
+        limits.append(_ratio(quota, period))
+    for name in CGROUP_V1_CPU_MOUNTS:
+        for directory in _up_to_the_top(mount / name, v1_path):
+            quota, period = _read(directory / "cpu.cfs_quota_us"), _read(directory / "cpu.cfs_period_us")
+            limits.append(_ratio(quota, period))
+    found = [limit for limit in limits if limit is not None]
+    return min(found) if found else None
+
+
+def usable_cpus(root: Path = Path("/"), affinity: int | None = None) -> int:
+    """How many CPUs this process may use: those it may run on (sched_getaffinity, ``affinity``
+    to say it instead), capped by its cgroup's CPU quota rounded up; at least 1. ``root`` is
+    where /proc and /sys are found (tests build a fake tree)."""
+    if affinity is None:
+        affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    limit = cgroup_cpu_limit(root)
+    cpus = affinity if limit is None else min(affinity, math.ceil(limit))
+    return max(1, cpus)
+
+
+# A container limited to 2 CPUs on a 64-core host runs 2 processes, not 64.
+DEFAULT_WORKERS = usable_cpus()
 
 
 class ConfigError(ValueError):
@@ -44,11 +119,11 @@ class Settings:
     completed_max: int = DEFAULT_COMPLETED_MAX
     failed_max: int = DEFAULT_FAILED_MAX
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_waiters: int = DEFAULT_MAX_WAITERS  # long-poll requests waiting at once, per replica
+    max_waiters: int = DEFAULT_MAX_WAITERS  # long-poll requests waiting at once, per process
     redis_pool_size: int = DEFAULT_REDIS_POOL_SIZE
     redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S  # a request body must arrive within this
-    max_connections: int = DEFAULT_MAX_CONNECTIONS  # HTTP connections per replica; beyond: 503
+    max_connections: int = DEFAULT_MAX_CONNECTIONS  # HTTP connections per process; beyond: 503
     auth_entries: tuple[str, ...] = ()  # "ROLE:TOKEN[:PATTERN|...]"; none = auth off
     allow_insecure: bool = False  # serve without tokens on a non-loopback address
     log_format: str = "text"  # "json": one JSON object per line, with trace ids
@@ -56,6 +131,7 @@ class Settings:
     access_log: bool = False  # uvicorn's line per request (EMQ_ACCESS_LOG=1)
     wait_replicas: int = 0  # durable mode: each write confirmed by this many replicas (WAIT)
     wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
+    metrics_dir: Path | None = None  # where the processes of a replica share their metrics' totals
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
@@ -96,6 +172,7 @@ class Settings:
             access_log=env.get("EMQ_ACCESS_LOG", "").strip().lower() in ("1", "true", "yes"),
             wait_replicas=integer("EMQ_WAIT_REPLICAS", 0, 0),
             wait_timeout_ms=integer("EMQ_WAIT_TIMEOUT_MS", DEFAULT_WAIT_TIMEOUT_MS, 1),
+            metrics_dir=Path(env[METRICS_DIR_VARIABLE]) if env.get(METRICS_DIR_VARIABLE) else None,
         )
 
 
