@@ -47,6 +47,7 @@ ENDPOINTS = [
     ("read", "GET", Q + "/workers", None),
     ("read", "GET", Q + "/failed", None),
     ("admin", "DELETE", JOB, None),
+    ("admin", "DELETE", Q, None),
     ("admin", "POST", Q + "/workers/w/release", None),
     ("admin", "POST", Q + "/pause", None),
     ("admin", "POST", Q + "/resume", None),
