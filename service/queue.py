@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -399,9 +401,10 @@ class JobQueues:
         from the newest lease to the oldest, up to the fence of the first step's time."""
         steps: list[list[str]] = []
         bound: bytes | str = ""
+        offset = 0
         while True:
-            bound, more, stale, *released = await self._call(
-                "release-worker", queue, worker, bound, RELEASE_STEP
+            bound, more, stale, offset, *released = await self._call(
+                "release-worker", queue, worker, bound, RELEASE_STEP, offset
             )
             self.telemetry.record_stale(queue, stale)
             steps.append([job_id.decode() for job_id in released])
@@ -499,16 +502,19 @@ class JobQueues:
             views.append(job_view(queue, job_id.decode(), fields))
         return views, total
 
-    async def sweep_queue(self, queue: str, max_batches: int) -> SweepReport:
-        """Bounded batches until nothing is left to do or max_batches ran."""
+    async def sweep_queue(self, queue: str, max_steps: int, budget_s: float = math.inf) -> SweepReport:
+        """Bounded steps until nothing is left to do, or max_steps ran, or budget_s passed. Each
+        step reads one window of the ledger; the next goes on where it stopped."""
         report = SweepReport()
-        for _ in range(max_batches):
-            reclaimed, dead, promoted, deleted, more, stale = await self._call(
-                "sweep", queue, self.sweep_batch
+        offset = 0
+        deadline = time.monotonic() + budget_s
+        for _ in range(max_steps):
+            reclaimed, dead, promoted, deleted, more, stale, offset = await self._call(
+                "sweep", queue, self.sweep_batch, offset
             )
             report += SweepReport(reclaimed, dead, promoted, deleted)
             self.telemetry.record_sweep(queue, reclaimed, dead)
             self.telemetry.record_stale(queue, stale)
-            if not more:
+            if not more or time.monotonic() > deadline:
                 break
         return report

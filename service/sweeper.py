@@ -22,7 +22,10 @@ from service.scripts import WriteNotConfirmed
 
 log = logging.getLogger(__name__)
 
-MAX_BATCHES_PER_QUEUE = 10  # per tick, so one huge backlog cannot starve the other queues
+# Per queue per tick, so one huge backlog cannot starve the other queues: steps are short (one
+# window of the ledger each), a backlog takes as many as fit in the budget.
+MAX_STEPS_PER_QUEUE = 200
+QUEUE_BUDGET_S = 0.25
 DUE_PAGE = 1000  # queues read from the index at a time
 MAX_PAGES_PER_TICK = 10
 
@@ -55,7 +58,7 @@ class Sweeper:
             # others), so a next page holds the queues this one had no room for.
             due = await self._index.due(DUE_PAGE)
             for queue in due:
-                report += await self._queues.sweep_queue(queue, MAX_BATCHES_PER_QUEUE)
+                report += await self._queues.sweep_queue(queue, MAX_STEPS_PER_QUEUE, QUEUE_BUDGET_S)
             if len(due) < DUE_PAGE:
                 break
         self.runs += 1

@@ -97,12 +97,56 @@ local function ended_as(done_lease, lease_id)
 end
 
 -- The ledger is the seed's LIST, and only LREM takes a job out of it: one LREM per job scans
--- from the oldest end, where most finishing jobs are. For many jobs at once (a sweep, a release,
--- a big ack batch) one scan from the oldest end marks each with a tombstone (LSET) and one LREM
--- takes the tombstones out: the batch costs one pass over the ledger instead of one per job.
+-- from the oldest end, where most finishing jobs are. For many jobs at once, one scan finds
+-- them all (find_in_ledger, windows of LRANGE from one end), each is marked with a tombstone
+-- (LSET) and one LREM takes the tombstones out (cut_from_ledger): one pass over the ledger for
+-- the batch instead of one per job. Long operations (the sweep, an operator release) scan at
+-- most LEDGER_STEP_SCAN entries per step, from where their previous step stopped.
 local LEDGER_TOMBSTONE = ':' -- never a job id (ids have no ':')
-local LEDGER_WINDOW = 1000
+local LEDGER_WINDOW_MAX = 4096 -- windows start at twice the jobs sought and double up to this
 local LEDGER_SCAN_FROM = 32 -- jobs per batch from which one scan beats an LREM each
+local LEDGER_STEP_SCAN = 16384 -- entries one step of a long operation reads (~3 ms)
+
+-- Looks for the ids of `wanted` (a set of `left` ids) among at most `budget` ledger entries,
+-- starting `offset` entries past the oldest end (the newest, when from_newest). Returns the
+-- ids found with their LSET index ({id, index} pairs, in scan order), how many entries it read,
+-- and whether it reached the other end. Found ids are taken out of `wanted`; nothing is written.
+local function find_in_ledger(wanted, left, offset, budget, from_newest)
+  local found, scanned, reached_end = {}, 0, false
+  local size = math.min(budget, math.max(64, 2 * left))
+  while left > 0 and scanned < budget do
+    local first = offset + scanned
+    local window
+    if from_newest then
+      window = redis.call('LRANGE', ACTIVE, first, first + size - 1)
+    else
+      window = redis.call('LRANGE', ACTIVE, -(first + size), -(first + 1))
+    end
+    local n = #window
+    for k = 1, n do -- k-th entry away from the chosen end
+      local id = window[from_newest and k or n - k + 1]
+      if wanted[id] then
+        wanted[id] = nil
+        left = left - 1
+        found[#found + 1] = {id, from_newest and first + k - 1 or -(first + k)}
+      end
+    end
+    scanned = scanned + n
+    if n < size then
+      reached_end = true
+      break
+    end
+    size = math.min(2 * size, LEDGER_WINDOW_MAX, budget - scanned)
+  end
+  return found, scanned, reached_end
+end
+
+-- Takes the entries at these LSET indexes (from one find_in_ledger) out of the ledger.
+local function cut_from_ledger(indexes, from_newest)
+  if #indexes == 0 then return end
+  for _, index in ipairs(indexes) do redis.call('LSET', ACTIVE, index, LEDGER_TOMBSTONE) end
+  redis.call('LREM', ACTIVE, from_newest and #indexes or -#indexes, LEDGER_TOMBSTONE)
+end
 
 local function remove_from_ledger(ids)
   if #ids < LEDGER_SCAN_FROM then
@@ -116,27 +160,19 @@ local function remove_from_ledger(ids)
       left = left + 1
     end
   end
-  local scanned, marked = 0, 0
-  while left > 0 do
-    local window = redis.call('LRANGE', ACTIVE, -(scanned + LEDGER_WINDOW), -(scanned + 1))
-    if #window == 0 then break end
-    for i = #window, 1, -1 do
-      if wanted[window[i]] then
-        wanted[window[i]] = nil
-        left = left - 1
-        redis.call('LSET', ACTIVE, -(scanned + #window - i + 1), LEDGER_TOMBSTONE)
-        marked = marked + 1
-      end
-    end
-    scanned = scanned + #window
-  end
-  if marked > 0 then redis.call('LREM', ACTIVE, -marked, LEDGER_TOMBSTONE) end
+  local found = find_in_ledger(wanted, left, 0, math.huge, false)
+  local indexes = {}
+  for i, entry in ipairs(found) do indexes[i] = entry[2] end
+  cut_from_ledger(indexes, false)
 end
 
 -- Taking jobs out of the in-flight ledger, and out of everything that attributes them to their
 -- workers, in two steps: leave_ledger for each job, then detach once for all of them, which
 -- batches the ledger, sorted-set and set removals (one pass or command per key, not per job).
-local function new_departures() return {ids = {}, by_worker = {}, workers = {}} end
+-- out_of_ledger: the caller took the jobs out of the ledger itself (cut_from_ledger).
+local function new_departures(out_of_ledger)
+  return {ids = {}, by_worker = {}, workers = {}, out_of_ledger = out_of_ledger}
+end
 
 local function leave_ledger(departures, id, key, worker, lock_deleted)
   if not lock_deleted then redis.call('DEL', lock_key(id)) end
@@ -155,7 +191,7 @@ end
 
 local function detach(departures)
   if #departures.ids == 0 then return end
-  remove_from_ledger(departures.ids)
+  if not departures.out_of_ledger then remove_from_ledger(departures.ids) end
   call_chunked('ZREM', DEADLINES, departures.ids)
   for _, worker in ipairs(departures.workers) do
     local held = held_key(worker)

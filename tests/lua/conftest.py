@@ -246,15 +246,17 @@ class LuaQueue:
     async def release_many(self, *leases: tuple[str, str]) -> list[int]:
         return await self.call("release", json.dumps([list(pair) for pair in leases]))
 
-    async def release_worker_step(self, worker: str, bound: str = "", step: int = 1000) -> list[Any]:
-        """[bound, more, stale, released ids (oldest lease first)]."""
-        return decoded(await self.call("release-worker", worker, bound, step))
+    async def release_worker_step(
+        self, worker: str, bound: str = "", step: int = 1000, offset: int = 0
+    ) -> list[Any]:
+        """[bound, more, stale, offset, released ids (oldest lease first)]."""
+        return decoded(await self.call("release-worker", worker, bound, step, offset))
 
     async def release_worker(self, worker: str) -> list[str]:
         """All steps, as service/queue.py runs them: the released ids, oldest lease first."""
-        steps, bound = [], ""
+        steps, bound, offset = [], "", 0
         while True:
-            bound, more, _, *released = await self.release_worker_step(worker, bound)
+            bound, more, _, offset, *released = await self.release_worker_step(worker, bound, offset=offset)
             steps.append(released)
             if not more:
                 return [job_id for step in reversed(steps) for job_id in step]
@@ -278,7 +280,7 @@ class LuaQueue:
                 if failed_retention_ms is not None
                 else LONG_RETENTION_MS,
             )
-        *reply, stale = await scripts.call("sweep", self.keys.script_keys, (self.keys.prefix, batch))
+        *reply, stale, _ = await scripts.call("sweep", self.keys.script_keys, (self.keys.prefix, batch, 0))
         assert stale == expect_stale
         return reply
 

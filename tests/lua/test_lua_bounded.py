@@ -51,13 +51,13 @@ async def test_a_worker_holding_9000_jobs_is_released_whole_each_job_once(q):
 async def test_release_steps_stop_at_the_fence_of_the_first_step(q):
     ids = await fill(q, 30)
     await lease_all(q, 25)
-    bound, more, stale, *first = await q.release_worker_step("w1", step=10)
+    bound, more, stale, offset, *first = await q.release_worker_step("w1", step=10)
     assert (more, stale) == (1, 0) and first == ids[15:25]  # the newest ten, oldest first
     # The worker leases again meanwhile: later steps leave those leases alone.
     later = await q.lease("w1", max_jobs=5)
     steps = [first]
     while more:
-        bound, more, _, *released = await q.release_worker_step("w1", bound, step=10)
+        bound, more, _, offset, *released = await q.release_worker_step("w1", bound, step=10, offset=offset)
         steps.append(released)
     assert [job_id for step in reversed(steps) for job_id in step] == ids[:25]
     assert await q.members(q.keys.held("w1")) == {job.id for job in later}
@@ -189,7 +189,7 @@ async def test_sweep_and_redrive_and_release_drop_entries_naming_no_job(q):
 
     await q.redis.zadd(q.keys.held("w1"), {"held-ghost": 0})
     await q.redis.sadd(q.keys.workers, "w1")
-    assert await q.release_worker_step("w1") == ["0", 0, 1]
+    assert await q.release_worker_step("w1") == ["0", 0, 1, 0]
     assert await q.redis.exists(q.keys.held("w1"), q.keys.workers) == 0
 
 
@@ -268,3 +268,42 @@ async def test_a_queue_is_deleted_in_bounded_steps_to_its_last_key(q):
     for key in left:
         assert 0 < await q.redis.pttl(key) <= REQUEST_TTL_MS
     assert await due(q) is None
+
+
+# --- a long ledger is read one window per step ---------------------------------------------------
+
+LONG_LEDGER = 20_000  # beyond one step's window (LEDGER_STEP_SCAN, 16384 entries)
+
+
+async def test_a_sweep_of_a_long_ledger_goes_window_by_window_and_misses_nothing(q):
+    ids = await fill(q, LONG_LEDGER)
+    await lease_all(q, LONG_LEDGER, lease_ms=60_000)
+    expired = random.Random(3).sample(ids, 600)
+    await q.redis.delete(*[q.keys.lock(job_id) for job_id in expired])
+    await q.redis.zadd(q.keys.deadlines, {job_id: await q.now_ms() - 1 for job_id in expired})
+
+    offset, steps, reclaimed = 0, 0, 0
+    while True:
+        reply = await q.call("sweep", 1000, offset)
+        reclaimed += reply[0]
+        more, offset = reply[4], reply[6]
+        steps += 1
+        if not more:
+            break
+    assert reclaimed == 600 and steps >= 2  # the first window could not hold them all
+    rest = [job_id for job_id in ids if job_id not in set(expired)]
+    assert await q.active() == list(reversed(rest))
+    assert sorted(await q.line()) == sorted(expired)
+
+
+async def test_a_release_in_a_long_ledger_goes_window_by_window_and_misses_nothing(q):
+    ids = await fill(q, LONG_LEDGER)
+    held: dict[str, list[str]] = {"w1": [], "w2": []}
+    for n in range(LONG_LEDGER // LEASE_BATCH):  # the two workers' leases interleaved
+        worker = "w1" if n % 2 else "w2"
+        held[worker] += [job.id for job in await q.lease(worker, max_jobs=LEASE_BATCH)]
+
+    assert await q.release_worker("w1") == held["w1"]
+
+    assert await q.active() == list(reversed(held["w2"]))
+    assert await q.line() == held["w1"]

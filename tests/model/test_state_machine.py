@@ -532,12 +532,12 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def sweep(self) -> None:
         """One run of the sweep script, the call a replica's sweeper makes for this queue."""
-        args = (self.keys.prefix, self.env.settings.sweep_batch)
+        args = (self.keys.prefix, self.env.settings.sweep_batch, 0)
         reply = self.env.sweep_script(keys=self.keys.script_keys, args=args)
         reclaimed, dead = self.model.sweep()
-        # {reclaimed, dead_lettered, promoted, deleted, more, stale}: nothing is due, nothing is
-        # old, no index entry is without its job
-        assert reply == [reclaimed, dead, 0, 0, 0, 0]
+        # {reclaimed, dead_lettered, promoted, deleted, more, stale, offset}: nothing is due,
+        # nothing is old, no index entry is without its job, the ledger is read whole
+        assert reply == [reclaimed, dead, 0, 0, 0, 0, 0]
 
     # -- operating
 
