@@ -84,6 +84,12 @@ class Plan:
     idle_queues: int
     idle_settle_s: float
     idle_window_s: float
+    # long_ops: jobs in flight (5 workers), dead letters, background rate, time at rest
+    long_in_flight: int
+    long_dead: int
+    long_rate: float
+    long_loops: int
+    long_rest_s: float
 
 
 FULL = Plan(
@@ -101,6 +107,11 @@ FULL = Plan(
     idle_queues=10_000,
     idle_settle_s=5.0,
     idle_window_s=20.0,
+    long_in_flight=100_000,
+    long_dead=50_000,
+    long_rate=200.0,
+    long_loops=4,
+    long_rest_s=5.0,
 )
 QUICK = Plan(
     warmup_s=0.75,
@@ -117,6 +128,11 @@ QUICK = Plan(
     idle_queues=10_000,
     idle_settle_s=3.0,
     idle_window_s=5.0,
+    long_in_flight=20_000,
+    long_dead=10_000,
+    long_rate=200.0,
+    long_loops=4,
+    long_rest_s=3.0,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -841,12 +857,15 @@ def selection(args: argparse.Namespace) -> Callable[[str], bool]:
 
 # The workloads of bench/ledger_ops.py: key, what it measures, and the extra seconds it may
 # add to the hard deadline (quick, full).
-LEDGER_OPS = (("idle_sweep", "idle-queue sweep cost", (120, 180)),)
+LEDGER_OPS = (
+    ("idle_sweep", "idle-queue sweep cost", (120, 180)),
+    ("long_ops", "small requests during long operations", (180, 420)),
+)
 HTTP_ONLY_WORKLOADS = {"enqueue", "enqueue_batch", "wakeup", "idle_sweep", "idle"}
 
 
 def run_ledger_ops(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
-    """idle_sweep: their rows; their own tables and figures go in
+    """idle_sweep, long_ops: their rows; their own tables and figures go in
     bench.ledger_tables and bench.ledger_results. A workload that fails is reported as such
     and the others still run."""
     import traceback
@@ -1353,7 +1372,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         help="comma-separated: enqueue,enqueue_batch,cycle,cycle_50,batch,wakeup,ledger,memory,"
-        "idle_sweep (a first word selects all its workloads: cycle, ack, ...)",
+        "idle_sweep,long_ops (a first word selects all its workloads: cycle, ack, ...)",
     )
     parser.add_argument(
         "--service-dir",

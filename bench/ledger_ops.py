@@ -1,6 +1,6 @@
-"""bench.py's workloads for the in-flight ledger at scale: idle queues.
+"""bench.py's workloads for the in-flight ledger at scale: idle queues, long operations, acks.
 
-    .venv/bin/python bench/bench.py --only idle_sweep [--quick]
+    .venv/bin/python bench/bench.py --only idle_sweep,long_ops [--quick]
 
   idle_sweep  its own Redis and 2 service replicas of 2 processes each (EMQ_WORKERS=2,
               EMQ_SWEEP_INTERVAL_MS=1000): Plan.idle_queues queues, each with one waiting job
@@ -9,6 +9,14 @@
               calls per second (INFO commandstats, EVALSHA + EVAL) and every command's, Redis's
               CPU (INFO cpu, user + sys), and the service processes' CPU (/proc/<pid>/stat of
               every process below each replica). Works with --service-dir (an older checkout).
+  long_ops    its own Redis and one service replica (default processes). Plan.long_dead dead
+              letters and Plan.long_in_flight jobs in flight, leased 100 at a time by 5 workers
+              w0..w4 in turn (so each holds a fifth, spread through the ledger); while a
+              background loadgen process sends small requests at a fixed rate on another queue
+              (enqueue 1, lease 1, ack 1, ...), in turn: (a) operator release of w0, (b) the
+              service's own sweep of w1's leases, all renewed to end at the same instant,
+              (c) redrive of all dead letters, (d) forced deletion of the queue with the rest.
+              For each: its duration, and the small requests' latency during it vs at rest.
 
 
 Each function takes bench.py's Bench and returns a dict of figures; the ``*_rows`` and
@@ -19,20 +27,27 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import loadgen
 
+BENCH_DIR = Path(__file__).resolve().parent
+LONG_LEASE_MS = 12 * 3600 * 1000  # the API's maximum: nothing expires unless the bench says so
+SETUP_CONCURRENCY = 64  # script calls in flight at once during set-up
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # targets of issue 11
 IDLE_SCRIPT_CALLS_TARGET = 100  # script calls per second, in total, with 10,000 idle queues
 IDLE_REDIS_CPU_TARGET = 2.0  # % of one core
+LONG_OPS_P99_TARGET_MS = 50.0
 
 # ---------------------------------------------------------------------------------------------
 # measuring from Redis and /proc
@@ -100,6 +115,27 @@ class Snapshot:
             redis_proc_cpu_s=cpu_seconds([redis_pid]),
             service_cpu_s=cpu_seconds(service_pids),
         )
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
+
+
+async def gather_limited(calls: Iterable[Callable[[], Awaitable[Any]]], limit: int) -> list[Any]:
+    """Run the calls with at most `limit` in flight; their results in the calls' order."""
+    pending = list(calls)
+    results: list[Any] = [None] * len(pending)
+    position = iter(range(len(pending)))
+
+    async def worker() -> None:
+        for index in position:
+            results[index] = await pending[index]()
+
+    await asyncio.gather(*(worker() for _ in range(limit)))
+    return results
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,4 +280,387 @@ def idle_sweep_summary(result: dict[str, Any]) -> str:
     return (
         f"{result['script_calls_per_s']:,.1f} script calls/s, {result['commands_per_s']:,.1f} commands/s, "
         f"Redis CPU {result['redis_cpu_pct']:.2f} %, service CPU {result['service_cpu_pct']:.2f} %"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# long_ops
+
+LONG_QUEUE = "long"
+SMALL_QUEUE = "small"
+LONG_WORKERS = tuple(f"w{index}" for index in range(5))
+RELEASED_WORKER, EXPIRING_WORKER = "w0", "w1"
+PHASE_GAP_S = 1.0  # quiet time between two operations
+SLOWLOG_THRESHOLD_US = 1000  # Redis commands slower than this are logged during the operations
+OPERATION_TIMEOUT_S = 300.0
+
+
+@dataclass
+class Phase:
+    name: str
+    start: float  # wall clock
+    end: float
+    duration_s: float  # the operation's own duration (its definition is in `what`)
+    what: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+async def _fill(queues: Any, queue: str, count: int, payload: Any, max_attempts: int | None) -> None:
+    from msgspec import Raw
+
+    from service.schemas import EnqueueRequest
+
+    body = Raw(json.dumps(payload, separators=(",", ":")).encode())
+    options = {} if max_attempts is None else {"max_attempts": max_attempts}
+    batch = [EnqueueRequest(payload=body, **options) for _ in range(1000)]
+    sizes = [min(1000, count - start) for start in range(0, count, 1000)]
+    await gather_limited((lambda size=size: queues.enqueue(queue, batch[:size]) for size in sizes), 4)
+
+
+async def _lease_all(queues: Any, queue: str, workers: Sequence[str], count: int) -> dict[str, list[Any]]:
+    """Lease `count` jobs, 100 per call, the workers taking turns: {worker: its jobs, oldest first}."""
+    held: dict[str, list[Any]] = {worker: [] for worker in workers}
+    total = 0
+    for worker in itertools.cycle(workers):
+        if total >= count:
+            break
+        jobs = await queues.lease(queue, worker, LONG_LEASE_MS, min(100, count - total))
+        if not jobs:
+            raise RuntimeError(f"long_ops: {queue} ran dry after {total} of {count} leases")
+        held[worker] += jobs
+        total += len(jobs)
+    return held
+
+
+async def long_ops_setup(stack: Any, dead: int, in_flight: int) -> dict[str, list[Any]]:
+    """Dead letters first (leased, then failed without retry), then the jobs in flight."""
+    async with stack.job_queues() as queues:
+        await _fill(queues, LONG_QUEUE, dead, stack.payload, max_attempts=1)
+        doomed = (await _lease_all(queues, LONG_QUEUE, ["doomed"], dead))["doomed"]
+        answers = await gather_limited(
+            (
+                lambda job=job: queues.fail(
+                    LONG_QUEUE, job.id, job.lease_id, "bench: dead letter", False, None
+                )
+                for job in doomed
+            ),
+            SETUP_CONCURRENCY,
+        )
+        if any(answer.state != "failed" for answer in answers):
+            raise RuntimeError("long_ops: a failed job was not dead-lettered")
+        await _fill(queues, LONG_QUEUE, in_flight, stack.payload, max_attempts=None)
+        return await _lease_all(queues, LONG_QUEUE, LONG_WORKERS, in_flight)
+
+
+async def renew_to_end_at(stack: Any, jobs: Sequence[Any], end_ms: float) -> list[int]:
+    """Heartbeat every job so that its lease ends at end_ms (Redis clock ~ ours: same machine),
+    or 1 s from its heartbeat if that is later; the new expiries."""
+
+    async def renew(queues: Any, job: Any) -> int:
+        lease_ms = max(1000, int(end_ms - time.time() * 1000))
+        answer = await queues.heartbeat(LONG_QUEUE, job.id, job.lease_id, lease_ms)
+        return int(answer.lease_expires_at)
+
+    async with stack.job_queues() as queues:
+        return await gather_limited((lambda job=job: renew(queues, job) for job in jobs), SETUP_CONCURRENCY)
+
+
+def script_names() -> dict[str, str]:
+    """{sha: operation} of this checkout's scripts, as the service renders them with its default
+    settings (long_ops runs this checkout's service)."""
+    import hashlib
+
+    from service.scripts import lua_dir, render
+
+    names = {}
+    for path in lua_dir().glob("*.lua"):
+        names[hashlib.sha1(render(path).encode()).hexdigest()] = path.stem.rsplit("-", 1)[0]
+    return names
+
+
+def _command_name(command: Any, scripts: dict[str, str]) -> str:
+    text = command.decode(errors="replace") if isinstance(command, bytes) else str(command)
+    words = text.split()
+    if len(words) > 1 and words[0].upper() == "EVALSHA":
+        return f"{scripts.get(words[1], words[1][:10])} script"
+    return words[0] if words else "?"
+
+
+def _slow_commands(client: Any, scripts: dict[str, str] | None = None) -> dict[str, Any]:
+    """What the slow log holds (commands slower than SLOWLOG_THRESHOLD_US), then cleared."""
+    entries = client.slowlog_get(10_000)
+    client.slowlog_reset()
+    durations = [int(entry["duration"]) for entry in entries]
+    slowest = max(entries, key=lambda entry: int(entry["duration"]), default=None)
+    by_command: dict[str, int] = {}
+    for entry in entries:
+        name = _command_name(entry["command"], scripts or {})
+        by_command[name] = by_command.get(name, 0) + 1
+    return {
+        "count": len(durations),
+        "max_ms": max(durations) / 1000 if durations else None,
+        "total_ms": sum(durations) / 1000,
+        "slowest": None if slowest is None else _command_name(slowest["command"], scripts or {}),
+        "by_command": by_command,
+    }
+
+
+def start_background(stack: Any, rate: float, loops: int, max_s: float) -> tuple[Any, float]:
+    spec = {
+        "workload": "paced",
+        "client": "raw",
+        "queue": SMALL_QUEUE,
+        "payload": stack.payload,
+        "lease_ms": 60_000,
+        "urls": stack.service.urls,
+        "concurrency": loops,
+        "rate": rate,
+        "tag": "small",
+        "watch": {},
+    }
+    process = stack.spawn(
+        [sys.executable, str(BENCH_DIR / "loadgen.py"), json.dumps(spec)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = process.stdout.readline()
+    if line.strip() != "ready":
+        raise RuntimeError(f"the background loadgen did not start: {line!r}")
+    start = time.time() + 0.2
+    process.stdin.write(f"go {start} {start + max_s}\n")
+    process.stdin.flush()
+    return process, start
+
+
+def stop_background(stack: Any, process: Any) -> dict[str, Any]:
+    try:
+        out, _ = process.communicate("stop\n", timeout=60)
+    finally:
+        stack.forget(process)
+    if process.returncode != 0:
+        raise RuntimeError(f"the background loadgen failed, exit {process.returncode}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def long_ops(bench: Any) -> dict[str, Any]:
+    import httpx
+
+    plan = bench.plan
+    per_worker = plan.long_in_flight // len(LONG_WORKERS)
+    in_flight = per_worker * len(LONG_WORKERS)
+    with bench.own_stack("long_ops", replicas=1, workers=bench.args.workers) as stack:
+        client = stack.redis.client()
+        scripts = script_names()
+        wait_key = f"emq:{{{LONG_QUEUE}}}:wait"
+        started = time.monotonic()
+        held = asyncio.run(long_ops_setup(stack, plan.long_dead, in_flight))
+        setup_s = time.monotonic() - started
+        print(
+            f"  set up {plan.long_dead:,} dead letters and {in_flight:,} in flight in {setup_s:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        client.config_set("slowlog-log-slower-than", SLOWLOG_THRESHOLD_US)
+        client.config_set("slowlog-max-len", 10_000)
+        max_s = 2 * plan.long_rest_s + 8 * PHASE_GAP_S + 4 * OPERATION_TIMEOUT_S
+        background, start = start_background(stack, plan.long_rate, plan.long_loops, max_s)
+        phases: list[Phase] = []
+        url = stack.service.urls[0]
+        try:
+            with httpx.Client(base_url=url, timeout=OPERATION_TIMEOUT_S) as http:
+                time.sleep(max(0.0, start - time.time()) + plan.long_rest_s)
+                phases.append(Phase("at rest (before)", start, time.time(), plan.long_rest_s, "-"))
+                _slow_commands(client)
+
+                def operation(name: str, what: str, call: Callable[[], httpx.Response]) -> httpx.Response:
+                    time.sleep(PHASE_GAP_S)
+                    _slow_commands(client)
+                    begun = time.time()
+                    response = call()
+                    ended = time.time()
+                    response.raise_for_status()
+                    slow = _slow_commands(client, scripts)
+                    phases.append(Phase(name, begun, ended, ended - begun, what, {"slow": slow}))
+                    print(f"  {name}: {ended - begun:.2f} s", file=sys.stderr, flush=True)
+                    return response
+
+                answer = operation(
+                    f"(a) operator release of {RELEASED_WORKER} ({per_worker:,} jobs)",
+                    "the HTTP call",
+                    lambda: http.post(f"/v1/queues/{LONG_QUEUE}/workers/{RELEASED_WORKER}/release"),
+                )
+                phases[-1].extra["released"] = len(answer.json()["released"])
+
+                # (b) the service's own sweep: every lease of w1 renewed so that all end together
+                time.sleep(PHASE_GAP_S)
+                jobs = held[EXPIRING_WORKER]
+                before = client.llen(wait_key)
+                end_ms = time.time() * 1000 + max(3000.0, 1000 + 0.3 * len(jobs))
+                expiries = asyncio.run(renew_to_end_at(stack, jobs, end_ms))
+                first, last = min(expiries) / 1000, max(expiries) / 1000
+                time.sleep(max(0.0, first - time.time()))
+                _slow_commands(client)
+                deadline = time.time() + OPERATION_TIMEOUT_S
+                back = 0
+                while time.time() < deadline:
+                    back = client.llen(wait_key) - before
+                    if back >= len(jobs):
+                        break
+                    time.sleep(0.01)
+                done = time.time()
+                phases.append(
+                    Phase(
+                        f"(b) sweep of {len(jobs):,} expired leases ({EXPIRING_WORKER})",
+                        first,
+                        done,
+                        done - last,
+                        "last lease's end -> all back in waiting",
+                        {
+                            "slow": _slow_commands(client, scripts),
+                            "back_in_waiting": back,
+                            "expiry_spread_s": last - first,
+                            "from_first_expiry_s": done - first,
+                        },
+                    )
+                )
+                print(f"  {phases[-1].name}: {done - last:.2f} s", file=sys.stderr, flush=True)
+
+                answer = operation(
+                    f"(c) redrive of {plan.long_dead:,} dead letters",
+                    "the HTTP call",
+                    lambda: http.post(f"/v1/queues/{LONG_QUEUE}/failed/retry"),
+                )
+                phases[-1].extra["retried"] = len(answer.json()["retried"])
+                left = sum(
+                    client.execute_command(command, f"emq:{{{LONG_QUEUE}}}:{key}")
+                    for command, key in (("LLEN", "wait"), ("LLEN", "active"), ("ZCARD", "failed"))
+                )
+                operation(
+                    f"(d) forced deletion of the queue ({left:,} jobs)",
+                    "the HTTP call",
+                    lambda: http.delete(f"/v1/queues/{LONG_QUEUE}", params={"force": "true"}),
+                )
+                time.sleep(PHASE_GAP_S)
+                rest_from = time.time()
+                time.sleep(plan.long_rest_s)
+                phases.append(Phase("at rest (after)", rest_from, time.time(), plan.long_rest_s, "-"))
+                remaining = client.exists(wait_key, f"emq:{{{LONG_QUEUE}}}:active")
+        finally:
+            samples = stop_background(stack, background)
+    requests = samples["requests"]
+    result = {
+        "in_flight": in_flight,
+        "per_worker": per_worker,
+        "dead": plan.long_dead,
+        "setup_s": round(setup_s, 1),
+        "rate": plan.long_rate,
+        "loops": plan.long_loops,
+        "background_requests": len(requests),
+        "background_errors": samples["errors"],
+        "queue_keys_left_after_delete": remaining,
+        "phases": [],
+    }
+    for phase in phases:
+        # A request belongs to the phase it was due in (sent late or not).
+        inside = [entry for entry in requests if phase.start <= entry[1] < phase.end]
+        latency = [entry[3] for entry in inside]
+        from_due = [(entry[2] - entry[1]) * 1000 + entry[3] for entry in inside]
+        result["phases"].append(
+            {
+                "name": phase.name,
+                "duration_s": phase.duration_s,
+                "what": phase.what,
+                "window_s": phase.end - phase.start,
+                "requests": len(inside),
+                "failed": sum(1 for entry in inside if not entry[4]),
+                "p50_ms": percentile(latency, 0.5),
+                "p99_ms": percentile(latency, 0.99),
+                "max_ms": max(latency, default=None),
+                "from_due_p99_ms": percentile(from_due, 0.99),
+                "from_due_max_ms": max(from_due, default=None),
+            }
+            | phase.extra
+        )
+    return result
+
+
+def long_ops_rows(result: dict[str, Any], row: Callable[..., Any]) -> list[Any]:
+    rows = []
+    for index, phase in enumerate(result["phases"]):
+        if phase["name"].startswith("at rest"):
+            continue
+        p99 = phase["p99_ms"]
+        rows.append(
+            row(
+                f"long_ops_{index}",
+                f"p99 of small requests during {phase['name'][4:]}",
+                "ms",
+                ours_value=p99,
+                target=f"< {LONG_OPS_P99_TARGET_MS:g} ms",
+                met=None if p99 is None else p99 < LONG_OPS_P99_TARGET_MS,
+            )
+        )
+    return rows
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def long_ops_table(result: dict[str, Any]) -> str:
+    lines = [
+        f"Small requests during long operations: {result['in_flight']:,} in flight ({result['per_worker']:,} "
+        f"per worker, 5 workers leasing 100 at a time in turn) and {result['dead']:,} dead letters "
+        f"(set up in {result['setup_s']} s); background: enqueue 1 / lease 1 / ack 1 on another queue, "
+        f"{result['rate']:g} requests/s over {result['loops']} keep-alive connections "
+        f"({result['background_requests']:,} requests, {result['background_errors']} errors). "
+        "Latency: sent -> answered; 'from due': answered - when the request was due (a stalled "
+        "connection's next requests go out late).",
+        "",
+        "| phase | duration s | requests | p50 ms | p99 ms | max ms | from due: p99 / max ms | "
+        "Redis commands > 1 ms: count, slowest ms | target p99 < 50 ms |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for phase in result["phases"]:
+        slow = phase.get("slow")
+        slow_text = "-"
+        if slow is not None:
+            slow_text = f"{slow['count']}, {_ms(slow['max_ms'])}"
+            if slow["slowest"]:
+                slow_text += f" ({slow['slowest']})"
+        resting = phase["name"].startswith("at rest")
+        met = (
+            ""
+            if resting or phase["p99_ms"] is None
+            else ("met" if phase["p99_ms"] < LONG_OPS_P99_TARGET_MS else "NOT met")
+        )
+        duration = "-" if resting else f"{phase['duration_s']:.2f}"
+        lines.append(
+            f"| {phase['name']} | {duration} | {phase['requests']} | {_ms(phase['p50_ms'])} | "
+            f"{_ms(phase['p99_ms'])} | {_ms(phase['max_ms'])} | {_ms(phase['from_due_p99_ms'])} / "
+            f"{_ms(phase['from_due_max_ms'])} | {slow_text} | {met} |"
+        )
+    notes = []
+    for phase in result["phases"]:
+        if "from_first_expiry_s" in phase:
+            notes.append(
+                "(b): duration from the last lease's end; from the first's "
+                f"{phase['from_first_expiry_s']:.2f} s "
+                f"(the renewals spread the ends over {phase['expiry_spread_s']:.2f} s); "
+                f"{phase['back_in_waiting']:,} back in waiting; the sweeper runs every 1 s"
+            )
+        if "released" in phase:
+            notes.append(f"(a) released {phase['released']:,} jobs")
+        if "retried" in phase:
+            notes.append(f"(c) redrove {phase['retried']:,} jobs")
+    notes.append(f"queue keys left after (d): {result['queue_keys_left_after_delete']}")
+    return "\n".join([*lines, "", *notes])
+
+
+def long_ops_summary(result: dict[str, Any]) -> str:
+    return "; ".join(
+        f"{phase['name'] if phase['name'].startswith('at') else phase['name'][:3]} "
+        f"p99 {_ms(phase['p99_ms'])} ms"
+        for phase in result["phases"]
     )
