@@ -90,6 +90,9 @@ class Plan:
     long_rate: float
     long_loops: int
     long_rest_s: float
+    # ack_cost: jobs in flight, and at most this many acks per order (and a tenth of the size)
+    ack_sizes: tuple[int, ...]
+    ack_cost_samples: int
 
 
 FULL = Plan(
@@ -112,6 +115,8 @@ FULL = Plan(
     long_rate=200.0,
     long_loops=4,
     long_rest_s=5.0,
+    ack_sizes=(1_000, 10_000, 100_000),
+    ack_cost_samples=1000,
 )
 QUICK = Plan(
     warmup_s=0.75,
@@ -133,6 +138,8 @@ QUICK = Plan(
     long_rate=200.0,
     long_loops=4,
     long_rest_s=3.0,
+    ack_sizes=(1_000, 10_000, 100_000),
+    ack_cost_samples=200,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -591,7 +598,7 @@ class Bench:
             print(f"  BullMQ {workload} failed: {done.stderr.strip()[-2000:]}", file=sys.stderr)
             return Outcome(note=f"failed (exit {done.returncode})")
         result = json.loads(done.stdout.strip().splitlines()[-1])
-        if workload == "memory":
+        if workload in ("memory", "ack_cost"):
             return Outcome(extra=result)
         return outcome_of([result], rate=workload != "latency")
 
@@ -860,12 +867,13 @@ def selection(args: argparse.Namespace) -> Callable[[str], bool]:
 LEDGER_OPS = (
     ("idle_sweep", "idle-queue sweep cost", (120, 180)),
     ("long_ops", "small requests during long operations", (180, 420)),
+    ("ack_cost", "ack cost by ledger size and order", (240, 480)),
 )
 HTTP_ONLY_WORKLOADS = {"enqueue", "enqueue_batch", "wakeup", "idle_sweep", "idle"}
 
 
 def run_ledger_ops(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
-    """idle_sweep, long_ops: their rows; their own tables and figures go in
+    """idle_sweep, long_ops, ack_cost: their rows; their own tables and figures go in
     bench.ledger_tables and bench.ledger_results. A workload that fails is reported as such
     and the others still run."""
     import traceback
@@ -1372,7 +1380,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         help="comma-separated: enqueue,enqueue_batch,cycle,cycle_50,batch,wakeup,ledger,memory,"
-        "idle_sweep,long_ops (a first word selects all its workloads: cycle, ack, ...)",
+        "idle_sweep,long_ops,ack_cost (a first word selects all its workloads: cycle, ack, ...)",
     )
     parser.add_argument(
         "--service-dir",

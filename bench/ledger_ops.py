@@ -1,6 +1,6 @@
 """bench.py's workloads for the in-flight ledger at scale: idle queues, long operations, acks.
 
-    .venv/bin/python bench/bench.py --only idle_sweep,long_ops [--quick]
+    .venv/bin/python bench/bench.py --only idle_sweep,long_ops,ack_cost [--quick] [--no-bullmq]
 
   idle_sweep  its own Redis and 2 service replicas of 2 processes each (EMQ_WORKERS=2,
               EMQ_SWEEP_INTERVAL_MS=1000): Plan.idle_queues queues, each with one waiting job
@@ -17,7 +17,11 @@
               service's own sweep of w1's leases, all renewed to end at the same instant,
               (c) redrive of all dead letters, (d) forced deletion of the queue with the rest.
               For each: its duration, and the small requests' latency during it vs at rest.
-
+  ack_cost    with each of Plan.ack_sizes jobs in flight: the Redis time of one ack when acking
+              the oldest leases first (lease order) and in a random order, for EchoMQ (the ack
+              script, one job per call) and BullMQ (Job.moveToCompleted, fetchNext false) on the
+              same Redis, both from INFO commandstats (EVALSHA + EVAL usec / calls) over acks
+              made one at a time on an otherwise quiet Redis.
 
 Each function takes bench.py's Bench and returns a dict of figures; the ``*_rows`` and
 ``*_table`` functions turn them into bench.py's table rows and their own tables.
@@ -29,6 +33,7 @@ import asyncio
 import itertools
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -663,4 +668,151 @@ def long_ops_summary(result: dict[str, Any]) -> str:
         f"{phase['name'] if phase['name'].startswith('at') else phase['name'][:3]} "
         f"p99 {_ms(phase['p99_ms'])} ms"
         for phase in result["phases"]
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# ack_cost
+
+ACK_QUEUE = "ackcost"
+
+
+def ack_positions(size: int, samples: int, seed: int) -> list[int]:
+    """The random order: positions (in lease order) among the jobs left after the lease-order
+    acks, the same for both sides."""
+    return random.Random(seed).sample(range(size - samples), samples)
+
+
+async def _script_stats(client: Any) -> tuple[int, int]:
+    return script_calls(command_calls(await client.info("commandstats"), answered_only=True))
+
+
+async def echomq_ack_cost(bench: Any, size: int, samples: int, positions: Sequence[int]) -> dict[str, Any]:
+    from msgspec import UNSET
+
+    from service.schemas import AckItem
+
+    async with bench.job_queues() as queues:
+        client = queues.client
+        started = time.monotonic()
+        await _fill(queues, ACK_QUEUE, size, bench.payload, max_attempts=None)
+        order = (await _lease_all(queues, ACK_QUEUE, ["holder"], size))["holder"]
+        setup_s = time.monotonic() - started
+        ledger_key = f"emq:{{{ACK_QUEUE}}}:active"
+        # The ack script loaded before measuring, by an ack of a job that does not exist (no effect).
+        await queues.ack(ACK_QUEUE, [AckItem(id="no-such-job", lease_id="0" * 32)])
+
+        async def timed(jobs: Sequence[Any]) -> dict[str, Any]:
+            in_flight = await client.llen(ledger_key)
+            calls_before, usec_before = await _script_stats(client)
+            client_ms = []
+            for job in jobs:
+                begun = time.perf_counter()
+                await queues.ack_one(ACK_QUEUE, job.id, job.lease_id, UNSET)
+                client_ms.append((time.perf_counter() - begun) * 1000)
+            calls_after, usec_after = await _script_stats(client)
+            calls = calls_after - calls_before
+            return {
+                "acks": len(jobs),
+                "in_flight_before": in_flight,
+                "script_calls": calls,
+                "redis_us_per_call": (usec_after - usec_before) / calls if calls else None,
+                "client_ms_p50": percentile(client_ms, 0.5),
+                "client_ms_mean": sum(client_ms) / len(client_ms) if client_ms else None,
+            }
+
+        lease_order = await timed(order[:samples])
+        rest = order[samples:]
+        random_order = await timed([rest[index] for index in positions])
+    return {"in_flight": size, "setup_s": round(setup_s, 1), "lease": lease_order, "random": random_order}
+
+
+def ack_cost(bench: Any) -> dict[str, Any]:
+    plan = bench.plan
+    results = []
+    # A Redis of its own with no service on it: nothing but the acks calls a script meanwhile.
+    with bench.own_stack("ack_cost", replicas=0, workers=1) as stack:
+        for size in plan.ack_sizes:
+            samples = min(plan.ack_cost_samples, size // 10)
+            positions = ack_positions(size, samples, seed=size)
+            stack.flush()
+            ours = asyncio.run(echomq_ack_cost(stack, size, samples, positions))
+            print(f"  EchoMQ, {size:,} in flight: {json.dumps(ours)}", file=sys.stderr, flush=True)
+            theirs = None
+            if stack.node is not None:
+                stack.flush()
+                outcome = stack.bullmq(
+                    "ack_cost", queue=ACK_QUEUE, in_flight=size, samples=samples, positions=positions
+                )
+                theirs = outcome.extra if outcome is not None and outcome.extra else None
+                print(f"  BullMQ, {size:,} in flight: {json.dumps(theirs)}", file=sys.stderr, flush=True)
+            results.append({"in_flight": size, "samples": samples, "echomq": ours, "bullmq": theirs})
+    return {"sizes": results}
+
+
+def _us(side: dict[str, Any] | None, order: str) -> float | None:
+    if not side or order not in side:
+        return None
+    return side[order].get("redis_us_per_call")
+
+
+def ack_cost_rows(result: dict[str, Any], row: Callable[..., Any]) -> list[Any]:
+    rows = []
+    for entry in result["sizes"]:
+        n = entry["in_flight"]
+        label = f"{n // 1000}k" if n >= 1000 else str(n)
+        for order, title in (("lease", "oldest first"), ("random", "random order")):
+            rows.append(
+                row(
+                    f"ack_cost_{label}_{order}",
+                    f"ack, {label} in flight, {title}: Redis time",
+                    "µs",
+                    ours_value=_us(entry["echomq"], order),
+                    bull_value=_us(entry["bullmq"], order),
+                    bull_title="moveToCompleted (fetchNext false), same order",
+                )
+            )
+    return rows
+
+
+def ack_cost_table(result: dict[str, Any]) -> str:
+    lines = [
+        "Ack cost by ledger size and order: Redis time per ack (INFO commandstats, EVALSHA + EVAL "
+        "usec / calls, over acks made one at a time on a quiet Redis); lease order = the oldest "
+        "lease first; random = the same random positions (seeded) on both sides, among the jobs "
+        "left after the lease-order acks. In brackets: the caller's time per call, µs, p50.",
+        "",
+        "| in flight | order | acks | EchoMQ µs/ack | BullMQ µs/ack | ratio | EchoMQ calls | BullMQ calls |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(side: dict[str, Any] | None, order: str) -> tuple[str, str]:
+        if not side or order not in side:
+            return "-", "-"
+        figures = side[order]
+        us, client_ms = figures.get("redis_us_per_call"), figures.get("client_ms_p50")
+        text = "-" if us is None else f"{us:,.1f}"
+        if client_ms is not None:
+            text += f" ({client_ms * 1000:,.0f})"
+        return text, str(figures.get("script_calls"))
+
+    for entry in result["sizes"]:
+        for order in ("lease", "random"):
+            ours, ours_calls = cell(entry["echomq"], order)
+            theirs, theirs_calls = cell(entry["bullmq"], order)
+            a, b = _us(entry["echomq"], order), _us(entry["bullmq"], order)
+            ratio = "-" if a is None or not b else f"{a / b:.2f}x"
+            lines.append(
+                f"| {entry['in_flight']:,} | {order} | {entry['samples']} | {ours} | {theirs} | {ratio} | "
+                f"{ours_calls} | {theirs_calls} |"
+            )
+    return "\n".join(lines)
+
+
+def ack_cost_summary(result: dict[str, Any]) -> str:
+    return "; ".join(
+        f"{entry['in_flight']:,} {order}: EchoMQ {_us(entry['echomq'], order) or 0:,.1f} µs, "
+        f"BullMQ {_us(entry['bullmq'], order) or 0:,.1f} µs"
+        for entry in result["sizes"]
+        for order in ("lease", "random")
     )
