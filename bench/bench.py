@@ -755,7 +755,7 @@ async def ledger_costs(bench: Bench, in_flight: int, queue: str) -> dict[str, An
         async with ServerTimes(client, "sweep") as sweep_us:
             for run in range(plan.sweep_runs):
                 started = time.perf_counter()
-                report = await queues.sweep_queue(queue, max_batches=1)
+                report = await queues.sweep_queue(queue, max_steps=1)
                 sweep_ms.append((time.perf_counter() - started) * 1000)
                 assert report.reclaimed == 0 and report.dead_lettered == 0, report
                 if run % ServerTimes.DRAIN_EVERY == 0:

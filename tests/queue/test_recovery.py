@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import secrets
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -132,6 +133,21 @@ async def test_long_poll_wakes_on_enqueue(client: httpx.AsyncClient, queue: str)
     assert [job["id"] for job in jobs] == [created["id"]]
     # Well under the waiters' 1 s fallback poll: the pub/sub wake-up did it.
     assert latency_s < 0.5, latency_s
+
+
+async def test_long_polls_on_many_queues_are_each_woken(client: httpx.AsyncClient) -> None:
+    # Four queues: on a 3-primary Cluster at least two share a node, whose sharded subscription
+    # then holds channels of two slots (each needs an SSUBSCRIBE of its own).
+    queues = [f"t-wake-{secrets.token_hex(4)}-{n}" for n in range(4)]
+    waiters = [asyncio.create_task(lease(client, name, wait_ms=15_000)) for name in queues]
+    await asyncio.sleep(0.3)
+    assert not any(waiter.done() for waiter in waiters)
+    for name, waiter in zip(queues, waiters, strict=True):
+        enqueued_at = time.monotonic()
+        created = await enqueue(client, name, "now")
+        jobs = await waiter
+        assert [job["id"] for job in jobs] == [created["id"]]
+        assert time.monotonic() - enqueued_at < 0.5  # the wake-up, not the 1 s fallback poll
 
 
 async def test_long_poll_returns_empty_when_time_is_up(client: httpx.AsyncClient, queue: str) -> None:
