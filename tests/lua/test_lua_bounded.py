@@ -297,7 +297,7 @@ async def test_a_sweep_of_a_long_ledger_goes_window_by_window_and_misses_nothing
 
 
 async def test_a_release_in_a_long_ledger_goes_window_by_window_and_misses_nothing(q):
-    ids = await fill(q, LONG_LEDGER)
+    await fill(q, LONG_LEDGER)
     held: dict[str, list[str]] = {"w1": [], "w2": []}
     for n in range(LONG_LEDGER // LEASE_BATCH):  # the two workers' leases interleaved
         worker = "w1" if n % 2 else "w2"
