@@ -1,5 +1,8 @@
 """schemathesis against the live service, from the committed OpenAPI document: no 5xx, no schema
-violation, no response that contradicts the document (all checks, every phase, auth on)."""
+violation, no response that contradicts the document (all checks, every phase, auth on), but
+one: "use after free" expects a deleted queue's sub-resources to answer 404, while the contract
+says an unknown queue is an empty one (DELETE /v1/queues/{queue} leaves a name that reads as
+empty, as every name does)."""
 
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ def test_schemathesis_finds_nothing(private_redis_url: str) -> None:
                 url,
                 "--checks",
                 "all",
+                "--exclude-checks",
+                "use_after_free",
                 "--max-examples",
                 str(MAX_EXAMPLES),
                 "--seed",
