@@ -10,9 +10,9 @@ jobs whose payloads are --min-kb..--max-kb (enqueue with max_attempts 1, lease, 
 HTTP). Then a loop of small requests on queue ``hot`` (enqueue one job, lease it, ack it, one
 request at a time on one keep-alive connection) runs twice for --seconds: alone, and while
 --readers threads GET /v1/queues/big/failed?limit=<jobs> back to back (each page read to the
-end and thrown away). Prints the small requests' p50/p99/max for both phases, the pages' times
-and the service's peak memory. Every process it starts is stopped on exit; a hard deadline
-(--deadline-s) ends the run with exit 2.
+end and thrown away). Prints the small requests' p50/p99/max for both phases, the pages' times,
+the service's peak memory and the longest Redis command (slow log) of the second phase. Every
+process it starts is stopped on exit; a hard deadline (--deadline-s) ends the run with exit 2.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from typing import Any
 
 import httpx
 import msgspec
+import redis
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -61,6 +62,8 @@ WARMUP_S = 2.0
 RECV_BYTES = 1 << 20
 SLOW_MS = 100.0  # a small request slower than this counts as stuck
 TAIL_BYTES = 64
+SLOWLOG_FROM_US = 1000  # Redis's slow log keeps the commands that ran longer than 1 ms
+SLOWLOG_LEN = 1000
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -247,10 +250,23 @@ def summary(latencies_ms: Sequence[float], seconds: float) -> dict[str, float]:
     }
 
 
-async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
+def longest_redis_command(redis_url: str) -> str:
+    """The slowest command in the slow log: its time and name (EVALSHA for a script)."""
+    entries = redis.Redis.from_url(redis_url).slowlog_get(SLOWLOG_LEN)
+    if not entries:
+        return f"none over {SLOWLOG_FROM_US / 1000:.0f} ms"
+    slowest = max(entries, key=lambda entry: entry["duration"])
+    return f"{slowest['duration'] / 1000:.1f} ms ({slowest['command'].split()[0].decode()})"
+
+
+async def measure(args: argparse.Namespace, url: str, redis_url: str) -> dict[str, Any]:
     await small_requests(url, WARMUP_S)
     quiet = summary(await small_requests(url, args.seconds), args.seconds)
     print(f"  alone:           {describe(quiet)}", file=sys.stderr, flush=True)
+    server = redis.Redis.from_url(redis_url)
+    server.config_set("slowlog-log-slower-than", SLOWLOG_FROM_US)
+    server.config_set("slowlog-max-len", SLOWLOG_LEN)
+    server.slowlog_reset()
     stop, pages = threading.Event(), PageTimes()
     readers = [
         threading.Thread(target=read_pages, args=(url, args.jobs, args.jobs, stop, pages), daemon=True)
@@ -264,6 +280,7 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
         stop.set()
     await asyncio.get_running_loop().run_in_executor(None, lambda: [r.join(HTTP_TIMEOUT_S) for r in readers])
     print(f"  with big reads:  {describe(loaded)}", file=sys.stderr, flush=True)
+    longest = longest_redis_command(redis_url)
     if pages.errors:
         raise RuntimeError(f"{len(pages.errors)} pages were not whole: {pages.errors[:3]}")
     if not pages.whole_s:
@@ -278,6 +295,7 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
             "whole_s_median": percentile(pages.whole_s, 0.5),
             "whole_s_max": max(pages.whole_s),
         },
+        "longest_redis_command": longest,
     }
 
 
@@ -342,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-        figures = asyncio.run(measure(args, url))
+        figures = asyncio.run(measure(args, url, server.url))
         figures["service_peak_rss_mb"] = peak_rss_mb(service.pid)
         figures["payload_mb_per_page"] = payload_bytes / 1e6
     finally:
@@ -352,7 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"pages: {pages['count']} of {pages['mb_per_page']:.0f} MB, first byte after "
         f"{pages['first_byte_s_median']:.2f} s, whole page {pages['whole_s_median']:.2f} s (median), "
-        f"{pages['whole_s_max']:.2f} s (max); service peak RSS {figures['service_peak_rss_mb']:.0f} MB"
+        f"{pages['whole_s_max']:.2f} s (max); service peak RSS {figures['service_peak_rss_mb']:.0f} MB; "
+        f"longest Redis command {figures['longest_redis_command']}"
     )
     print("| small requests | p50 ms | p99 ms | max ms | over 100 ms | requests/s |")
     print("|---|---|---|---|---|---|")
