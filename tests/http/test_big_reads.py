@@ -75,10 +75,10 @@ async def dead_letter(client: AsyncClient, queue: str, job_id: str, payload: obj
 async def test_a_page_of_several_chunks_answers_the_job_views_most_recent_first(
     client: AsyncClient, queue: str
 ) -> None:
-    # Ten payloads of 900 KB: three chunks of at most 4 MiB (service.chunked_read).
+    # Ten payloads of 300 KB: four chunks of at most 1 MiB (service.chunked_read).
     ids = [f"j{index:02d}" for index in range(10)]  # in failure order; ties sort the same way
     for index, job_id in enumerate(ids):
-        await dead_letter(client, queue, job_id, big_payload(index, 900 * KB))
+        await dead_letter(client, queue, job_id, big_payload(index, 300 * KB))
     page = await client.get(f"/v1/queues/{queue}/failed", params={"limit": 1000})
     assert page.status_code == 200 and page.headers["content-type"] == "application/json"
     views = [(await client.get(f"/v1/queues/{queue}/jobs/{job_id}")).content for job_id in reversed(ids)]

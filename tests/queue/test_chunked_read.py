@@ -30,7 +30,7 @@ def test_a_job_larger_than_a_chunk_is_a_chunk_of_its_own() -> None:
     assert list(chunked([])) == []
 
 
-def test_the_default_bounds_split_a_page_of_large_jobs_into_chunks_of_a_few_mb() -> None:
+def test_the_default_bounds_split_a_page_of_large_jobs_into_many_chunks() -> None:
     page = [(f"j{i}", 300 * 1024) for i in range(1000)]
     chunks = list(chunked(page))
     assert sum(map(len, chunks)) == 1000 and len(chunks) > 1000 * 300 * 1024 // CHUNK_BYTES
