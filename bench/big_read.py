@@ -349,6 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: sys.exit(130))
     workdir = Path(tempfile.mkdtemp(prefix="emq-big-read-"))
+    load_at_start = os.getloadavg()[0]
     server = ValkeyProcess(workdir / "valkey").start()
     try:
         service, url = start_service(args.service_dir.resolve(), server.url, workdir / "service.log")
@@ -367,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop_children()
         server.kill()
     pages = figures["pages"]
+    print(f"load average {load_at_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     print(
         f"pages: {pages['count']} of {pages['mb_per_page']:.0f} MB, first byte after "
         f"{pages['first_byte_s_median']:.2f} s, whole page {pages['whole_s_median']:.2f} s (median), "
