@@ -20,8 +20,8 @@ T = TypeVar("T")
 KB = 1024
 RECV_BYTES = 1 << 20
 # A page of 256 MB: read in one reply (before issue 11) it held every other call of the service
-# for 1.6-2.5 s here (0.3 s at 100 MB, too close to the bound); read in chunks, 15 ms at most,
-# 90 ms with three busy processes on the two cores.
+# for 1.4-2.5 s here (0.3 s at 100 MB, too close to the bound); read in chunks, 13 ms at most,
+# 53 ms with three busy processes on the two cores.
 HOT_PATH_PAGE_JOBS = 250
 HOT_PATH_PAYLOAD_BYTES = 1000 * KB  # just under the default 1 MiB request body limit
 SMALL_CALL_BOUND_S = 0.5
