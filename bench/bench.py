@@ -80,6 +80,19 @@ class Plan:
     prefill_batch: int
     prefill_bull_manual: int
     prefill_bull_worker: int
+    # idle_sweep (bench/ledger_ops.py): queues with one waiting job each, left alone, measured
+    idle_queues: int
+    idle_settle_s: float
+    idle_window_s: float
+    # long_ops: jobs in flight (5 workers), dead letters, background rate, time at rest
+    long_in_flight: int
+    long_dead: int
+    long_rate: float
+    long_loops: int
+    long_rest_s: float
+    # ack_cost: jobs in flight, and at most this many acks per order (and a tenth of the size)
+    ack_sizes: tuple[int, ...]
+    ack_cost_samples: int
 
 
 FULL = Plan(
@@ -94,6 +107,16 @@ FULL = Plan(
     prefill_batch=400_000,
     prefill_bull_manual=150_000,
     prefill_bull_worker=150_000,
+    idle_queues=10_000,
+    idle_settle_s=5.0,
+    idle_window_s=20.0,
+    long_in_flight=100_000,
+    long_dead=50_000,
+    long_rate=200.0,
+    long_loops=4,
+    long_rest_s=5.0,
+    ack_sizes=(1_000, 10_000, 100_000),
+    ack_cost_samples=1000,
 )
 QUICK = Plan(
     warmup_s=0.75,
@@ -107,6 +130,16 @@ QUICK = Plan(
     prefill_batch=150_000,
     prefill_bull_manual=45_000,
     prefill_bull_worker=60_000,
+    idle_queues=10_000,
+    idle_settle_s=3.0,
+    idle_window_s=5.0,
+    long_in_flight=20_000,
+    long_dead=10_000,
+    long_rate=200.0,
+    long_loops=4,
+    long_rest_s=3.0,
+    ack_sizes=(1_000, 10_000, 100_000),
+    ack_cost_samples=200,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -213,6 +246,12 @@ class RedisServer:
 
         return redis.Redis.from_url(self.url)
 
+    def stop(self) -> None:
+        if self.process is not None:
+            _stop(self.process)
+            with contextlib.suppress(ValueError):
+                _children.remove(self.process)
+
     def version(self) -> str:
         info = self.client().info("server")
         if "valkey_version" in info:
@@ -221,14 +260,30 @@ class RedisServer:
 
 
 class Service:
-    """``replicas`` service processes on their own ports, each with EMQ_WORKERS=workers."""
+    """``replicas`` service processes on their own ports, each with EMQ_WORKERS=workers.
 
-    def __init__(self, redis_url: str, replicas: int, workers: int, log_dir: Path, profile: str | None):
+    service_dir: the checkout whose ``python -m service`` runs (default: this one); env: more
+    environment variables for it (e.g. EMQ_SWEEP_INTERVAL_MS); log_name: the logs' file names."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        replicas: int,
+        workers: int,
+        log_dir: Path,
+        profile: str | None,
+        service_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+        log_name: str = "service",
+    ):
         self.redis_url = redis_url
         self.replicas = replicas
         self.workers = workers
         self.log_dir = log_dir
         self.profile = profile
+        self.service_dir = service_dir or REPO
+        self.env = env or {}
+        self.log_name = log_name
         self.ports: list[int] = []
         self.processes: list[subprocess.Popen[bytes]] = []
 
@@ -249,14 +304,21 @@ class Service:
             }
             for name in ("EMQ_AUTH_TOKENS", "EMQ_AUTH_TOKENS_FILE", "OTEL_EXPORTER_OTLP_ENDPOINT"):
                 env.pop(name, None)
+            if self.service_dir != REPO:  # its own package first, whatever the venv has installed
+                env["PYTHONPATH"] = os.pathsep.join(
+                    filter(None, [str(self.service_dir), env.get("PYTHONPATH")])
+                )
+            env |= self.env
             if self.profile:
                 env["EMQ_SAMPLE_WAIT_FOR_SIGNAL"] = "1"  # bench.py signals each measured window
             args = [sys.executable, "-m", "service"]
             if self.profile:
                 sampler = str(BENCH_DIR / "sample_profile.py")
                 args = [sys.executable, sampler, f"{self.profile}.{index}", "-m", "service"]
-            log = open(self.log_dir / f"service-{index}.log", "wb")  # noqa: SIM115
-            self.processes.append(spawn(args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
+            log = open(self.log_dir / f"{self.log_name}-{index}.log", "wb")  # noqa: SIM115
+            self.processes.append(
+                spawn(args, cwd=self.service_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
+            )
             self.ports.append(port)
         deadline = time.monotonic() + START_TIMEOUT_S
         for url, process in zip(self.urls, self.processes, strict=True):
@@ -292,6 +354,8 @@ class Service:
     def stop(self) -> None:
         for process in self.processes:
             _stop(process)
+            with contextlib.suppress(ValueError):
+                _children.remove(process)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,6 +413,8 @@ def outcome_of(results: Sequence[dict[str, Any]], rate: bool = True) -> Outcome:
 
 
 class Bench:
+    payload = PAYLOAD
+
     def __init__(self, args: argparse.Namespace, plan: Plan, redis: RedisServer, service: Service):
         self.args = args
         self.plan = plan
@@ -357,6 +423,49 @@ class Bench:
         self.watch = {"service": service.pids(), "redis": [redis.process.pid]}  # type: ignore[union-attr]
         self.node: list[str] | None = None  # the command line that runs bullmq_bench.mjs
         self.node_modules: Path | None = None
+        self.ledger_results: dict[str, Any] = {}  # bench/ledger_ops.py's figures, by workload
+        self.ledger_tables: list[str] = []
+
+    @contextlib.contextmanager
+    def own_stack(self, name: str, replicas: int, workers: int, env: dict[str, str] | None = None) -> Any:
+        """A workload's own Redis and service (``replicas`` x EMQ_WORKERS=workers, with env),
+        as a Bench of their own; both are stopped when the block ends, however it ends."""
+        directory = Path(tempfile.mkdtemp(prefix=f"emq-bench-{name}-"))
+        redis = service = None
+        try:
+            redis = RedisServer(self.redis.binary, directory / "redis").start()
+            service = Service(
+                redis.url,
+                replicas,
+                workers,
+                directory,
+                None,
+                service_dir=self.service.service_dir,
+                env=env,
+                log_name=f"{name}-service",
+            ).start()
+            stack = Bench(self.args, self.plan, redis, service)
+            stack.node, stack.node_modules = self.node, self.node_modules
+            yield stack
+        except BaseException:
+            show_logs(directory)
+            raise
+        finally:
+            if service is not None:
+                service.stop()
+            if redis is not None:
+                redis.stop()
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def spawn(self, args: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        """A helper process, stopped with the others when the run ends (see forget)."""
+        return spawn(args, **kwargs)
+
+    def forget(self, process: subprocess.Popen[Any]) -> None:
+        """A helper process that has ended: no longer one to stop."""
+        _stop(process)
+        with contextlib.suppress(ValueError):
+            _children.remove(process)
 
     # -- ours --------------------------------------------------------------------------------
 
@@ -489,7 +598,7 @@ class Bench:
             print(f"  BullMQ {workload} failed: {done.stderr.strip()[-2000:]}", file=sys.stderr)
             return Outcome(note=f"failed (exit {done.returncode})")
         result = json.loads(done.stdout.strip().splitlines()[-1])
-        if workload == "memory":
+        if workload in ("memory", "ack_cost"):
             return Outcome(extra=result)
         return outcome_of([result], rate=workload != "latency")
 
@@ -646,7 +755,7 @@ async def ledger_costs(bench: Bench, in_flight: int, queue: str) -> dict[str, An
         async with ServerTimes(client, "sweep") as sweep_us:
             for run in range(plan.sweep_runs):
                 started = time.perf_counter()
-                report = await queues.sweep_queue(queue, max_batches=1)
+                report = await queues.sweep_queue(queue, max_steps=1)
                 sweep_ms.append((time.perf_counter() - started) * 1000)
                 assert report.reclaimed == 0 and report.dead_lettered == 0, report
                 if run % ServerTimes.DRAIN_EVERY == 0:
@@ -743,12 +852,62 @@ async def job_anatomy(client: Any, queue: str) -> dict[str, Any]:
     }
 
 
-def run_all(bench: Bench) -> list[Row]:
-    args, plan = bench.args, bench.plan
+def selection(args: argparse.Namespace) -> Callable[[str], bool]:
+    """Whether --only selects a workload: by its key, or by the key's first word."""
     only = set(args.only.split(",")) if args.only else None
 
     def enabled(key: str) -> bool:
         return only is None or key in only or key.split("_")[0] in only
+
+    return enabled
+
+
+# The workloads of bench/ledger_ops.py: key, what it measures, and the extra seconds it may
+# add to the hard deadline (quick, full).
+LEDGER_OPS = (
+    ("idle_sweep", "idle-queue sweep cost", (120, 180)),
+    ("long_ops", "small requests during long operations", (180, 420)),
+    ("ack_cost", "ack cost by ledger size and order", (240, 480)),
+)
+HTTP_ONLY_WORKLOADS = {"enqueue", "enqueue_batch", "wakeup", "idle_sweep", "idle"}
+
+
+def run_ledger_ops(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
+    """idle_sweep, long_ops, ack_cost: their rows; their own tables and figures go in
+    bench.ledger_tables and bench.ledger_results. A workload that fails is reported as such
+    and the others still run."""
+    import traceback
+
+    import ledger_ops
+
+    def row(key: str, title: str, unit: str, **fields: Any) -> Row:
+        return Row(key, title, unit, None, None, **fields)
+
+    rows: list[Row] = []
+    for key, what, _ in LEDGER_OPS:
+        if not enabled(key):
+            continue
+        print(f"- {key}: {what} ...", file=sys.stderr, flush=True)
+        started = time.monotonic()
+        try:
+            bench.flush()
+            result = getattr(ledger_ops, key)(bench)
+        except Exception as error:
+            traceback.print_exc()
+            rows.append(Row(key, what, "-", Outcome(note=f"{key} failed: {error!r}"[:300]), None))
+            continue
+        finally:
+            print(f"  ({key}: {time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+        bench.ledger_results[key] = result
+        rows += getattr(ledger_ops, f"{key}_rows")(result, row)
+        bench.ledger_tables.append(getattr(ledger_ops, f"{key}_table")(result))
+        print(f"  {getattr(ledger_ops, f'{key}_summary')(result)}", file=sys.stderr, flush=True)
+    return rows
+
+
+def run_all(bench: Bench) -> list[Row]:
+    args, plan = bench.args, bench.plan
+    enabled = selection(args)
 
     rows: list[Row] = []
     dur = plan.duration_s
@@ -1005,6 +1164,8 @@ def run_all(bench: Bench) -> list[Row]:
             )
         )
 
+    rows += run_ledger_ops(bench, enabled)
+
     judge(rows, dur)
     return rows
 
@@ -1217,7 +1378,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--settle-ms", type=int, default=20, help="idle time before each wake-up sample")
     parser.add_argument("--wakeup-timeout-s", type=float, default=60.0)
     parser.add_argument(
-        "--only", help="comma-separated: enqueue,enqueue_batch,cycle,cycle_50,batch,wakeup,ledger,memory"
+        "--only",
+        help="comma-separated: enqueue,enqueue_batch,cycle,cycle_50,batch,wakeup,ledger,memory,"
+        "idle_sweep,long_ops,ack_cost (a first word selects all its workloads: cycle, ack, ...)",
+    )
+    parser.add_argument(
+        "--service-dir",
+        type=Path,
+        help="run `python -m service` from another checkout (e.g. `git archive <commit> | tar -x -C DIR`); "
+        "only with --only of workloads that drive the service over HTTP alone: "
+        + ",".join(sorted(HTTP_ONLY_WORKLOADS - {"idle"})),
     )
     parser.add_argument("--no-bullmq", action="store_true", help="measure EchoMQ only")
     parser.add_argument(
@@ -1252,7 +1422,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = QUICK if args.quick else FULL
     if args.duration:
         plan = Plan(**(plan.__dict__ | {"duration_s": args.duration}))
-    watchdog(args.deadline_s or (300 if args.quick else 1200))
+    if args.service_dir is not None:
+        # The other workloads fill and lease through this checkout's own JobQueues and scripts,
+        # which need not match another checkout's keys and scripts.
+        chosen = set(args.only.split(",")) if args.only else set()
+        if not chosen or not chosen <= HTTP_ONLY_WORKLOADS:
+            print(
+                "--service-dir needs --only with some of: "
+                + ",".join(sorted(HTTP_ONLY_WORKLOADS - {"idle"})),
+                file=sys.stderr,
+            )
+            return 2
+        args.service_dir = args.service_dir.resolve()
+        if not (args.service_dir / "service" / "__main__.py").exists():
+            print(f"--service-dir {args.service_dir}: no service/__main__.py there", file=sys.stderr)
+            return 2
+    enabled = selection(args)
+    extra_s = sum(allow[0 if args.quick else 1] for key, _, allow in LEDGER_OPS if enabled(key))
+    watchdog(args.deadline_s or (300 if args.quick else 1200) + extra_s)
     atexit.register(stop_children)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: sys.exit(130))
@@ -1264,7 +1451,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     finished = False
     try:
         redis = RedisServer(redis_binary(args.redis_server), workdir / "redis").start()
-        service = Service(redis.url, args.replicas, args.workers, workdir, args.profile_service).start()
+        service = Service(
+            redis.url,
+            args.replicas,
+            args.workers,
+            workdir,
+            args.profile_service,
+            service_dir=args.service_dir,
+        ).start()
         info = machine(redis.version(), node[2] if node else None)
         info |= {
             "replicas": args.replicas,
@@ -1273,6 +1467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "load_procs": args.load_procs,
             "plan": plan.__dict__,
             "quick": args.quick,
+            "service_dir": str(service.service_dir),
         }
         print(
             f"machine: {info['nproc']} x {info['cpu_model']}, {info['memory_gib']} GiB, {info['redis']}, "
@@ -1310,6 +1505,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print("Where the CPU went (per workload, % of one core over the measured window):")
     print(cpu_table(rows))
+    for text in bench.ledger_tables:
+        print()
+        print(text)
     if compare is not None:
         enqueue_row = next((row for row in rows if row.key == "enqueue"), None)
         print()
@@ -1327,9 +1525,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{info['loadavg_start'][0]:.2f}, at end {info['loadavg_end'][0]:.2f}; {info['elapsed_s']} s; "
         f"commit {info['commit']}"
         + (" + uncommitted service changes" if info["service_changes_uncommitted"] else "")
+        + (f"; service from {info['service_dir']}" if args.service_dir else "")
     )
     if args.json:
-        document = {"machine": info, "rows": [row_json(row) for row in rows]}
+        document = {
+            "machine": info,
+            "rows": [row_json(row) for row in rows],
+            "ledger_ops": bench.ledger_results,
+        }
         if compare is not None:
             document["client_compare"] = {other: compare.__dict__}
         Path(args.json).write_text(json.dumps(document, indent=2, default=str) + "\n")

@@ -12,6 +12,10 @@
 //   latency      a Worker (concurrency 1) waiting on an empty queue; the time from calling
 //                Queue.add to the processor being called, spec.samples times, one at a time
 //   memory       used_memory before and after adding spec.count jobs (addBulk) to a new queue
+//   ack_cost     spec.in_flight jobs moved to active (getNextJob, 12 h locks), then acked one at a
+//                time with job.moveToCompleted(result, token, false): first the spec.samples oldest
+//                (lease order), then the jobs at spec.positions among the rest (lease order
+//                positions); the Redis time per ack from INFO commandstats (EVALSHA + EVAL)
 // Work before the warm-up ends is not counted; the window ends early when the queue runs dry.
 
 import { createRequire } from 'node:module';
@@ -111,6 +115,28 @@ async function prefill(queue, count) {
     }
   };
   await Promise.all(Array.from({ length: 4 }, loop));
+}
+
+// INFO commandstats: answered calls (not failed or rejected: an EVALSHA answered NOSCRIPT is a
+// failed call) and usec of the script commands (EVALSHA + EVAL).
+async function scriptStats(client) {
+  const info = await client.info('commandstats');
+  let calls = 0;
+  let usec = 0;
+  for (const line of info.split(/\r?\n/)) {
+    const match = /^cmdstat_(?:evalsha|eval):(.*)$/.exec(line);
+    if (!match) continue;
+    const stats = Object.fromEntries(match[1].split(',').map((pair) => pair.split('=')));
+    calls += Number(stats.calls) - Number(stats.failed_calls || 0) - Number(stats.rejected_calls || 0);
+    usec += Number(stats.usec);
+  }
+  return { calls, usec };
+}
+
+function median(values) {
+  if (values.length === 0) return null;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.round(0.5 * (sorted.length - 1))];
 }
 
 async function usedMemory(client) {
@@ -223,6 +249,63 @@ const workloads = {
     window.end = Date.now();
     window.cpuEnd = cpuSample();
     return window.result();
+  },
+
+  async ack_cost(queue) {
+    const setupStarted = performance.now();
+    await prefill(queue, spec.in_flight);
+    // A few Workers (each its own connection) move the jobs to active; the locks outlast the run.
+    const workers = [];
+    for (let i = 0; i < 8; i++) {
+      const worker = new Worker(spec.queue, null, { connection, autorun: false, lockDuration: 12 * 3600 * 1000 });
+      worker.on('error', () => {});
+      await worker.waitUntilReady();
+      workers.push(worker);
+    }
+    const held = new Map(); // job id -> { job, token }
+    let left = spec.in_flight;
+    const take = async (worker) => {
+      const token = randomUUID();
+      while (left > 0) {
+        left -= 1;
+        const job = await worker.getNextJob(token, { block: false });
+        if (!job) throw new Error(`ack_cost: the queue ran dry with ${held.size} jobs active`);
+        held.set(job.id, { job, token });
+      }
+    };
+    await Promise.all(workers.map(take));
+    // Lease order, from Redis itself: the active list's right end holds the oldest.
+    const client = new IORedis(connection);
+    const activeKey = `bull:${spec.queue}:active`;
+    const order = (await client.lrange(activeKey, 0, -1)).reverse().map((id) => held.get(id));
+    const setupS = (performance.now() - setupStarted) / 1000;
+
+    const timed = async (entries) => {
+      const inFlight = await client.llen(activeKey);
+      const before = await scriptStats(client);
+      const clientMs = [];
+      for (const { job, token } of entries) {
+        const started = performance.now();
+        await job.moveToCompleted('ok', token, false);
+        clientMs.push(performance.now() - started);
+      }
+      const after = await scriptStats(client);
+      const calls = after.calls - before.calls;
+      return {
+        acks: entries.length,
+        in_flight_before: inFlight,
+        script_calls: calls,
+        redis_us_per_call: calls ? (after.usec - before.usec) / calls : null,
+        client_ms_p50: median(clientMs),
+        client_ms_mean: clientMs.reduce((a, b) => a + b, 0) / Math.max(1, clientMs.length),
+      };
+    };
+    const lease = await timed(order.slice(0, spec.samples));
+    const rest = order.slice(spec.samples);
+    const random = await timed(spec.positions.map((index) => rest[index]));
+    await client.quit();
+    await Promise.all(workers.map((worker) => worker.close(true)));
+    return { in_flight: spec.in_flight, setup_s: Math.round(setupS * 10) / 10, lease, random };
   },
 
   async memory(queue) {

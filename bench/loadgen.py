@@ -22,6 +22,10 @@ Workloads (spec["workload"]):
   batch_cycle    POST /lease max_jobs=spec["batch"], then one POST /ack for the whole batch
   wakeup         one long-poll lease (wait_ms) waiting, then an enqueue on a second connection:
                  the time from sending the enqueue to receiving the lease response, spec["samples"] times
+  paced          small requests at a fixed rate (spec["rate"] requests/s over all connections):
+                 each connection in turn enqueues 1 job, leases 1, acks it; every request is
+                 recorded with when it was due, sent and answered. Runs from measure_from until
+                 measure_until, or until a line ``stop`` (or the end of stdin) arrives.
 """
 
 from __future__ import annotations
@@ -291,6 +295,68 @@ async def wakeup_samples(spec: dict[str, Any], window: Window) -> None:
         producer.close()
 
 
+PACED_OPS = ("enqueue", "lease", "ack")
+
+
+async def paced_loop(
+    conn: Any, spec: dict[str, Any], window: Window, worker: str, offset_s: float, log: list[Any]
+) -> None:
+    """Enqueue 1, lease 1, ack it, ... one request every concurrency/rate seconds, on a fixed
+    schedule: a request that is late (the one before took longer than the interval) goes out at
+    once, so a stall shows both in its own latency and in how late the next ones were sent.
+    log gets [op, due, sent, latency_ms, ok] per request (due and sent: wall clock)."""
+    queue = spec["queue"]
+    interval_s = spec["concurrency"] / spec["rate"]
+    enqueue_path = f"/v1/queues/{queue}/jobs"
+    enqueue_body = _encode({"payload": spec["payload"]})
+    lease_path = f"/v1/queues/{queue}/lease"
+    lease_body = _encode({"worker": worker, "lease_ms": spec["lease_ms"], "max_jobs": 1})
+    due = window.start + offset_s
+    step = 0
+    job: dict[str, Any] | None = None
+    while True:
+        now = time.time()
+        if now < due:
+            await asyncio.sleep(due - now)
+        if time.time() >= window.end:
+            return
+        op = step % len(PACED_OPS)
+        if op == 2 and job is None:  # nothing was leased: no ack this round
+            step += 1
+            continue
+        if op == 0:
+            method_path_body = ("POST", enqueue_path, enqueue_body)
+        elif op == 1:
+            method_path_body = ("POST", lease_path, lease_body)
+        else:
+            assert job is not None
+            ack_path = f"/v1/queues/{queue}/jobs/{job['id']}/ack"
+            method_path_body = ("POST", ack_path, _encode({"lease_id": job["lease_id"]}))
+        sent = time.time()
+        started = time.perf_counter()
+        status, answer = await conn.request(*method_path_body)
+        latency_ms = (time.perf_counter() - started) * 1000
+        ok = _check(status, answer, window, PACED_OPS[op])
+        if op == 1:
+            jobs = _decode(answer)["jobs"] if ok else []
+            job = jobs[0] if jobs else None
+        elif op == 2:
+            job = None
+        log.append([op, round(due, 6), round(sent, 6), round(latency_ms, 4), ok])
+        step += 1
+        due += interval_s
+
+
+async def _stop_on_line(window: Window) -> None:
+    """paced: a line "stop" on stdin (or its end) ends the run now."""
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line or line.strip() == "stop":
+            window.end = min(window.end, time.time())
+            return
+
+
 async def run(spec: dict[str, Any]) -> dict[str, Any]:
     urls: list[str] = spec["urls"]
     concurrency: int = spec["concurrency"]
@@ -330,9 +396,20 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         tasks = [batch_cycle_loop(conn, spec, window, f"{tag}-{i}") for i, conn in enumerate(conns)]
     elif workload == "wakeup":
         tasks = [wakeup_samples(spec, window)]
+    elif workload == "paced":
+        paced_log: list[Any] = []
+        spread_s = 1 / spec["rate"]  # the connections take turns: one request every 1/rate s
+        tasks = [
+            paced_loop(conn, spec, window, f"{tag}-{i}", i * spread_s, paced_log)
+            for i, conn in enumerate(conns)
+        ]
+        stopper = asyncio.ensure_future(_stop_on_line(window))
     else:
         raise SystemExit(f"unknown workload {workload!r}")
     await asyncio.gather(*tasks)
+    if workload == "paced":
+        stopper.cancel()  # the thread reading stdin ends with the process (stdin is closed)
+        return {"requests": paced_log, "errors": window.errors, "ops": PACED_OPS}
     if not end_sample.done():  # done before the window's end (the wake-up samples): end it now
         end_sample.cancel()
         window.end = time.time()

@@ -5,18 +5,22 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from types import FrameType
 
 import uvicorn
 
 from service.auth import Authenticator
-from service.config import ConfigError, Settings
+from service.config import METRICS_DIR_VARIABLE, ConfigError, Settings
 from service.embedded import EmbeddedValkey
 from service.telemetry import JsonLogFormatter
 
 log = logging.getLogger("service")
+
+METRICS_DIR_PREFIX = "emq-metrics-"
 
 
 def is_loopback(host: str) -> bool:
@@ -74,7 +78,15 @@ def main() -> int:
         os.environ["EMQ_REDIS_URL"] = embedded.start()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop_gracefully)
+    metrics_dir = None
     try:
+        if settings.workers > 1:
+            # Each worker process counts on its own; in this run's directory (0700, removed at
+            # exit) they share their totals, so /metrics reports the replica whichever answers.
+            metrics_dir = tempfile.mkdtemp(prefix=METRICS_DIR_PREFIX)
+            os.environ[METRICS_DIR_VARIABLE] = metrics_dir
+        else:
+            os.environ.pop(METRICS_DIR_VARIABLE, None)  # one process: nothing to share
         uvicorn.run(
             "service.app:create_app_from_env",
             factory=True,
@@ -88,6 +100,8 @@ def main() -> int:
             access_log=settings.access_log,  # a line per request costs ~10% of the CPU per request
         )
     finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
         if embedded is not None:
             log.info("stopping the embedded Valkey server")
             embedded.stop()

@@ -26,7 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from service import metrics, openapi
+from service import exposition, metrics, openapi
 from service.auth import Action, Authenticator, Forbidden, Unauthorized
 from service.backend import check_server, close, connect
 from service.config import Settings
@@ -34,7 +34,8 @@ from service.errors import PROBLEMS, QueueError
 from service.fastpath import FastPath
 from service.longpoll import ShardedWakeHub, TooManyWaiters, WakeHub
 from service.queue import JobQueues
-from service.routes import QUEUE_HANDLERS, authorize, json_response
+from service.replica_totals import ReplicaTotals
+from service.routes import QUEUE_HANDLERS, authorize, grant_of, json_response
 from service.schemas import Health, Problem
 from service.scripts import WriteNotConfirmed
 from service.sweeper import Sweeper
@@ -216,6 +217,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
     telemetry = telemetry or Telemetry.from_env()
     document = openapi.render(openapi.document())
     auth = Authenticator.from_entries(settings.auth_entries)
+    # With several processes (the launcher's directory), a scrape reports all of them.
+    replica = ReplicaTotals(settings.metrics_dir, telemetry.totals) if settings.metrics_dir else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -225,6 +228,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
             client,
             completed_retention_s=settings.completed_retention_s,
             failed_retention_s=settings.failed_retention_s,
+            completed_max=settings.completed_max,
+            failed_max=settings.failed_max,
             sweep_batch=settings.sweep_batch,
             telemetry=telemetry,
             max_concurrent_calls=settings.redis_pool_size,
@@ -248,6 +253,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
         )
         hub.start()
         sweeper.start()
+        if replica is not None:
+            replica.start()
         hook_shutdown_signals(hub)
         try:
             yield
@@ -256,6 +263,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
             await sweeper.stop()
             await queues.aclose()
             await close(client)
+            if replica is not None:
+                await replica.stop()  # after the sweep and the requests: their last counts too
             telemetry.shutdown()
 
     @get("/healthz", include_in_schema=False)
@@ -277,9 +286,11 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
         return json_response(Health(status="ready"))
 
     @get("/metrics", include_in_schema=False, opt={"action": Action.METRICS})
-    async def metrics_text(state: State) -> Response[str]:
-        text = await metrics.scrape(state.queues, telemetry)
-        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+    async def metrics_text(request: Request[Any, Any, State]) -> Response[str]:
+        grant = grant_of(request)
+        covers = None if grant is None or grant.patterns is None else grant.covers
+        text = await metrics.scrape(request.app.state.queues, telemetry, replica, covers)
+        return Response(text, media_type=exposition.CONTENT_TYPE)
 
     @get("/openapi.json", include_in_schema=False)
     async def openapi_json() -> Response[bytes]:

@@ -7,6 +7,7 @@
     emq failed QUEUE                           # the dead letter
     emq retry QUEUE [IDS...]                   # send dead-lettered jobs back to waiting
     emq pause QUEUE / emq resume QUEUE
+    emq delete-queue QUEUE [--force]           # the queue and every job in it
     emq job QUEUE ID                           # one job
     emq work QUEUE -- COMMAND ARGS...          # run COMMAND for each job
 
@@ -505,6 +506,16 @@ def cmd_pause(args: argparse.Namespace, api: Api) -> int:
     return EXIT_OK
 
 
+def cmd_delete_queue(args: argparse.Namespace, api: Api) -> int:
+    params = {"force": "true"} if args.force else None
+    api.call("DELETE", _q(args.queue), params=params, idempotent=True)  # a deleted queue: 204 again
+    if args.json:
+        _print_json({"deleted": args.queue})
+    else:
+        print(f"queue {args.queue} deleted")
+    return EXIT_OK
+
+
 def cmd_job(args: argparse.Namespace, api: Api) -> int:
     answer = api.call("GET", f"{_q(args.queue)}/jobs/{_seg(args.id)}")
     if args.json:
@@ -948,6 +959,14 @@ def _parser() -> argparse.ArgumentParser:
         )
         paused.add_argument("queue")
 
+    delete_queue = commands.add_parser(
+        "delete-queue", parents=[common], help="delete a queue with all its jobs and keys"
+    )
+    delete_queue.add_argument("queue")
+    delete_queue.add_argument(
+        "--force", action="store_true", help="even with jobs in flight (their workers' calls then fail)"
+    )
+
     job = commands.add_parser("job", parents=[common], help="show one job")
     job.add_argument("queue")
     job.add_argument("id")
@@ -994,6 +1013,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Api], int]] = {
     "retry": cmd_retry,
     "pause": cmd_pause,
     "resume": cmd_pause,
+    "delete-queue": cmd_delete_queue,
     "job": cmd_job,
 }
 

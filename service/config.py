@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,16 +13,93 @@ DEFAULT_PORT = 8080
 DEFAULT_DATA_DIR = "./.emq-data"
 DEFAULT_SWEEP_INTERVAL_MS = 1000
 DEFAULT_SWEEP_BATCH = 1000
+MAX_SWEEP_BATCH = 5000  # one sweep step stays short, and its id lists far from Lua's unpack limit
 DEFAULT_COMPLETED_RETENTION_S = 3600
 DEFAULT_FAILED_RETENTION_S = 7 * 24 * 3600
+DEFAULT_COMPLETED_MAX = 10_000  # completed jobs kept per queue, at most
+DEFAULT_FAILED_MAX = 100_000  # dead-lettered jobs kept per queue, at most
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_WAITERS = 2000
 DEFAULT_REDIS_POOL_SIZE = 64
 DEFAULT_REDIS_TIMEOUT_S = 5.0
 DEFAULT_BODY_TIMEOUT_S = 30
 DEFAULT_MAX_CONNECTIONS = 4096
-DEFAULT_WORKERS = os.cpu_count() or 1
 DEFAULT_WAIT_TIMEOUT_MS = 1000
+# Not a setting: the launcher names a directory of its own to its worker processes with it.
+METRICS_DIR_VARIABLE = "EMQ_METRICS_DIR"
+CGROUP_MOUNT = "sys/fs/cgroup"  # below the root: /sys/fs/cgroup
+# Where cgroup v1 mounts the cpu controller (alone, or with cpuacct under either name).
+CGROUP_V1_CPU_MOUNTS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _cgroup_paths(root: Path) -> tuple[str, str]:
+    """This process's cgroup: its path in the v2 hierarchy and in v1's cpu hierarchy ("/" when
+    /proc/self/cgroup does not say, as in a container with its own cgroup namespace)."""
+    v2 = v1 = "/"
+    for line in _read(root / "proc/self/cgroup").splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and not controllers:
+            v2 = path
+        elif "cpu" in controllers.split(","):
+            v1 = path
+    return v2, v1
+
+
+def _up_to_the_top(mount: Path, path: str) -> Iterator[Path]:
+    """A cgroup's directory and then each ancestor's: a quota anywhere above limits it too. A
+    path that is not there (a container that sees only its own cgroup at the mount) ends at
+    the mount itself."""
+    parts = [part for part in path.split("/") if part and part != ".."]
+    for depth in range(len(parts), -1, -1):
+        yield mount.joinpath(*parts[:depth])
+
+
+def _ratio(quota: str, period: str) -> float | None:
+    try:
+        cpus = int(quota) / int(period)
+    except (ValueError, ZeroDivisionError):
+        return None  # "max", "-1" (no quota) or something unreadable
+    return cpus if cpus > 0 else None
+
+
+def cgroup_cpu_limit(root: Path = Path("/")) -> float | None:
+    """The CPUs this process's cgroup quota allows (quota / period, the smallest along its
+    cgroup and its ancestors, v2 cpu.max or v1 cpu.cfs_quota_us), or None without a quota."""
+    v2_path, v1_path = _cgroup_paths(root)
+    mount = root / CGROUP_MOUNT
+    limits = []
+    for directory in _up_to_the_top(mount, v2_path):
+        quota, _, period = _read(directory / "cpu.max").partition(" ")  # "max 100000", "200000 100000"
+        limits.append(_ratio(quota, period))
+    for name in CGROUP_V1_CPU_MOUNTS:
+        for directory in _up_to_the_top(mount / name, v1_path):
+            quota, period = _read(directory / "cpu.cfs_quota_us"), _read(directory / "cpu.cfs_period_us")
+            limits.append(_ratio(quota, period))
+    found = [limit for limit in limits if limit is not None]
+    return min(found) if found else None
+
+
+def usable_cpus(root: Path = Path("/"), affinity: int | None = None) -> int:
+    """How many CPUs this process may use: those it may run on (sched_getaffinity, ``affinity``
+    to say it instead), capped by its cgroup's CPU quota rounded up; at least 1. ``root`` is
+    where /proc and /sys are found (tests build a fake tree)."""
+    if affinity is None:
+        affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    limit = cgroup_cpu_limit(root)
+    cpus = affinity if limit is None else min(affinity, math.ceil(limit))
+    return max(1, cpus)
+
+
+# A container limited to 2 CPUs on a 64-core host runs 2 processes, not 64.
+DEFAULT_WORKERS = usable_cpus()
 
 
 class ConfigError(ValueError):
@@ -38,12 +116,14 @@ class Settings:
     sweep_batch: int = DEFAULT_SWEEP_BATCH
     completed_retention_s: int = DEFAULT_COMPLETED_RETENTION_S
     failed_retention_s: int = DEFAULT_FAILED_RETENTION_S
+    completed_max: int = DEFAULT_COMPLETED_MAX
+    failed_max: int = DEFAULT_FAILED_MAX
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_waiters: int = DEFAULT_MAX_WAITERS  # long-poll requests waiting at once, per replica
+    max_waiters: int = DEFAULT_MAX_WAITERS  # long-poll requests waiting at once, per process
     redis_pool_size: int = DEFAULT_REDIS_POOL_SIZE
     redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S  # a request body must arrive within this
-    max_connections: int = DEFAULT_MAX_CONNECTIONS  # HTTP connections per replica; beyond: 503
+    max_connections: int = DEFAULT_MAX_CONNECTIONS  # HTTP connections per process; beyond: 503
     auth_entries: tuple[str, ...] = ()  # "ROLE:TOKEN[:PATTERN|...]"; none = auth off
     allow_insecure: bool = False  # serve without tokens on a non-loopback address
     log_format: str = "text"  # "json": one JSON object per line, with trace ids
@@ -51,10 +131,11 @@ class Settings:
     access_log: bool = False  # uvicorn's line per request (EMQ_ACCESS_LOG=1)
     wait_replicas: int = 0  # durable mode: each write confirmed by this many replicas (WAIT)
     wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
+    metrics_dir: Path | None = None  # where the processes of a replica share their metrics' totals
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
-        def integer(name: str, default: int, minimum: int) -> int:
+        def integer(name: str, default: int, minimum: int, maximum: int | None = None) -> int:
             raw = env.get(name, "").strip()
             if not raw:
                 return default
@@ -64,6 +145,8 @@ class Settings:
                 raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
             if value < minimum:
                 raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+            if maximum is not None and value > maximum:
+                raise ConfigError(f"{name} must be <= {maximum}, got {value}")
             return value
 
         return cls(
@@ -75,9 +158,11 @@ class Settings:
             host=env.get("HOST") or DEFAULT_HOST,
             port=integer("PORT", DEFAULT_PORT, 0),
             sweep_interval_ms=integer("EMQ_SWEEP_INTERVAL_MS", DEFAULT_SWEEP_INTERVAL_MS, 10),
-            sweep_batch=integer("EMQ_SWEEP_BATCH", DEFAULT_SWEEP_BATCH, 1),
+            sweep_batch=integer("EMQ_SWEEP_BATCH", DEFAULT_SWEEP_BATCH, 1, MAX_SWEEP_BATCH),
             completed_retention_s=integer("EMQ_COMPLETED_RETENTION_S", DEFAULT_COMPLETED_RETENTION_S, 0),
             failed_retention_s=integer("EMQ_FAILED_RETENTION_S", DEFAULT_FAILED_RETENTION_S, 0),
+            completed_max=integer("EMQ_COMPLETED_MAX", DEFAULT_COMPLETED_MAX, 0),
+            failed_max=integer("EMQ_FAILED_MAX", DEFAULT_FAILED_MAX, 0),
             max_body_bytes=integer("EMQ_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1024),
             max_waiters=integer("EMQ_MAX_WAITERS", DEFAULT_MAX_WAITERS, 1),
             redis_pool_size=integer("EMQ_REDIS_POOL_SIZE", DEFAULT_REDIS_POOL_SIZE, 2),
@@ -87,6 +172,7 @@ class Settings:
             access_log=env.get("EMQ_ACCESS_LOG", "").strip().lower() in ("1", "true", "yes"),
             wait_replicas=integer("EMQ_WAIT_REPLICAS", 0, 0),
             wait_timeout_ms=integer("EMQ_WAIT_TIMEOUT_MS", DEFAULT_WAIT_TIMEOUT_MS, 1),
+            metrics_dir=Path(env[METRICS_DIR_VARIABLE]) if env.get(METRICS_DIR_VARIABLE) else None,
         )
 
 

@@ -5,12 +5,19 @@ slot (the braces are the hash tag). Queue-level keys have one segment after that
 (``emq:{q}:wait``); per-job and per-worker keys have two (``emq:{q}:<id>:lock``). Names
 never contain ``:``, so no job or worker key can ever equal a queue-level key, and the
 distinct suffixes keep job and worker keys apart. Scripts derive per-job keys from the
-prefix with the same suffixes (``JOB_SUFFIX``, ``LOCK_SUFFIX``, ``HOLDS_SUFFIX``), which
-are handed to them as arguments instead of being spelled again in Lua.
+prefix with the same suffixes (``JOB_SUFFIX``, ``LOCK_SUFFIX``, ``HELD_SUFFIX``,
+``REQUEST_SUFFIX``), which the script loader fills in instead of spelling them again in Lua.
+
+The due index (a ZSET of queue names by the time their next sweep has work to do) is written by
+the scripts, so on a Cluster it must share each queue's slot: there it is one key per slot,
+``emq:due:{<tag>}`` with a tag that hashes to that slot; on a single server it is one key.
 """
 
 from __future__ import annotations
 
+import binascii
+import itertools
+import string
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -19,7 +26,14 @@ QUEUE_REGISTRY = f"{KEY_ROOT}:queues"  # SET of queue names; global, so never to
 
 JOB_SUFFIX = ":job"  # HASH: one job's fields
 LOCK_SUFFIX = ":lock"  # STRING "<lease_id>:<worker>" with a PX TTL: the lease
-HOLDS_SUFFIX = ":holds"  # SET: ids of the jobs a worker holds
+HELD_SUFFIX = ":held"  # ZSET: id -> fence of the jobs a worker holds (so: by lease)
+# STRING "<id> <lease_id> ..." with a PX TTL: what one lease request leased, under
+# "<worker>:<request_id>:req" (three segments: never a job's or a worker's key)
+REQUEST_SUFFIX = ":req"
+DUE_INDEX = f"{KEY_ROOT}:due"  # ZSET: queue -> when its next sweep has work (ms)
+DUE_INDEX_FILLED = f"{KEY_ROOT}:due-filled"  # STRING: every registered queue was put in the index
+CLUSTER_SLOTS = 16384
+_TAG_ALPHABET = string.digits + string.ascii_lowercase
 
 
 def queue_prefix(queue: str) -> str:
@@ -42,14 +56,16 @@ class QueueKeys:
     completed: str  # ZSET: id -> completion time (ms), for retention
     failed: str  # ZSET: id -> failure time (ms): the dead letters
     wake: str  # pub/sub channel: "<n>" jobs became leasable
+    due: str  # the due index this queue is in (due_index_key)
     script_keys: tuple[str, ...]  # the KEYS every script takes, in lua/include/common.lua's order
 
     @classmethod
-    def for_queue(cls, queue: str) -> QueueKeys:
+    def for_queue(cls, queue: str, cluster: bool = False) -> QueueKeys:
         prefix = queue_prefix(queue)
         names = ("meta", "wait", "prio", "delayed", "active", "deadlines", "workers")
         names += ("completed", "failed", "wake")
         named = {name: prefix + name for name in names}
+        named["due"] = due_index_key(queue, cluster)
         return cls(queue=queue, prefix=prefix, script_keys=tuple(named.values()), **named)
 
     def job(self, job_id: str) -> str:
@@ -58,8 +74,11 @@ class QueueKeys:
     def lock(self, job_id: str) -> str:
         return self.prefix + job_id + LOCK_SUFFIX
 
-    def holds(self, worker: str) -> str:
-        return self.prefix + worker + HOLDS_SUFFIX
+    def held(self, worker: str) -> str:
+        return self.prefix + worker + HELD_SUFFIX
+
+    def request(self, worker: str, request_id: str) -> str:
+        return self.prefix + worker + ":" + request_id + REQUEST_SUFFIX
 
 
 WAKE_CHANNEL_PATTERN = f"{KEY_ROOT}:{{*}}:wake"
@@ -71,6 +90,41 @@ def queue_of_wake_channel(channel: str) -> str:
 
 
 @lru_cache(maxsize=4096)
-def keys_of(queue: str) -> QueueKeys:
+def keys_of(queue: str, cluster: bool = False) -> QueueKeys:
     """A queue's keys, built once per queue name."""
-    return QueueKeys.for_queue(queue)
+    return QueueKeys.for_queue(queue, cluster)
+
+
+def key_slot(key: str) -> int:
+    """The Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag, or of the whole key."""
+    data = key.encode()
+    start = data.find(b"{")
+    if start != -1:
+        end = data.find(b"}", start + 1)
+        if end > start + 1:
+            data = data[start + 1 : end]
+    return binascii.crc_hqx(data, 0) % CLUSTER_SLOTS
+
+
+@lru_cache(maxsize=1)
+def _slot_tags() -> tuple[str, ...]:
+    """For every slot, a short tag that hashes to it (the shortest, alphabetically first)."""
+    tags: list[str | None] = [None] * CLUSTER_SLOTS
+    missing = CLUSTER_SLOTS
+    for length in itertools.count(1):
+        for letters in itertools.product(_TAG_ALPHABET, repeat=length):
+            tag = "".join(letters)
+            slot = binascii.crc_hqx(tag.encode(), 0) % CLUSTER_SLOTS
+            if tags[slot] is None:
+                tags[slot] = tag
+                missing -= 1
+                if not missing:
+                    return tuple(tags)  # type: ignore[arg-type]
+    raise AssertionError("unreachable")
+
+
+def due_index_key(queue: str, cluster: bool) -> str:
+    """The due index a queue's scripts write: on a Cluster the one of the queue's slot."""
+    if not cluster:
+        return DUE_INDEX
+    return f"{DUE_INDEX}:{{{_slot_tags()[key_slot(queue_prefix(queue))]}}}"

@@ -212,7 +212,9 @@ class ShardedWakeHub(WakeHub):
         client = Redis.from_pool(pool)
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
-            await pubsub.execute_command("SSUBSCRIBE", *channels)
+            # One SSUBSCRIBE per channel: a node refuses channels of several slots in one.
+            for channel in channels:
+                await pubsub.execute_command("SSUBSCRIBE", channel)
             while True:
                 message = await pubsub.parse_response(block=True)
                 if not message:

@@ -1,14 +1,26 @@
-"""/metrics: refresh the gauges' snapshot of every queue's counts, then render the text."""
+"""/metrics: what has been counted (by every process of the replica when they share their
+totals), the queue gauges read from Redis now, cut down to the queues the token covers."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
+from service.exposition import render
 from service.queue import JobQueues
-from service.telemetry import Telemetry
+from service.replica_totals import ReplicaTotals
+from service.telemetry import Telemetry, queue_gauges
+from service.totals import only_queues
 
 
-async def scrape(queues: JobQueues, telemetry: Telemetry) -> str:
+async def scrape(
+    queues: JobQueues,
+    telemetry: Telemetry,
+    replica: ReplicaTotals | None = None,
+    covers: Callable[[str], bool] | None = None,
+) -> str:
+    """``replica``: the processes' shared totals (None: this process is the replica);
+    ``covers``: which queues the token may see (None: every queue)."""
     names = await queues.queue_names()
     views = await asyncio.gather(*(queues.queue_view(name) for name in names))
     telemetry.queue_counts = {
@@ -21,4 +33,8 @@ async def scrape(queues: JobQueues, telemetry: Telemetry) -> str:
         }
         for view in views
     }
-    return telemetry.prometheus_text()
+    totals = replica.read() if replica is not None else telemetry.totals()
+    totals.gauges.update(queue_gauges(telemetry.queue_counts))  # the same in every process: not added up
+    if covers is not None:
+        totals = only_queues(totals, covers)
+    return render(telemetry.families, totals)

@@ -70,6 +70,8 @@ def _operation(handler: HTTPRouteHandler, path_params: list[str]) -> tuple[dict[
         if kind == "integer":
             schema["minimum"] = 0 if name == "offset" else 1
             schema["maximum"] = maximum
+        elif kind == "boolean":
+            schema["default"] = False
         else:
             schema["pattern"] = limits.NAME_PATTERN
         parameters.append(

@@ -7,7 +7,10 @@ of HTTP. Payloads and results pass through as raw JSON bytes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import os
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +19,15 @@ import msgspec
 from msgspec import UNSET, Raw, UnsetType
 from opentelemetry.trace import SpanKind
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from service import limits
+from service import config, limits
 from service.chunked_read import chunked, read_hashes
-from service.errors import ScriptCode, problem_code_of, raise_for_code
-from service.keys import QUEUE_REGISTRY, keys_of
+from service.dueindex import DueIndex
+from service.errors import JobActive, ScriptCode, problem_code_of, raise_for_code
+from service.keys import QUEUE_REGISTRY, QueueKeys, keys_of
 from service.schemas import (
     AckItem,
     AckResult,
@@ -35,7 +42,7 @@ from service.schemas import (
     QueueView,
     WorkerHoldings,
 )
-from service.scripts import Scripts
+from service.scripts import Scripts, WriteNotConfirmed, retention_placeholders
 from service.telemetry import Telemetry
 
 _LEASED_JOB_FIELDS = 10
@@ -45,10 +52,28 @@ _ENQUEUE_REPLY_FIELDS = 3
 _NO_RESULT = b""
 READ_ONLY_OPERATIONS = frozenset({"counts", "ledger", "workers", "failed-page"})
 
+# A lease request's record (what it leased, under its request id): a client's request_id is
+# honoured for the contract's 5 minutes; the id the service gives every other lease call only
+# has to outlive a re-send of the same call (the socket timeout and one retry).
+CLIENT_REQUEST_TTL_MS = 5 * 60 * 1000
+INTERNAL_REQUEST_TTL_MS = 30_000
+INTERNAL_REQUEST_PREFIX = "_"  # never the start of a client's request_id (a name)
+
+# Steps of the long operations (operator release, redrive of all, queue deletion): each one
+# script call short enough that other requests' calls get through between two of them.
+RELEASE_STEP = 1000
+REDRIVE_STEP = 1000
+DELETE_STEP = 1000
+
 
 def new_job_id() -> str:
     """A server-chosen id: random, so it can never take an id a client has used or will use."""
     return os.urandom(limits.GENERATED_ID_BYTES).hex()
+
+
+def new_request_id() -> str:
+    """The internal request id of a lease call that came without one (see lua/lease-11.lua)."""
+    return INTERNAL_REQUEST_PREFIX + os.urandom(limits.LEASE_ID_BYTES).hex()
 
 
 class _ScriptJob(msgspec.Struct, omit_defaults=True):
@@ -142,7 +167,7 @@ class JobQueues:
 
     def __init__(
         self,
-        client: Redis,
+        client: Redis | RedisCluster,
         *,
         completed_retention_s: int,
         failed_retention_s: int,
@@ -151,18 +176,25 @@ class JobQueues:
         max_concurrent_calls: int,
         confirm_replicas: int = 0,
         confirm_timeout_ms: int = 0,
+        completed_max: int = config.DEFAULT_COMPLETED_MAX,
+        failed_max: int = config.DEFAULT_FAILED_MAX,
     ) -> None:
         self.client = client
+        self.cluster = isinstance(client, RedisCluster)
         self.telemetry = telemetry
         # At most this many Redis calls at once: requests beyond wait for a turn instead of
         # opening connections without bound (a cluster client's pools do not wait by themselves).
         self._gate = asyncio.Semaphore(max_concurrent_calls)
         self.confirm_replicas = confirm_replicas  # durable mode: WAIT for this many replicas
         self.confirm_timeout_ms = confirm_timeout_ms
-        self.scripts = Scripts(client)
-        self.completed_retention_ms = completed_retention_s * 1000
-        self.failed_retention_ms = failed_retention_s * 1000
+        self.scripts = Scripts(
+            client,
+            placeholders=retention_placeholders(
+                completed_retention_s, failed_retention_s, completed_max, failed_max
+            ),
+        )
         self.sweep_batch = sweep_batch
+        self.due_index = DueIndex(client)
 
     async def aclose(self) -> None:
         await self.scripts.aclose()
@@ -182,8 +214,13 @@ class JobQueues:
             span.set_attributes(_outcome(reply))
             return reply
 
+    def keys(self, queue: str) -> QueueKeys:
+        return keys_of(queue, self.cluster)
+
     async def _run(self, operation: str, queue: str, args: tuple[object, ...]) -> Any:
-        queue_keys = keys_of(queue)
+        queue_keys = keys_of(queue, self.cluster)
+        if self.cluster:
+            self.due_index.note(queue_keys.due)
         replicas = 0 if operation in READ_ONLY_OPERATIONS else self.confirm_replicas
         async with self._gate:
             return await self.scripts.call(
@@ -223,46 +260,84 @@ class JobQueues:
         ]
         payloads = [bytes(job.payload) for job in jobs]
         try:
-            reply = await self._call("enqueue", queue, _encode(options), *payloads)
+            first_of_queue, *reply = await self._call("enqueue", queue, _encode(options), *payloads)
         except BaseException:
             if registering is not None:  # it failed the same way, or its reply does not matter now
                 registering.add_done_callback(_consume)
             raise
         if registering is not None:
-            await registering
-        answers = [
-            EnqueueResponse(
-                id=reply[i].decode(),
-                queue=queue,
-                state=reply[i + 1].decode(),
-                created=reply[i + 2] == 1,
-            )
-            for i in range(0, len(reply), _ENQUEUE_REPLY_FIELDS)
-        ]
-        self.telemetry.record_enqueued(queue, sum(answer.created for answer in answers))
+            try:
+                await registering
+            except (RedisConnectionError, RedisTimeoutError):
+                # Lost with the script's own reply (which the multiplexer re-sent): again, alone.
+                await self._register(queue)
+        if first_of_queue:
+            # The queue's first keys: registered again now, after the script, so that a deletion
+            # of the queue that ran just before cannot leave it out of the registry
+            # (delete_queue checks the queue is still empty after removing its entry).
+            await self._register(queue)
+        answers = []
+        for job, job_options, i in zip(
+            jobs, options, range(0, len(reply), _ENQUEUE_REPLY_FIELDS), strict=True
+        ):
+            if job.id is None:
+                # An id the service made is new by construction: a re-sent call (which finds
+                # the job its first run stored) answers what the first run did.
+                state = "delayed" if job_options.delay_ms > 0 else "waiting"
+                answers.append(EnqueueResponse(id=job_options.id, queue=queue, state=state, created=True))
+            else:
+                answers.append(
+                    EnqueueResponse(
+                        id=reply[i].decode(),
+                        queue=queue,
+                        state=reply[i + 1].decode(),
+                        created=reply[i + 2] == 1,
+                    )
+                )
+        self.telemetry.record_enqueued(queue, sum(reply[i + 2] == 1 for i in range(0, len(reply), 3)))
         return answers
 
-    async def lease(self, queue: str, worker: str, lease_ms: int, max_jobs: int) -> list[LeasedJob]:
+    async def lease(
+        self, queue: str, worker: str, lease_ms: int, max_jobs: int, request_id: str | None = None
+    ) -> list[LeasedJob]:
+        """Lease up to max_jobs. Every call carries a request id (the client's, else a new one):
+        the same call re-sent after a timeout answers the jobs the first run leased instead of
+        leasing more (lua/lease-11.lua). In durable mode, jobs whose lease no replica confirmed
+        are given straight back (unspent) before the 503 reaches the client."""
+        ttl_ms = CLIENT_REQUEST_TTL_MS if request_id else INTERNAL_REQUEST_TTL_MS
         lease_ids = os.urandom(limits.LEASE_ID_BYTES * max_jobs).hex()
-        reply = await self._call("lease", queue, worker, lease_ms, max_jobs, lease_ids)
-        jobs = [
-            LeasedJob(
-                id=reply[i].decode(),
-                queue=queue,
-                name=_text(reply[i + 1]) or None,
-                payload=Raw(reply[i + 2]),
-                attempt=reply[i + 3],
-                max_attempts=reply[i + 4],
-                lease_id=reply[i + 5].decode(),
-                lease_expires_at=reply[i + 6],
-                fence=reply[i + 7],
-                enqueued_at=reply[i + 8],
-                traceparent=_text(reply[i + 9]),
-            )
-            for i in range(0, len(reply), _LEASED_JOB_FIELDS)
-        ]
+        args = (worker, lease_ms, max_jobs, lease_ids, request_id or new_request_id(), ttl_ms)
+        try:
+            reply = await self._call("lease", queue, *args)
+        except WriteNotConfirmed as unconfirmed:
+            if isinstance(unconfirmed.reply, list):
+                jobs = self._leased_jobs(queue, unconfirmed.reply)
+                with contextlib.suppress(WriteNotConfirmed):
+                    await self.release_many(queue, [(job.id, job.lease_id) for job in jobs])
+            raise
+        jobs = self._leased_jobs(queue, reply)
         self.telemetry.record_leased(queue, len(jobs))
         return jobs
+
+    def _leased_jobs(self, queue: str, reply: list[Any]) -> list[LeasedJob]:
+        stale, *fields = reply
+        self.telemetry.record_stale(queue, stale)
+        return [
+            LeasedJob(
+                id=fields[i].decode(),
+                queue=queue,
+                name=_text(fields[i + 1]) or None,
+                payload=Raw(fields[i + 2]),
+                attempt=fields[i + 3],
+                max_attempts=fields[i + 4],
+                lease_id=fields[i + 5].decode(),
+                lease_expires_at=fields[i + 6],
+                fence=fields[i + 7],
+                enqueued_at=fields[i + 8],
+                traceparent=_text(fields[i + 9]),
+            )
+            for i in range(0, len(fields), _LEASED_JOB_FIELDS)
+        ]
 
     async def heartbeat(
         self, queue: str, job_id: str, lease_id: str, lease_ms: int | None
@@ -313,17 +388,60 @@ class JobQueues:
         return FailResponse(id=job_id, state=state, attempt=reply[2])  # type: ignore[arg-type]
 
     async def release(self, queue: str, job_id: str, lease_id: str) -> None:
-        raise_for_code(await self._call("release", queue, job_id, lease_id, job_id=job_id), job_id)
+        (code,) = await self._call("release", queue, _encode([(job_id, lease_id)]), job_id=job_id)
+        raise_for_code(code, job_id)
+
+    async def release_many(self, queue: str, leases: Sequence[tuple[str, str]]) -> list[int]:
+        """Give jobs back (id, lease id), unspent, in one call: the codes of lua/release-11.lua."""
+        if not leases:
+            return []
+        return await self._call("release", queue, _encode(list(leases)))  # type: ignore[no-any-return]
 
     async def release_worker(self, queue: str, worker: str) -> list[str]:
-        return [job_id.decode() for job_id in await self._call("release-worker", queue, worker)]
+        """Every job the worker holds back to waiting, oldest lease first in line: bounded steps
+        from the newest lease to the oldest, up to the fence of the first step's time."""
+        steps: list[list[str]] = []
+        bound: bytes | str = ""
+        offset = 0
+        while True:
+            bound, more, stale, offset, *released = await self._call(
+                "release-worker", queue, worker, bound, RELEASE_STEP, offset
+            )
+            self.telemetry.record_stale(queue, stale)
+            steps.append([job_id.decode() for job_id in released])
+            if not more:
+                break
+        return [job_id for step in reversed(steps) for job_id in step]
 
     async def delete(self, queue: str, job_id: str) -> None:
         raise_for_code(await self._call("delete", queue, job_id, job_id=job_id), job_id)
 
+    async def delete_queue(self, queue: str, force: bool) -> None:
+        """Every key of the queue, in bounded steps, then its registry entry. The registry is
+        another slot's key (on a Cluster), so it is dropped after the data and then checked:
+        an enqueue that recreated the queue meanwhile registers it again, or is seen here."""
+        first = True
+        while True:
+            done = await self._call(
+                "delete-queue", queue, "1" if force else "0", "1" if first else "0", DELETE_STEP
+            )
+            if done == ScriptCode.JOB_ACTIVE:
+                raise JobActive(f"queue {queue!r} has jobs in flight: delete it with force=true")
+            if done == 1:
+                break
+            first = False
+        async with self._gate:
+            await self.client.srem(QUEUE_REGISTRY, queue)
+            queue_keys = self.keys(queue)
+            recreated = await self.client.exists(
+                queue_keys.meta, queue_keys.wait, queue_keys.prio, queue_keys.delayed, queue_keys.active
+            )
+        if recreated:
+            await self._register(queue)
+
     async def get_job(self, queue: str, job_id: str) -> JobView:
         async with self._gate:
-            fields = await self.client.hgetall(keys_of(queue).job(job_id))
+            fields = await self.client.hgetall(self.keys(queue).job(job_id))
         if not fields:
             raise_for_code(ScriptCode.JOB_NOT_FOUND, job_id)
         return job_view(queue, job_id, fields)
@@ -333,21 +451,20 @@ class JobQueues:
         return await self._call("set-paused", queue, "1" if paused else "0") == 1
 
     async def redrive(self, queue: str, ids: Sequence[str] | None) -> list[str]:
-        """All dead letters (in bounded batches, each one script call) or the listed ones."""
+        """The listed dead letters, or all of them in bounded steps (each one script call, the
+        oldest failures first, up to those that failed before the first step)."""
         if ids is not None:
             if not ids:
                 return []
-            reply = await self._call("redrive", queue, _encode(list(ids)), 0)
-            return [job_id.decode() for job_id in reply]
-        redriven: list[str] = []
-        while True:  # bounded batches, each one script call; a short batch means none are left
-            batch = [
-                job_id.decode() for job_id in await self._call("redrive", queue, b"[]", limits.MAX_BATCH)
-            ]
-            redriven.extend(batch)
-            if len(batch) < limits.MAX_BATCH:
-                break
-        return redriven
+            _, _, *redriven = await self._call("redrive", queue, _encode(list(ids)), 0, "")
+            return [job_id.decode() for job_id in redriven]
+        redriven_all: list[str] = []
+        bound: bytes | str = ""
+        while True:
+            bound, read, *redriven = await self._call("redrive", queue, b"[]", REDRIVE_STEP, bound)
+            redriven_all.extend(job_id.decode() for job_id in redriven)
+            if read < REDRIVE_STEP:
+                return redriven_all
 
     async def queue_view(self, queue: str) -> QueueView:
         paused, *counts = await self._call("counts", queue)
@@ -404,19 +521,19 @@ class JobQueues:
                 if fields.get(b"state") == b"failed"
             ]
 
-    async def sweep_queue(self, queue: str, max_batches: int) -> SweepReport:
-        """Bounded batches until nothing is left to do or max_batches ran."""
+    async def sweep_queue(self, queue: str, max_steps: int, budget_s: float = math.inf) -> SweepReport:
+        """Bounded steps until nothing is left to do, or max_steps ran, or budget_s passed. Each
+        step reads one window of the ledger; the next goes on where it stopped."""
         report = SweepReport()
-        for _ in range(max_batches):
-            reclaimed, dead, promoted, deleted, more = await self._call(
-                "sweep",
-                queue,
-                self.sweep_batch,
-                self.completed_retention_ms,
-                self.failed_retention_ms,
+        offset = 0
+        deadline = time.monotonic() + budget_s
+        for _ in range(max_steps):
+            reclaimed, dead, promoted, deleted, more, stale, offset = await self._call(
+                "sweep", queue, self.sweep_batch, offset
             )
             report += SweepReport(reclaimed, dead, promoted, deleted)
             self.telemetry.record_sweep(queue, reclaimed, dead)
-            if not more:
+            self.telemetry.record_stale(queue, stale)
+            if not more or time.monotonic() > deadline:
                 break
         return report

@@ -26,7 +26,7 @@ from service import limits
 from service.auth import Action, Authenticator, Grant
 from service.errors import BodyTimeout, InvalidRequest
 from service.longpoll import WakeHub, lease_with_wait
-from service.queue import JobQueues
+from service.queue import JobQueues, new_request_id
 from service.schemas import (
     AckManyRequest,
     AckManyResponse,
@@ -195,6 +195,15 @@ def path_job_id(request: Request[Any, Any, State]) -> str:
     return path_name(request, "id", "job id")
 
 
+def query_flag(request: Request[Any, Any, State], name: str) -> bool:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "false":
+        return False
+    if raw == "true":
+        return True
+    raise InvalidRequest(f"query parameter {name} must be true or false, got {raw!r}")
+
+
 def query_int(request: Request[Any, Any, State], name: str, default: int, low: int, high: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
@@ -302,8 +311,11 @@ async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
     ask = await read_body(request, LeaseRequest)
     queues = queues_of(request)
 
+    # One request id for every try of a long poll: a re-sent try answers what an earlier one leased.
+    request_id = ask.request_id or new_request_id()
+
     async def lease_now() -> list[Any]:
-        return await queues.lease(queue, ask.worker, ask.lease_ms, ask.max_jobs)
+        return await queues.lease(queue, ask.worker, ask.lease_ms, ask.max_jobs, request_id)
 
     if ask.wait_ms <= 0:
         return json_response(LeaseResponse(jobs=await lease_now()))
@@ -315,8 +327,7 @@ async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
         watcher.cancel()
     if client_gone.is_set() and jobs:
         # The client hung up while its jobs were being leased: give them straight back, unspent.
-        for job in jobs:
-            await queues.release(queue, job.id, job.lease_id)
+        await queues.release_many(queue, [(job.id, job.lease_id) for job in jobs])
     return json_response(LeaseResponse(jobs=jobs))
 
 
@@ -440,6 +451,31 @@ async def get_queue(request: Request[Any, Any, State]) -> Response[bytes]:
     return json_response(await queues_of(request).queue_view(queue))
 
 
+@delete(
+    Q,
+    operation_id="deleteQueue",
+    summary="Delete a queue with all its jobs and keys",
+    status_code=204,
+    opt=_opt(
+        Action.ADMIN,
+        None,
+        {204: None},
+        (400, 409),
+        (
+            (
+                "force",
+                "boolean",
+                "delete it even with jobs in flight (their workers' calls then answer 404)",
+                None,
+            ),
+        ),
+    ),
+)
+async def delete_queue(request: Request[Any, Any, State]) -> None:
+    queue = path_queue(request)
+    await queues_of(request).delete_queue(queue, force=query_flag(request, "force"))
+
+
 LEDGER_QUERY = (
     ("worker", "string", "only the jobs this worker holds", None),
     (
@@ -560,6 +596,7 @@ QUEUE_HANDLERS = [
     delete_job,
     list_queues,
     get_queue,
+    delete_queue,
     get_ledger,
     list_workers,
     list_failed,

@@ -102,9 +102,20 @@ class LeaseRequest(Request):
     lease_ms: LeaseMs = limits.DEFAULT_LEASE_MS
     max_jobs: Annotated[int, Meta(ge=1, le=limits.MAX_JOBS_PER_LEASE)] = 1
     wait_ms: Annotated[int, Meta(ge=0, le=limits.MAX_WAIT_MS)] = 0
+    request_id: (
+        Annotated[
+            Name,
+            Meta(
+                description="makes the lease idempotent: the same worker and request_id within 5 "
+                "minutes leases nothing new and answers the jobs the first request leased that it "
+                "still holds (same lease ids and fences)"
+            ),
+        ]
+        | None
+    ) = None
 
     def __post_init__(self) -> None:
-        _require_names(self.worker)
+        _require_names(self.worker, self.request_id)
 
 
 class LeasedJob(Struct):

@@ -18,23 +18,42 @@ from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
-from service import keys, limits
+from service import config, keys, limits
 from service.multiplex import Multiplexer, Packed
 
 _SCRIPT_NAME = re.compile(r"^(?P<operation>[a-z][a-z-]*)-(?P<numkeys>\d+)\.lua$")
 _INCLUDE = re.compile(r"^-- @include (?P<name>[a-z_]+)$", re.MULTILINE)
 _PLACEHOLDER = re.compile(r"@([A-Z_]+)@")
 
+
+def retention_placeholders(
+    completed_retention_s: int = config.DEFAULT_COMPLETED_RETENTION_S,
+    failed_retention_s: int = config.DEFAULT_FAILED_RETENTION_S,
+    completed_max: int = config.DEFAULT_COMPLETED_MAX,
+    failed_max: int = config.DEFAULT_FAILED_MAX,
+) -> dict[str, str]:
+    """The service's retention settings, as the scripts read them (include/common.lua)."""
+    return {
+        "COMPLETED_RETENTION_MS": str(completed_retention_s * 1000),
+        "FAILED_RETENTION_MS": str(failed_retention_s * 1000),
+        "COMPLETED_MAX": str(completed_max),
+        "FAILED_MAX": str(failed_max),
+    }
+
+
 PLACEHOLDERS: Mapping[str, str] = {
     "JOB_SUFFIX": keys.JOB_SUFFIX,
     "LOCK_SUFFIX": keys.LOCK_SUFFIX,
-    "HOLDS_SUFFIX": keys.HOLDS_SUFFIX,
+    "HELD_SUFFIX": keys.HELD_SUFFIX,
+    "REQUEST_SUFFIX": keys.REQUEST_SUFFIX,
+    "QUEUE_NAME_START": str(len(keys.queue_prefix("")) - 1),  # where the name starts in the prefix
     "MAX_PRIORITY": str(limits.MAX_PRIORITY),
     "LEASE_ID_CHARS": str(limits.LEASE_ID_CHARS),
     "MAX_EXPONENTIAL_BACKOFF_MS": str(limits.MAX_EXPONENTIAL_BACKOFF_MS),
     "DEFAULT_MAX_ATTEMPTS": str(limits.DEFAULT_MAX_ATTEMPTS),
     "DEFAULT_BACKOFF_MS": str(limits.DEFAULT_BACKOFF_MS),
     "PUBLISH": "PUBLISH",  # a Cluster's Scripts use SPUBLISH instead
+    **retention_placeholders(),  # the defaults; Scripts takes the service's settings
 }
 
 
@@ -82,25 +101,39 @@ def _evalsha_head(sha: str, numkeys: int, keys: tuple[str, ...]) -> Packed:
 
 
 class WriteNotConfirmed(Exception):
-    """Durable mode: the write took effect on the primary, but not on enough replicas in time."""
+    """Durable mode: the write took effect on the primary, but not on enough replicas in time.
+    ``reply`` is what the script answered on the primary."""
+
+    def __init__(self, message: str, reply: Any = None) -> None:
+        super().__init__(message)
+        self.reply = reply
 
 
 class Scripts:
     """Every script of lua/, registered on one client, callable by operation name."""
 
-    def __init__(self, client: Redis | RedisCluster, directory: Path | None = None) -> None:
+    def __init__(
+        self,
+        client: Redis | RedisCluster,
+        directory: Path | None = None,
+        placeholders: Mapping[str, str] | None = None,
+    ) -> None:
+        """placeholders: the service's settings the scripts read (retention_placeholders)."""
         self._client = client
         # One pipelined connection for a single server's calls (service.multiplex); a Cluster's
         # calls go through its client, which routes each to its slot's node.
         self._multiplexer = None if isinstance(client, RedisCluster) else Multiplexer(client.connection_pool)
         # On a Cluster, wake-ups go by sharded pub/sub to the queue's shard only (service.longpoll).
-        publish = {"PUBLISH": "SPUBLISH" if isinstance(client, RedisCluster) else "PUBLISH"}
+        extra = {
+            **(placeholders or {}),
+            "PUBLISH": "SPUBLISH" if isinstance(client, RedisCluster) else "PUBLISH",
+        }
         self._scripts: dict[str, tuple[AsyncScript, int]] = {}
         for path in sorted((directory or lua_dir()).glob("*.lua")):
             match = _SCRIPT_NAME.match(path.name)
             if match is None:
                 raise ValueError(f"script file name must be <operation>-<numkeys>.lua: {path}")
-            script = client.register_script(render(path, publish))
+            script = client.register_script(render(path, extra))
             self._scripts[match["operation"]] = (script, int(match["numkeys"]))
 
     async def _with_wait(self, evalsha: tuple[Any, ...], wait: tuple[Any, ...], key: str) -> list[Any]:
@@ -158,7 +191,7 @@ class Scripts:
                 raise reply
             if confirmed < replicas:
                 raise WriteNotConfirmed(
-                    f"{operation} reached {confirmed} of {replicas} replicas within {timeout_ms} ms"
+                    f"{operation} reached {confirmed} of {replicas} replicas within {timeout_ms} ms", reply
                 )
             return reply
         raise NoScriptError(f"{operation}: the server keeps forgetting the script")

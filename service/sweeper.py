@@ -1,4 +1,10 @@
-"""The stalled sweep loop: every interval, one bounded sweep of every known queue."""
+"""The stalled sweep loop: every interval, a bounded sweep of each queue the due index names.
+
+Queues are visited only when their entry in the due index (service.dueindex) says a sweep has
+work to do, so quiet queues cost nothing. Once per process start, if the index was never
+filled (a deployment from before it existed), every registered queue is swept once, which
+puts each into the index.
+"""
 
 from __future__ import annotations
 
@@ -10,20 +16,28 @@ import time
 from redis.exceptions import RedisError
 
 from service.background import stop_task
+from service.keys import DUE_INDEX_FILLED
 from service.queue import JobQueues, SweepReport
 from service.scripts import WriteNotConfirmed
 
 log = logging.getLogger(__name__)
 
-MAX_BATCHES_PER_QUEUE = 10  # per tick, so one huge backlog cannot starve the other queues
+# Per queue per tick, so one huge backlog cannot starve the other queues: steps are short (one
+# window of the ledger each), a backlog takes as many as fit in the budget.
+MAX_STEPS_PER_QUEUE = 200
+QUEUE_BUDGET_S = 0.25
+DUE_PAGE = 1000  # queues read from the index at a time
+MAX_PAGES_PER_TICK = 10
 
 
 class Sweeper:
     def __init__(self, queues: JobQueues, interval_ms: int) -> None:
         self._queues = queues
+        self._index = queues.due_index
         self._interval_s = interval_ms / 1000
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self._index_filled = False
         self.runs = 0
         self.totals = SweepReport()
         self.last_duration_s = 0.0
@@ -36,14 +50,31 @@ class Sweeper:
 
     async def sweep_once(self) -> SweepReport:
         started = time.perf_counter()
+        if not self._index_filled:
+            await self._fill_index()
         report = SweepReport()
-        for queue in await self._queues.queue_names():
-            report += await self._queues.sweep_queue(queue, MAX_BATCHES_PER_QUEUE)
+        for _ in range(MAX_PAGES_PER_TICK):
+            # Earliest first; a swept queue leaves the page (or comes back due "now", behind the
+            # others), so a next page holds the queues this one had no room for.
+            due = await self._index.due(DUE_PAGE)
+            for queue in due:
+                report += await self._queues.sweep_queue(queue, MAX_STEPS_PER_QUEUE, QUEUE_BUDGET_S)
+            if len(due) < DUE_PAGE:
+                break
         self.runs += 1
         self.totals += report
         self.last_duration_s = time.perf_counter() - started
         self._queues.telemetry.sweep_duration.record(self.last_duration_s)
         return report
+
+    async def _fill_index(self) -> None:
+        """Sweep every registered queue once, unless some process has done so already."""
+        client = self._queues.client
+        if not await client.exists(DUE_INDEX_FILLED):
+            for queue in await self._queues.queue_names():
+                await self._queues.sweep_queue(queue, 1)
+            await client.set(DUE_INDEX_FILLED, 1)
+        self._index_filled = True
 
     async def _loop(self) -> None:
         while not self._stopping.is_set():

@@ -1,5 +1,6 @@
-"""OpenTelemetry: a span per request and per script call, the queue's metrics (served as
-Prometheus text at /metrics), W3C trace context carried through the queue, and JSON log lines.
+"""OpenTelemetry: a span per request and per script call, the queue's metrics (handed to /metrics
+as plain totals, exported over OTLP by the SDK), W3C trace context carried through the queue,
+and JSON log lines.
 
 Exporters are configured the standard way (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME ...);
 with none configured nothing is exported and request tracing is off, so it costs nothing.
@@ -9,36 +10,47 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
-from opentelemetry.sdk.metrics.export import (
-    Gauge,
-    Histogram,
-    InMemoryMetricReader,
-    MetricExporter,
-    PeriodicExportingMetricReader,
-    Sum,
-)
+from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 from opentelemetry.trace import Tracer
 
-from service.histograms import LocalHistogram, LocalMetricsExporter, local_metrics
+from service.exposition import Family
+from service.histograms import LocalHistogram, LocalMetricsExporter
+from service.totals import Labels, Totals
 
 DEFAULT_SERVICE_NAME = "echomq-http"
 INSTRUMENTATION = "echomq"
 DURATION_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 HELD_BUCKETS_S = (0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 43200)
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
+WAITERS = "emq_long_poll_waiters"
+# The gauges read from Redis, the same whichever process reads them: name -> help.
+QUEUE_GAUGES = {
+    "emq_queue_depth": "Jobs waiting to be leased.",
+    "emq_ledger_size": "Jobs in the in-flight ledger.",
+    "emq_jobs": "Jobs per queue and state.",
+}
+
+
+def queue_gauges(queue_counts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[Labels, float]]:
+    """The queue gauges' series, from each queue's counts by state."""
+    return {
+        "emq_queue_depth": {(("queue", q),): c["waiting"] for q, c in queue_counts.items()},
+        "emq_ledger_size": {(("queue", q),): c["active"] for q, c in queue_counts.items()},
+        "emq_jobs": {(("queue", q), ("state", s)): n for q, c in queue_counts.items() for s, n in c.items()},
+    }
 
 
 def _otlp_configured(env: Mapping[str, str], signal: str) -> bool:
@@ -52,7 +64,8 @@ class Tally:
     observable counter): an increment costs a dict update instead of a pass through the SDK."""
 
     def __init__(self, meter: Meter, name: str, description: str) -> None:
-        self.totals: dict[tuple[tuple[str, str], ...], int] = {}
+        self.name, self.description = name, description
+        self.totals: dict[Labels, int] = {}
         meter.create_observable_counter(name, [self._observe], description=description)
 
     def add(self, amount: int, *labels: tuple[str, str]) -> None:
@@ -64,8 +77,9 @@ class Tally:
 
 
 class Telemetry:
-    """One replica's tracer, meters and instruments. ``record_*`` methods are what the queue
-    operations report; gauges read a snapshot that /metrics refreshes before each scrape."""
+    """One process's tracer, meters and instruments. ``record_*`` methods are what the queue
+    operations report; ``totals`` is what they have counted, for /metrics. The OTLP queue
+    gauges read the counts that /metrics last read from Redis."""
 
     def __init__(
         self,
@@ -76,7 +90,15 @@ class Telemetry:
         metric_exporters: Sequence[MetricExporter] = (),
         export_interval_ms: float | None = None,
     ) -> None:
-        resource = Resource.create({"service.name": service_name})
+        # Each process exports its own series over OTLP: a backend tells them apart by the
+        # instance (and adds them up), as the replica's processes count separately.
+        resource = Resource.create(
+            {
+                "service.name": service_name,
+                "service.instance.id": str(uuid.uuid4()),
+                "process.pid": os.getpid(),
+            }
+        )
         self.tracing = span_exporter is not None
         if span_exporter is not None:
             self.tracer_provider: TracerProvider | None = TracerProvider(resource=resource)
@@ -102,7 +124,6 @@ class Telemetry:
             DURATION_BUCKETS_S,
         )
         self.histograms = (self.held, self.sweep_duration, self.http_duration)
-        self._scrape = InMemoryMetricReader()
         exporting = [
             PeriodicExportingMetricReader(
                 LocalMetricsExporter(exporter, self.histograms), export_interval_millis=export_interval_ms
@@ -111,7 +132,7 @@ class Telemetry:
         ]
         self.meter_provider = MeterProvider(
             resource=resource,
-            metric_readers=[self._scrape, *exporting],
+            metric_readers=exporting,
             # Exemplars link measurements to sampled spans: nothing to link without tracing.
             exemplar_filter=None if self.tracing else AlwaysOffExemplarFilter(),
         )
@@ -122,21 +143,28 @@ class Telemetry:
         self.failed = Tally(meter, "emq_jobs_failed", "Jobs dead-lettered, by reason.")
         self.retried = Tally(meter, "emq_jobs_retried", "Failed attempts sent back for a retry.")
         self.reclaimed = Tally(meter, "emq_jobs_reclaimed", "Expired leases the sweep returned to waiting.")
+        self.stale = Tally(
+            meter,
+            "emq_stale_index_entries",
+            "Index entries (waiting, delayed, deadlines, dead letters, holdings) naming no job in "
+            "that state: dropped, never acted on.",
+        )
+        # Every counter above, in the order defined: a new one reaches /metrics with no list to keep.
+        self.tallies = tuple(value for value in vars(self).values() if isinstance(value, Tally))
         self.queue_counts: dict[str, Mapping[str, int]] = {}
         self.waiters: Callable[[], int] = lambda: 0
+        for name, description in QUEUE_GAUGES.items():
+            meter.create_observable_gauge(name, [self._queue_observer(name)], description=description)
+        waiters_help = "Long-poll lease requests waiting."
         meter.create_observable_gauge(
-            "emq_queue_depth", [self._observe_depth], description="Jobs waiting to be leased."
+            WAITERS, [lambda _: [Observation(self.waiters())]], description=waiters_help
         )
-        meter.create_observable_gauge(
-            "emq_ledger_size", [self._observe_ledger], description="Jobs in the in-flight ledger."
-        )
-        meter.create_observable_gauge(
-            "emq_jobs", [self._observe_states], description="Jobs per queue and state."
-        )
-        meter.create_observable_gauge(
-            "emq_long_poll_waiters",
-            [lambda _: [Observation(self.waiters())]],
-            description="Lease requests waiting on this replica.",
+        # What /metrics shows, in this order.
+        self.families = (
+            *(Family(tally.name, tally.description, "counter") for tally in self.tallies),
+            *(Family(name, description, "gauge") for name, description in QUEUE_GAUGES.items()),
+            Family(WAITERS, waiters_help, "gauge"),
+            *(Family(h.name, h.description, "histogram", h.bounds) for h in self.histograms),
         )
 
     @classmethod
@@ -180,6 +208,10 @@ class Telemetry:
         else:
             self.retried.add(1, ("queue", queue))
 
+    def record_stale(self, queue: str, count: int) -> None:
+        if count:
+            self.stale.add(count, ("queue", queue))
+
     def record_http(self, route: str, method: str, status: int, seconds: float) -> None:
         self.http_duration.record(seconds, ("method", method), ("route", route), ("status", str(status)))
 
@@ -206,71 +238,22 @@ class Telemetry:
 
     # -- metrics ---------------------------------------------------------------------------
 
-    def _observe_depth(self, _: CallbackOptions) -> list[Observation]:
-        return [Observation(c["waiting"], {"queue": q}) for q, c in self.queue_counts.items()]
+    def _queue_observer(self, name: str) -> Callable[[CallbackOptions], list[Observation]]:
+        def observe(_: CallbackOptions) -> list[Observation]:
+            series = queue_gauges(self.queue_counts)[name]
+            return [Observation(value, dict(labels)) for labels, value in series.items()]
 
-    def _observe_ledger(self, _: CallbackOptions) -> list[Observation]:
-        return [Observation(c["active"], {"queue": q}) for q, c in self.queue_counts.items()]
+        return observe
 
-    def _observe_states(self, _: CallbackOptions) -> list[Observation]:
-        return [
-            Observation(n, {"queue": q, "state": state})
-            for q, c in self.queue_counts.items()
-            for state, n in c.items()
-        ]
-
-    def prometheus_text(self) -> str:
-        data = self._scrape.get_metrics_data()
-        lines: list[str] = []
-        for resource_metrics in data.resource_metrics if data else ():
-            for scope_metrics in resource_metrics.scope_metrics:
-                for metric in scope_metrics.metrics:
-                    lines += _exposition(metric.name, metric.description, metric.data)
-        for metric in local_metrics(self.histograms):
-            lines += _exposition(metric.name, metric.description, metric.data)
-        return "\n".join(lines) + "\n"
-
-
-def _labels(attributes: Mapping[str, Any], extra: str = "") -> str:
-    def escape(value: Any) -> str:
-        return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-    parts = [f'{re.sub(r"[^a-zA-Z0-9_]", "_", k)}="{escape(v)}"' for k, v in sorted(attributes.items())]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
-
-
-def _number(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(value) if isinstance(value, float) and not value.is_integer() else str(int(value))
-
-
-def _exposition(name: str, description: str, data: Any) -> list[str]:
-    """One metric in the Prometheus text format (0.0.4)."""
-    if isinstance(data, Sum):
-        kind = "counter" if data.is_monotonic else "gauge"
-        name = f"{name}_total" if kind == "counter" else name
-    elif isinstance(data, Gauge):
-        kind = "gauge"
-    elif isinstance(data, Histogram):
-        kind = "histogram"
-    else:
-        return []
-    lines = [f"# HELP {name} {description}", f"# TYPE {name} {kind}"]
-    for point in data.data_points:
-        if kind != "histogram":
-            lines.append(f"{name}{_labels(point.attributes)} {_number(point.value)}")
-            continue
-        cumulative = 0
-        for bound, count in zip((*point.explicit_bounds, math.inf), point.bucket_counts, strict=True):
-            cumulative += count
-            le = 'le="' + _number(float(bound)) + '"'
-            lines.append(f"{name}_bucket{_labels(point.attributes, le)} {cumulative}")
-        lines.append(f"{name}_sum{_labels(point.attributes)} {_number(float(point.sum))}")
-        lines.append(f"{name}_count{_labels(point.attributes)} {point.count}")
-    return lines
+    def totals(self) -> Totals:
+        """What this process has counted so far, and its own gauges (not the queue gauges,
+        which /metrics reads from Redis)."""
+        return Totals(
+            # Copies: what a snapshot holds must not move as the counting goes on.
+            counters={tally.name: dict(tally.totals) for tally in self.tallies},
+            histograms={histogram.name: histogram.counts() for histogram in self.histograms},
+            gauges={WAITERS: {(): self.waiters()}},
+        )
 
 
 class JsonLogFormatter(logging.Formatter):

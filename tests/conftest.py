@@ -86,6 +86,15 @@ class ValkeyProcess:
 CLUSTER = os.environ.get("EMQ_TEST_BACKEND") == "cluster"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def temp_files_under_pytest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The services that tests start keep their temporary files (the metrics directory a
+    SIGKILLed launcher leaves behind) in pytest's temporary directory, not the machine's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmp")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """EMQ_TEST_REDIS_URL, or a Valkey Cluster (EMQ_TEST_BACKEND=cluster), or one valkey-server."""

@@ -8,7 +8,7 @@ from collections import Counter
 
 import redis
 
-from service.keys import HOLDS_SUFFIX, JOB_SUFFIX, QueueKeys
+from service.keys import HELD_SUFFIX, JOB_SUFFIX, QueueKeys
 
 
 def violations(client: redis.Redis, queue: str) -> list[str]:
@@ -30,8 +30,8 @@ def violations(client: redis.Redis, queue: str) -> list[str]:
         for key in client.scan_iter(match=keys.prefix + "*" + JOB_SUFFIX, count=1000)
     }
     holds = {
-        key.decode()[len(keys.prefix) : -len(HOLDS_SUFFIX)]: set(text(client.smembers(key)))
-        for key in client.scan_iter(match=keys.prefix + "*" + HOLDS_SUFFIX, count=1000)
+        key.decode()[len(keys.prefix) : -len(HELD_SUFFIX)]: set(text(client.zrange(key, 0, -1)))
+        for key in client.scan_iter(match=keys.prefix + "*" + HELD_SUFFIX, count=1000)
     }
     problems: list[str] = []
     for name, ids in (("wait", wait), ("active", active)):

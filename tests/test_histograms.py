@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import (
@@ -90,3 +92,7 @@ def test_an_exporter_gets_the_histograms_with_the_sdk_s_metrics() -> None:
     )
     (held,) = exported["emq_lease_to_ack_seconds"].data.data_points
     assert (held.count, held.sum, dict(held.attributes)) == (2, 0.1, {"queue": "q"})
+    # Each process exports its own series: the resource says which process they are.
+    (resource,) = {batch.resource_metrics[0].resource for batch in collector.batches}
+    assert resource.attributes["process.pid"] == os.getpid()
+    uuid.UUID(str(resource.attributes["service.instance.id"]))  # one of its own, unlike a pid

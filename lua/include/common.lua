@@ -1,11 +1,15 @@
 -- Shared by every script; the loader (service/scripts.py) inlines it where a script says
 -- "@include common" and fills in the placeholders between at-signs (service/scripts.py).
--- Every script takes the same ten KEYS, in the order of service.keys.QueueKeys.script_keys,
+-- Every script takes the same eleven KEYS, in the order of service.keys.QueueKeys.script_keys,
 -- and ARGV[1] = the queue's key prefix "emq:{queue}:". Per-job and per-worker keys are derived
 -- from that prefix, so they carry the same hash tag and live in the queue's cluster slot.
+-- KEYS[11] is the due index the sweeper reads: one key on a single server, on a Cluster a key
+-- of the queue's own slot (service.keys.due_index_key).
 local META, WAIT, PRIO, DELAYED, ACTIVE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local DEADLINES, WORKERS, COMPLETED, FAILED, WAKE = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local DUE = KEYS[11]
 local PREFIX = ARGV[1]
+local QUEUE = string.sub(PREFIX, @QUEUE_NAME_START@, -3) -- "emq:{" name "}:"
 
 local JOB_NOT_FOUND = -1
 local LEASE_LOST = -2
@@ -24,7 +28,21 @@ local PRIORITY_MIDDLE = 4398046511104 -- 2^42
 local DEFAULT_MAX_ATTEMPTS = @DEFAULT_MAX_ATTEMPTS@
 local DEFAULT_BACKOFF_MS = @DEFAULT_BACKOFF_MS@
 local function number_or(value, default) return value and tonumber(value) or default end
-local function priority_of(key) return number_or(redis.call('HGET', key, 'priority'), 0) end
+
+-- The service's retention of finished jobs: for a time, and up to a count per queue.
+local COMPLETED_RETENTION_MS = @COMPLETED_RETENTION_MS@
+local FAILED_RETENTION_MS = @FAILED_RETENTION_MS@
+local COMPLETED_MAX = @COMPLETED_MAX@
+local FAILED_MAX = @FAILED_MAX@
+
+-- Lua's unpack refuses more than about 8,000 values, and Redis does not roll back a script that
+-- fails halfway: every variadic command over a list that can grow is sent in chunks of this many
+-- values (even, so that score/member pairs are never split).
+local CHUNK = 4000
+
+-- Index entries that named no job in the state the index stands for (skipped, never acted on);
+-- scripts that can meet one report this count (service.queue counts them in a metric).
+local stale_entries = 0
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -33,7 +51,20 @@ end
 
 local function job_key(id) return PREFIX .. id .. '@JOB_SUFFIX@' end
 local function lock_key(id) return PREFIX .. id .. '@LOCK_SUFFIX@' end
-local function holds_key(worker) return PREFIX .. worker .. '@HOLDS_SUFFIX@' end
+local function held_key(worker) return PREFIX .. worker .. '@HELD_SUFFIX@' end
+local function request_key(worker, request_id) return PREFIX .. worker .. ':' .. request_id .. '@REQUEST_SUFFIX@' end
+
+local function call_chunked(command, key, values)
+  for first = 1, #values, CHUNK do
+    redis.call(command, key, unpack(values, first, math.min(first + CHUNK - 1, #values)))
+  end
+end
+
+-- The queue's entry in the due index: when its next sweep has work to do (a lease expires, a
+-- delayed job is due, a finished job's retention ends). Transitions that make such work only
+-- ever bring it forward (LT); the sweep sets it exactly and removes a queue with nothing ahead,
+-- so the sweeper never visits a quiet queue.
+local function sweep_needed_by(at_ms) redis.call('ZADD', DUE, 'LT', at_ms, QUEUE) end
 
 -- Make a job leasable. front = true puts it first in line among its priority.
 local function push_waiting(id, priority, front)
@@ -50,24 +81,100 @@ local function push_waiting(id, priority, front)
   redis.call('ZADD', PRIO, score, id)
 end
 
--- True when lease_id is the job's current, unexpired lease (its lock names it). worker is the
--- job's worker field, when the caller has read it already.
-local function holds_lease(id, key, lease_id, worker)
-  local lock = redis.call('GET', lock_key(id))
-  if lock == false then return false end
-  worker = worker or redis.call('HGET', key, 'worker')
-  return worker ~= false and lock == lease_id .. ':' .. worker
+-- True when lease_id is the job's current, unexpired lease: the lock exists and names it (the
+-- lock is "<lease_id>:<worker>", set by lease, and exists only while that lease lasts).
+local function holds_lease(id, lease_id, worker)
+  return worker ~= false and worker ~= nil and redis.call('GET', lock_key(id)) == lease_id .. ':' .. worker
+end
+
+-- What a lease's end leaves in the job's hash: done_lease is the lease id for an ack (so a
+-- repeated ack answers again), "<lease_id>:<what>" for a fail or a release (so a repeat of the
+-- same call answers as the first did, and no other transition is taken for it).
+local function ended_as(done_lease, lease_id)
+  local mark = lease_id .. ':'
+  if done_lease and string.sub(done_lease, 1, #mark) == mark then return string.sub(done_lease, #mark + 1) end
+  return nil
+end
+
+-- The ledger is the seed's LIST, and only LREM takes a job out of it: one LREM per job scans
+-- from the oldest end, where most finishing jobs are. For many jobs at once, one scan finds
+-- them all (find_in_ledger, windows of LRANGE from one end), each is marked with a tombstone
+-- (LSET) and one LREM takes the tombstones out (cut_from_ledger): one pass over the ledger for
+-- the batch instead of one per job. Long operations (the sweep, an operator release) scan at
+-- most LEDGER_STEP_SCAN entries per step, from where their previous step stopped.
+local LEDGER_TOMBSTONE = ':' -- never a job id (ids have no ':')
+local LEDGER_WINDOW_MAX = 4096 -- windows start at twice the jobs sought and double up to this
+local LEDGER_SCAN_FROM = 32 -- jobs per batch from which one scan beats an LREM each
+local LEDGER_STEP_SCAN = 16384 -- entries one step of a long operation reads (~3 ms)
+
+-- Looks for the ids of `wanted` (a set of `left` ids) among at most `budget` ledger entries,
+-- starting `offset` entries past the oldest end (the newest, when from_newest). Returns the
+-- ids found with their LSET index ({id, index} pairs, in scan order), how many entries it read,
+-- and whether it reached the other end. Found ids are taken out of `wanted`; nothing is written.
+local function find_in_ledger(wanted, left, offset, budget, from_newest)
+  local found, scanned, reached_end = {}, 0, false
+  local size = math.min(budget, math.max(64, 2 * left))
+  while left > 0 and scanned < budget do
+    local first = offset + scanned
+    local window
+    if from_newest then
+      window = redis.call('LRANGE', ACTIVE, first, first + size - 1)
+    else
+      window = redis.call('LRANGE', ACTIVE, -(first + size), -(first + 1))
+    end
+    local n = #window
+    for k = 1, n do -- k-th entry away from the chosen end
+      local id = window[from_newest and k or n - k + 1]
+      if wanted[id] then
+        wanted[id] = nil
+        left = left - 1
+        found[#found + 1] = {id, from_newest and first + k - 1 or -(first + k)}
+      end
+    end
+    scanned = scanned + n
+    if n < size then
+      reached_end = true
+      break
+    end
+    size = math.min(2 * size, LEDGER_WINDOW_MAX, budget - scanned)
+  end
+  return found, scanned, reached_end
+end
+
+-- Takes the entries at these LSET indexes (from one find_in_ledger) out of the ledger.
+local function cut_from_ledger(indexes, from_newest)
+  if #indexes == 0 then return end
+  for _, index in ipairs(indexes) do redis.call('LSET', ACTIVE, index, LEDGER_TOMBSTONE) end
+  redis.call('LREM', ACTIVE, from_newest and #indexes or -#indexes, LEDGER_TOMBSTONE)
+end
+
+local function remove_from_ledger(ids)
+  if #ids < LEDGER_SCAN_FROM then
+    for _, id in ipairs(ids) do redis.call('LREM', ACTIVE, -1, id) end
+    return
+  end
+  local wanted, left = {}, 0
+  for _, id in ipairs(ids) do
+    if not wanted[id] then
+      wanted[id] = true
+      left = left + 1
+    end
+  end
+  local found = find_in_ledger(wanted, left, 0, math.huge, false)
+  local indexes = {}
+  for i, entry in ipairs(found) do indexes[i] = entry[2] end
+  cut_from_ledger(indexes, false)
 end
 
 -- Taking jobs out of the in-flight ledger, and out of everything that attributes them to their
 -- workers, in two steps: leave_ledger for each job, then detach once for all of them, which
--- batches the set and sorted-set removals into one command per key (issue 5: fewer calls).
--- LREM with count -1 scans from the right, where the oldest leases are: a typical ack is cheap
--- however many jobs are in flight.
-local function new_departures() return {ids = {}, by_worker = {}, workers = {}} end
+-- batches the ledger, sorted-set and set removals (one pass or command per key, not per job).
+-- out_of_ledger: the caller took the jobs out of the ledger itself (cut_from_ledger).
+local function new_departures(out_of_ledger)
+  return {ids = {}, by_worker = {}, workers = {}, out_of_ledger = out_of_ledger}
+end
 
 local function leave_ledger(departures, id, key, worker, lock_deleted)
-  redis.call('LREM', ACTIVE, -1, id)
   if not lock_deleted then redis.call('DEL', lock_key(id)) end
   redis.call('HDEL', key, 'worker', 'lease_id', 'leased_at', 'lease_expires_at', 'lease_ms')
   departures.ids[#departures.ids + 1] = id
@@ -84,36 +191,68 @@ end
 
 local function detach(departures)
   if #departures.ids == 0 then return end
-  redis.call('ZREM', DEADLINES, unpack(departures.ids))
+  if not departures.out_of_ledger then remove_from_ledger(departures.ids) end
+  call_chunked('ZREM', DEADLINES, departures.ids)
   for _, worker in ipairs(departures.workers) do
-    local holds = holds_key(worker)
-    redis.call('SREM', holds, unpack(departures.by_worker[worker]))
-    if redis.call('SCARD', holds) == 0 then redis.call('SREM', WORKERS, worker) end
+    local held = held_key(worker)
+    call_chunked('ZREM', held, departures.by_worker[worker])
+    if redis.call('ZCARD', held) == 0 then redis.call('SREM', WORKERS, worker) end
   end
 end
 
 -- Both steps for one job.
-local function leave_ledger_now(id, key)
+local function leave_ledger_now(id, key, worker)
   local departures = new_departures()
-  leave_ledger(departures, id, key, redis.call('HGET', key, 'worker'))
+  leave_ledger(departures, id, key, worker)
   detach(departures)
+end
+
+-- Finished jobs are kept for a time (the sweep deletes them once it is over) and up to a count
+-- per queue: past the count the oldest go at once, at most `allowance` of them per call, so a
+-- call stays short even right after the count was lowered (the sweep catches up the rest).
+local TRIM_ALLOWANCE = 100
+local function keep_at_most(finished, max, allowance)
+  local excess = math.min(redis.call('ZCARD', finished) - max, allowance)
+  if excess <= 0 then return 0 end
+  local oldest = redis.call('ZRANGE', finished, 0, excess - 1)
+  for _, id in ipairs(oldest) do redis.call('DEL', job_key(id)) end
+  redis.call('ZREMRANGEBYRANK', finished, 0, excess - 1)
+  return #oldest
+end
+
+-- Completed jobs: `entries` are ZADD arguments (finish time, id, ...).
+local function record_completed(entries, now)
+  if #entries == 0 then return end
+  call_chunked('ZADD', COMPLETED, entries)
+  sweep_needed_by(now + COMPLETED_RETENTION_MS)
+  keep_at_most(COMPLETED, COMPLETED_MAX, math.floor(#entries / 2) + TRIM_ALLOWANCE)
 end
 
 local function dead_letter(id, key, now)
   redis.call('HSET', key, 'state', 'failed', 'finished_at', now, 'updated_at', now)
   redis.call('ZADD', FAILED, now, id)
+  sweep_needed_by(now + FAILED_RETENTION_MS)
+  keep_at_most(FAILED, FAILED_MAX, 1 + TRIM_ALLOWANCE)
 end
 
--- Move due delayed jobs to waiting; returns how many moved.
+-- Move due delayed jobs to waiting; returns how many moved and how many due entries were read.
 local function promote_due(now, limit)
   local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, limit)
+  if #due == 0 then return 0, 0 end
+  call_chunked('ZREM', DELAYED, due)
+  local promoted = 0
   for _, id in ipairs(due) do
     local key = job_key(id)
-    redis.call('ZREM', DELAYED, id)
-    redis.call('HSET', key, 'state', 'waiting', 'updated_at', now)
-    push_waiting(id, priority_of(key), false)
+    local job = redis.call('HMGET', key, 'state', 'priority')
+    if job[1] == 'delayed' then
+      redis.call('HSET', key, 'state', 'waiting', 'updated_at', now)
+      push_waiting(id, number_or(job[2], 0), false)
+      promoted = promoted + 1
+    else
+      stale_entries = stale_entries + 1
+    end
   end
-  return #due
+  return promoted, #due
 end
 
 local function wake_waiters(count)

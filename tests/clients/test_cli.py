@@ -91,6 +91,16 @@ def test_enqueue_stats_pause_resume(service_url: str, queue: str) -> None:
     assert (stored.payload, stored.priority, stored.max_attempts) == ({"to": "ada"}, 7, 2)
 
 
+def test_delete_queue(service_url: str, sdk: Client, queue: str) -> None:
+    sdk.enqueue_many(queue, [{"payload": n} for n in range(3)])
+    sdk.lease(queue, "w1")
+    refused = emq("delete-queue", queue, url=service_url, check=False)
+    assert refused.returncode != 0 and "job_active" in refused.stderr + refused.stdout
+    assert emq("delete-queue", queue, "--force", url=service_url).stdout.strip() == f"queue {queue} deleted"
+    assert emq_json("delete-queue", queue, url=service_url) == {"deleted": queue}
+    assert emq_json("stats", queue, url=service_url)["counts"]["waiting"] == 0
+
+
 def test_enqueue_file_in_batches_with_a_progress_bar(service_url: str, queue: str, tmp_path: Path) -> None:
     jobs = tmp_path / "jobs.jsonl"
     jobs.write_text("".join(json.dumps({"n": n}) + "\n" + ("\n" if n == 5 else "") for n in range(2500)))

@@ -196,6 +196,7 @@ METHOD_OF_OPERATION = {
     "release": "release",
     "getJob": "get_job",
     "deleteJob": "delete_job",
+    "deleteQueue": "delete_queue",
     "getLedger": "ledger",
     "listWorkers": "workers",
     "listFailed": "failed",
@@ -298,3 +299,13 @@ def test_sdk_wheel(tmp_path: Path) -> None:
         line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist")
     ]
     assert sorted(line.split()[1].split(">")[0] for line in requires) == ["httpx", "msgspec"]
+
+
+def test_a_lease_with_a_request_id_repeats_safely_and_a_queue_can_be_deleted(sdk: Client, queue: str) -> None:
+    sdk.enqueue_many(queue, [{"payload": n} for n in range(3)])
+    first = sdk.lease(queue, "w1", max_jobs=2, request_id="poll-1")
+    assert sdk.lease(queue, "w1", max_jobs=2, request_id="poll-1") == first
+    with pytest.raises(JobActive):
+        sdk.delete_queue(queue)
+    sdk.delete_queue(queue, force=True)
+    assert sdk.queue(queue).counts.waiting == 0 and sdk.queue(queue).counts.active == 0

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from redis.asyncio import Redis as AsyncRedis
 
 from service.__main__ import is_loopback
 from service.auth import Action, Authenticator, Forbidden, Unauthorized
 from service.config import ConfigError, Settings
+from service.keys import QUEUE_REGISTRY, queue_prefix
 from tests.server import running_service
 from tests.support import assert_problem
 
@@ -44,6 +47,7 @@ ENDPOINTS = [
     ("read", "GET", Q + "/workers", None),
     ("read", "GET", Q + "/failed", None),
     ("admin", "DELETE", JOB, None),
+    ("admin", "DELETE", Q, None),
     ("admin", "POST", Q + "/workers/w/release", None),
     ("admin", "POST", Q + "/pause", None),
     ("admin", "POST", Q + "/resume", None),
@@ -148,6 +152,47 @@ async def test_public_endpoints_and_metrics(http: httpx.AsyncClient) -> None:
     assert_problem(await http.get("/metrics"), 401, "unauthorized")
     for role in ("producer", "worker", "admin", "scoped"):
         assert (await http.get("/metrics", headers=bearer(role))).status_code == 200
+
+
+@pytest.fixture
+async def scoped_queue(redis_client: AsyncRedis) -> AsyncIterator[str]:
+    """A fresh queue that the scoped token covers (sms-*); removed afterwards."""
+    name = f"sms-{secrets.token_hex(6)}"
+    yield name
+    keys = [key async for key in redis_client.scan_iter(match=queue_prefix(name) + "*", count=1000)]
+    if keys:
+        await redis_client.delete(*keys)
+    await redis_client.srem(QUEUE_REGISTRY, name)
+
+
+async def work_one_job(http: httpx.AsyncClient, queue: str) -> None:
+    """Enqueue, lease and ack a job, so the queue has counters, a histogram and gauges."""
+    admin = bearer("admin")
+    await http.post(f"/v1/queues/{queue}/jobs", json={"payload": 1}, headers=admin)
+    await http.post(f"/v1/queues/{queue}/jobs", json={"payload": 2}, headers=admin)
+    leased = await http.post(f"/v1/queues/{queue}/lease", json={"worker": "w"}, headers=admin)
+    (job,) = leased.json()["jobs"]
+    acked = await http.post(
+        f"/v1/queues/{queue}/jobs/{job['id']}/ack", json={"lease_id": job["lease_id"]}, headers=admin
+    )
+    assert acked.status_code == 200, acked.text
+
+
+async def test_a_scoped_token_sees_only_its_queues_in_metrics(
+    http: httpx.AsyncClient, queue: str, scoped_queue: str
+) -> None:
+    for name in (queue, scoped_queue):
+        await work_one_job(http, name)
+    scoped = await http.get("/metrics", headers=bearer("scoped"))
+    assert scoped.status_code == 200
+    assert queue not in scoped.text  # not in a label, not anywhere
+    for series in ("emq_jobs_enqueued_total", "emq_lease_to_ack_seconds_count", "emq_queue_depth"):
+        assert f'{series}{{queue="{scoped_queue}"}}' in scoped.text
+    assert "emq_http_request_duration_seconds_count{" in scoped.text  # no queue label: kept
+    for role in ("admin", "worker"):  # unscoped tokens see every queue
+        everything = (await http.get("/metrics", headers=bearer(role))).text
+        assert f'emq_jobs_enqueued_total{{queue="{queue}"}}' in everything
+        assert f'emq_jobs_enqueued_total{{queue="{scoped_queue}"}}' in everything
 
 
 def test_tokens_file_and_entry_parsing(tmp_path: Path) -> None:

@@ -266,6 +266,7 @@ ENDPOINTS: dict[str, Endpoint] = {
     "delete_job": Endpoint("DELETE", "/v1/queues/{queue}/jobs/{job}"),
     "list_queues": Endpoint("GET", "/v1/queues"),
     "get_queue": Endpoint("GET", "/v1/queues/{queue}"),
+    "delete_queue": Endpoint("DELETE", "/v1/queues/{queue}"),
     "ledger": Endpoint("GET", "/v1/queues/{queue}/active"),
     "workers": Endpoint("GET", "/v1/queues/{queue}/workers"),
     "failed": Endpoint("GET", "/v1/queues/{queue}/failed"),
@@ -665,6 +666,9 @@ def query_cases() -> list[Case]:
             ("above-2^31", str(2**31 + 1)),
         ]:
             cases.append(Case(f"{name}-offset-{label}", "GET", f"{path}?offset={value}", hint="offset"))
+    for label, value in (("yes", "yes"), ("one", "1"), ("empty", ""), ("upper", "TRUE")):
+        path = ENDPOINTS["delete_queue"].url()
+        cases.append(Case(f"delete_queue-force-{label}", "DELETE", f"{path}?force={value}", hint="force"))
     for label, value in BAD_BODY_NAMES.items():
         cases.append(
             Case(
@@ -695,7 +699,7 @@ def routing_cases() -> list[Case]:
         ("GET", f"{Q}/jobs"),
         ("DELETE", "/v1/queues"),
         ("POST", "/v1/queues"),
-        ("DELETE", Q),
+        ("PUT", Q),
         ("GET", f"{Q}/lease"),
         ("GET", f"{Q}/enqueue"),
         ("GET", f"{Q}/ack"),

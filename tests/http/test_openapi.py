@@ -24,6 +24,7 @@ CONTRACT = {
     ("delete", "/v1/queues/{queue}/jobs/{id}"),
     ("get", "/v1/queues"),
     ("get", "/v1/queues/{queue}"),
+    ("delete", "/v1/queues/{queue}"),  # v1.1
     ("get", "/v1/queues/{queue}/active"),
     ("get", "/v1/queues/{queue}/workers"),
     ("get", "/v1/queues/{queue}/failed"),

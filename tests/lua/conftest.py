@@ -21,9 +21,10 @@ from redis.asyncio.cluster import RedisCluster
 
 from service import limits
 from service.keys import QueueKeys
-from service.scripts import Scripts
+from service.scripts import Scripts, retention_placeholders
 
 LEASE_MS = 30_000
+REQUEST_TTL_MS = 60_000
 LONG_RETENTION_MS = 10**12  # longer than any test: nothing finished is old enough to delete
 PAST_MS = 1  # a score far in the past: a deadline that has passed, a delayed job that is due
 PUBSUB_TIMEOUT_S = 5.0
@@ -146,7 +147,8 @@ class LuaQueue:
     def __init__(self, client: Redis, scripts: Scripts, name: str) -> None:
         self.redis = client
         self.scripts = scripts
-        self.keys = QueueKeys.for_queue(name)
+        self.keys = QueueKeys.for_queue(name, cluster=isinstance(client, RedisCluster))
+        self._variants: dict[tuple[tuple[str, str], ...], Scripts] = {}
 
     async def call(self, operation: str, *args: Any) -> Any:
         return await self.scripts.call(operation, self.keys.script_keys, (self.keys.prefix, *args))
@@ -154,9 +156,10 @@ class LuaQueue:
     # --- the scripts -----------------------------------------------------------------------
 
     async def enqueue(self, *jobs: dict[str, Any]) -> list[tuple[str, str, int]]:
-        """[(id, state, created)] per job, from the flat reply."""
+        """[(id, state, created)] per job, from the flat reply (after its first-of-queue flag)."""
         options = json.dumps([job["options"] for job in jobs])
-        reply = decoded(await self.call("enqueue", options, *[job["payload"] for job in jobs]))
+        first, *reply = decoded(await self.call("enqueue", options, *[job["payload"] for job in jobs]))
+        assert first in (0, 1)
         assert len(reply) == 3 * len(jobs)
         return [(reply[i], reply[i + 1], reply[i + 2]) for i in range(0, len(reply), 3)]
 
@@ -173,9 +176,15 @@ class LuaQueue:
         lease_ms: int = LEASE_MS,
         max_jobs: int = 1,
         lease_ids: Sequence[str] | None = None,
+        request_id: str | None = None,
+        expect_stale: int = 0,
     ) -> list[Leased]:
         tokens = "".join(lease_ids) if lease_ids is not None else random_lease_ids(max_jobs)
-        reply = await self.call("lease", worker, lease_ms, max_jobs, tokens)
+        request_id = request_id or f"r{next(_GENERATED)}"
+        stale, *reply = await self.call(
+            "lease", worker, lease_ms, max_jobs, tokens, request_id, REQUEST_TTL_MS
+        )
+        assert stale == expect_stale
         assert len(reply) % 10 == 0
         jobs = []
         for i in range(0, len(reply), 10):
@@ -231,19 +240,61 @@ class LuaQueue:
         return decoded(await self.call("fail", job_id, lease_id, json.dumps(options), error))
 
     async def release(self, job_id: str, lease_id: str) -> int:
-        return await self.call("release", job_id, lease_id)
+        [code] = await self.release_many((job_id, lease_id))
+        return code
+
+    async def release_many(self, *leases: tuple[str, str]) -> list[int]:
+        return await self.call("release", json.dumps([list(pair) for pair in leases]))
+
+    async def release_worker_step(
+        self, worker: str, bound: str = "", step: int = 1000, offset: int = 0
+    ) -> list[Any]:
+        """[bound, more, stale, offset, released ids (oldest lease first)]."""
+        return decoded(await self.call("release-worker", worker, bound, step, offset))
 
     async def release_worker(self, worker: str) -> list[str]:
-        return decoded(await self.call("release-worker", worker))
+        """All steps, as service/queue.py runs them: the released ids, oldest lease first."""
+        steps, bound, offset = [], "", 0
+        while True:
+            bound, more, _, offset, *released = await self.release_worker_step(worker, bound, offset=offset)
+            steps.append(released)
+            if not more:
+                return [job_id for step in reversed(steps) for job_id in step]
 
     async def sweep(
         self,
         batch: int = 100,
-        completed_retention_ms: int = LONG_RETENTION_MS,
-        failed_retention_ms: int = LONG_RETENTION_MS,
+        completed_retention_ms: int | None = None,
+        failed_retention_ms: int | None = None,
+        expect_stale: int = 0,
     ) -> list[int]:
-        """[reclaimed, dead_lettered, promoted, deleted, more]."""
-        return await self.call("sweep", batch, completed_retention_ms, failed_retention_ms)
+        """[reclaimed, dead_lettered, promoted, deleted, more]; retention as a service with these
+        settings has it (its own rendering of the scripts), else the defaults."""
+        scripts = self.scripts
+        if completed_retention_ms is not None or failed_retention_ms is not None:
+            scripts = await self.scripts_with(
+                COMPLETED_RETENTION_MS=completed_retention_ms
+                if completed_retention_ms is not None
+                else LONG_RETENTION_MS,
+                FAILED_RETENTION_MS=failed_retention_ms
+                if failed_retention_ms is not None
+                else LONG_RETENTION_MS,
+            )
+        *reply, stale, _ = await scripts.call("sweep", self.keys.script_keys, (self.keys.prefix, batch, 0))
+        assert stale == expect_stale
+        return reply
+
+    async def scripts_with(self, **settings: int) -> Scripts:
+        """The scripts as a service with other settings renders them (retention, caps)."""
+        placeholders = {**retention_placeholders(), **{name: str(value) for name, value in settings.items()}}
+        key = tuple(sorted(placeholders.items()))
+        if key not in self._variants:
+            self._variants[key] = Scripts(self.redis, placeholders=placeholders)
+        return self._variants[key]
+
+    async def aclose(self) -> None:
+        for scripts in self._variants.values():
+            await scripts.aclose()
 
     async def delete(self, job_id: str) -> int:
         return await self.call("delete", job_id)
@@ -251,8 +302,11 @@ class LuaQueue:
     async def set_paused(self, paused: bool) -> int:
         return await self.call("set-paused", "1" if paused else "0")
 
-    async def redrive(self, ids: Sequence[str] = (), limit: int = limits.MAX_BATCH) -> list[str]:
-        return decoded(await self.call("redrive", json.dumps(list(ids)), limit))
+    async def redrive(
+        self, ids: Sequence[str] = (), limit: int = limits.MAX_BATCH, bound: str = ""
+    ) -> list[str]:
+        _, _, *redriven = decoded(await self.call("redrive", json.dumps(list(ids)), limit, bound))
+        return redriven
 
     async def counts(self) -> list[int]:
         """[paused, waiting, delayed, active, completed, failed]."""
@@ -303,6 +357,9 @@ class LuaQueue:
         return {member.decode(): int(score) for member, score in scored}
 
     async def members(self, key: str) -> set[str]:
+        """A SET's members, or a ZSET's (a worker's held jobs)."""
+        if await self.redis.type(key) == b"zset":
+            return {member.decode() for member in await self.redis.zrange(key, 0, -1)}
         return {member.decode() for member in await self.redis.smembers(key)}
 
     async def lock(self, job_id: str) -> str | None:
@@ -363,4 +420,6 @@ async def scripts(redis_client: Redis) -> AsyncIterator[Scripts]:
 
 @pytest.fixture
 async def q(redis_client: Redis, scripts: Scripts, queue: str) -> AsyncIterator[LuaQueue]:
-    yield LuaQueue(redis_client, scripts, queue)
+    lua_queue = LuaQueue(redis_client, scripts, queue)
+    yield lua_queue
+    await lua_queue.aclose()

@@ -132,7 +132,7 @@ async def test_enqueue_publishes_once_with_the_number_of_leasable_jobs(q):
 
 async def test_lease_answers_empty_when_nothing_waits(q):
     assert await q.lease(max_jobs=5) == []
-    assert await q.redis.exists(q.keys.active, q.keys.workers, q.keys.holds("w1")) == 0
+    assert await q.redis.exists(q.keys.active, q.keys.workers, q.keys.held("w1")) == 0
 
 
 async def test_lease_answers_empty_when_paused(q):
@@ -142,7 +142,7 @@ async def test_lease_answers_empty_when_paused(q):
     assert await q.lease() == []
     assert await q.wait_list() == ["a"]
     assert (await q.job("a"))["state"] == "waiting"
-    assert await q.redis.exists(q.keys.active, q.keys.workers, q.keys.holds("w1")) == 0
+    assert await q.redis.exists(q.keys.active, q.keys.workers, q.keys.held("w1")) == 0
 
 
 async def test_lease_moves_the_job_into_the_ledger_under_its_lock(q):
@@ -172,7 +172,7 @@ async def test_lease_moves_the_job_into_the_ledger_under_its_lock(q):
     assert await q.lock("a") == f"{lease_id}:w1"
     assert 4000 < await q.lock_pttl("a") <= 5000
     assert await q.zset(q.keys.deadlines) == {"a": job.lease_expires_at}
-    assert await q.members(q.keys.holds("w1")) == {"a"}
+    assert await q.members(q.keys.held("w1")) == {"a"}
     assert await q.members(q.keys.workers) == {"w1"}
     stored = await q.job("a")
     lease_fields = ("state", "worker", "lease_id", "lease_ms", "attempt", "fence")
@@ -204,7 +204,7 @@ async def test_lease_puts_the_newest_lease_on_the_left_of_the_ledger(q):
 
     assert [job.id for job in leased] == ["c", "d", "e"]
     assert await q.active() == ["e", "d", "c", "b", "a"]
-    assert await q.members(q.keys.holds("w3")) == {"c", "d", "e"}
+    assert await q.members(q.keys.held("w3")) == {"c", "d", "e"}
     assert await q.members(q.keys.workers) == {"w1", "w2", "w3"}
 
 

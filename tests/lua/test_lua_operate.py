@@ -16,6 +16,7 @@ OPERATIONS = [
     "ack",
     "counts",
     "delete",
+    "delete-queue",
     "enqueue",
     "fail",
     "failed-page",
@@ -77,7 +78,7 @@ async def test_sweep_reclaims_only_jobs_whose_lock_is_gone(q):
         assert not {"worker", "lease_id", "leased_at", "lease_expires_at", "lease_ms"} & set(stored)
     assert await q.active() == ["c"]
     assert await q.zset(q.keys.deadlines) == {"c": c.lease_expires_at}
-    assert await q.members(q.keys.holds("w1")) == {"c"}
+    assert await q.members(q.keys.held("w1")) == {"c"}
     assert await q.members(q.keys.workers) == {"w1"}
     assert await q.lock("c") == f"{c.lease_id}:w1"
     assert await q.line() == ["a", "b", "w"]  # the first lease to expire is first in line
@@ -128,7 +129,7 @@ async def test_sweep_dead_letters_on_the_last_attempt(q):
     assert stored["error"] == "lease expired: worker w1 stopped heartbeating"
     assert await q.zset(q.keys.failed) == {"a": int(stored["finished_at"])}
     assert await q.active() == []
-    assert await q.redis.exists(q.keys.deadlines, q.keys.workers, q.keys.holds("w1")) == 0
+    assert await q.redis.exists(q.keys.deadlines, q.keys.workers, q.keys.held("w1")) == 0
     assert await q.line() == []
 
 
@@ -200,7 +201,7 @@ async def test_two_concurrent_sweeps_reclaim_each_job_once(q):
     # Scripts run one at a time: one sweep takes a full batch (and says more), the other the rest.
     assert sorted(replies) == [[5, 0, 0, 0, 0], [15, 0, 0, 0, 1]]
     assert await q.active() == []
-    assert await q.redis.exists(q.keys.deadlines, q.keys.workers, q.keys.holds("w1")) == 0
+    assert await q.redis.exists(q.keys.deadlines, q.keys.workers, q.keys.held("w1")) == 0
     line = await q.line()
     assert sorted(line) == sorted(job.id for job in jobs)  # each job exactly once
     assert {(await q.job(job.id))["state"] for job in jobs} == {"waiting"}
@@ -412,7 +413,7 @@ async def test_loader_checks_the_key_count_on_every_call(q, redis_client):
     await q.add("a")
     keys = q.keys.script_keys
     for wrong in (keys[:-1], (*keys, q.keys.prefix + "extra")):
-        with pytest.raises(ValueError, match="enqueue takes 10 keys, got"):
+        with pytest.raises(ValueError, match="enqueue takes 11 keys, got"):
             await q.scripts.call("enqueue", wrong, (q.keys.prefix, "[]"))
     assert await q.counts() == [0, 1, 0, 0, 0, 0]
 
@@ -429,5 +430,5 @@ async def test_loader_reads_the_key_count_from_the_file_name(redis_client, tmp_p
         await scripts.aclose()
 
 
-def test_every_shipped_script_is_named_for_the_ten_queue_keys():
-    assert sorted(path.name for path in lua_dir().glob("*.lua")) == [f"{op}-10.lua" for op in OPERATIONS]
+def test_every_shipped_script_is_named_for_the_eleven_queue_keys():
+    assert sorted(path.name for path in lua_dir().glob("*.lua")) == [f"{op}-11.lua" for op in OPERATIONS]

@@ -16,7 +16,7 @@ async def assert_out_of_the_ledger(q, job_id: str, worker: str = "w1") -> None:
     assert job_id not in await q.active()
     assert await q.lock(job_id) is None
     assert job_id not in await q.zset(q.keys.deadlines)
-    assert job_id not in await q.members(q.keys.holds(worker))
+    assert job_id not in await q.members(q.keys.held(worker))
     assert not set(LEASE_FIELDS) & set(await q.job(job_id))
 
 
@@ -113,7 +113,7 @@ async def test_ack_completes_the_job_and_cleans_up_its_lease(q):
     assert stored["updated_at"] == stored["finished_at"]
     assert await q.field("a", "result") == result
     await assert_out_of_the_ledger(q, "a")
-    assert await q.redis.exists(q.keys.holds("w1"), q.keys.workers) == 0
+    assert await q.redis.exists(q.keys.held("w1"), q.keys.workers) == 0
     assert await q.zset(q.keys.completed) == {"a": finished_at}
 
 
@@ -166,7 +166,7 @@ async def test_ack_keeps_the_worker_registered_while_it_holds_other_jobs(q):
     a, _ = await q.lease(max_jobs=2)
     assert await q.ack((a.id, a.lease_id)) == [1]
     assert await q.members(q.keys.workers) == {"w1"}
-    assert await q.members(q.keys.holds("w1")) == {"b"}
+    assert await q.members(q.keys.held("w1")) == {"b"}
     assert await q.active() == ["b"]
 
 
@@ -338,7 +338,7 @@ async def test_release_puts_the_job_first_in_line_without_spending_an_attempt(q)
     stored = await q.job("a")
     assert (stored["state"], stored["redeliver"], stored["attempt"]) == ("waiting", "1", "1")
     await assert_out_of_the_ledger(q, "a")
-    assert await q.redis.exists(q.keys.workers, q.keys.holds("w1")) == 0
+    assert await q.redis.exists(q.keys.workers, q.keys.held("w1")) == 0
     assert await q.wait_list() == ["b", "a"]  # the right end is leased next
     again = await q.lease_one()
     assert (again.id, again.attempt, again.fence) == ("a", 1, 2)
@@ -388,7 +388,7 @@ async def test_release_worker_returns_all_its_jobs_oldest_lease_first(q):
         stored = await q.job(job_id)
         assert (stored["state"], stored["redeliver"], stored["attempt"]) == ("waiting", "1", "1")
         await assert_out_of_the_ledger(q, job_id)
-    assert await q.redis.exists(q.keys.holds("w1")) == 0
+    assert await q.redis.exists(q.keys.held("w1")) == 0
     assert await q.members(q.keys.workers) == {"w2"}
     assert await q.active() == ["b"]
     assert await q.lock("b") == f"{held['b'].lease_id}:w2"

@@ -99,6 +99,9 @@ class Job:
     expired: bool = False  # its lock ran out; still in the ledger until the sweep finds it
     expired_seq: int = 0  # order of expiry: the sweep returns the first expired first in line
     done_lease: str | None = None  # the lease that completed it: acking again answers 200
+    # The last lease a worker ended (ack, fail, release) and how: the same call again answers
+    # as it did then (a fail or release; a repeated ack goes by done_lease).
+    ended: tuple[str, str, Any] | None = None
     result: Any = None
 
 
@@ -188,6 +191,7 @@ class QueueModel:
 
     def ack(self, job: Job, result: Any) -> None:
         job.done_lease, job.result = job.lease_id, result
+        job.ended = (job.lease_id or "", "ack", None)
         self._leave_ledger(job)
         job.state = "completed"
 
@@ -466,9 +470,10 @@ class QueueMachine(RuleBasedStateMachine):
             return self.refused(job.id, "fail", body)
         response = self.post(f"/jobs/{job.id}/fail", body)
         assert response.status_code == 200, response.text
-        attempt = job.attempt
+        attempt, lease_id = job.attempt, job.lease_id or ""
         state = self.model.fail(job, retry, retry_after_ms)
         assert response.json() == {"id": job.id, "state": state, "attempt": attempt}
+        job.ended = (lease_id, "fail", response.json())
         return None
 
     @precondition(lambda self: self.has("active"))
@@ -482,6 +487,7 @@ class QueueMachine(RuleBasedStateMachine):
         response = self.post(f"/jobs/{job.id}/release", body)
         assert response.status_code == 200, response.text
         assert response.json() == {"id": job.id, "state": "waiting"}
+        job.ended = (job.lease_id or "", "release", response.json())
         self.model.release(job)
         return None
 
@@ -512,6 +518,19 @@ class QueueMachine(RuleBasedStateMachine):
         if not stale:
             return None
         job_id, lease_id = data.draw(st.sampled_from(stale), label="stale lease")
+        job = self.model.jobs.get(job_id)
+        if (
+            action != "ack"
+            and job is not None
+            and job.ended is not None
+            and job.ended[:2] == (lease_id, action)
+        ):
+            # The lease's last call again (a retry whose answer was lost): answered as then.
+            before = self.view(job_id)
+            response = self.post(f"/jobs/{job_id}/{action}", lease_body(action, lease_id))
+            assert response.status_code == 200 and response.json() == job.ended[2], response.text
+            job_view_unchanged(before, self.view(job_id))
+            return None
         return self.refused(job_id, action, lease_body(action, lease_id))
 
     # -- the Redis clock and the sweep
@@ -532,17 +551,12 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def sweep(self) -> None:
         """One run of the sweep script, the call a replica's sweeper makes for this queue."""
-        config = self.env.settings
-        args = (
-            self.keys.prefix,
-            config.sweep_batch,
-            config.completed_retention_s * 1000,
-            config.failed_retention_s * 1000,
-        )
+        args = (self.keys.prefix, self.env.settings.sweep_batch, 0)
         reply = self.env.sweep_script(keys=self.keys.script_keys, args=args)
         reclaimed, dead = self.model.sweep()
-        # {reclaimed, dead_lettered, promoted, deleted, more}: nothing is due, nothing is old
-        assert reply == [reclaimed, dead, 0, 0, 0]
+        # {reclaimed, dead_lettered, promoted, deleted, more, stale, offset}: nothing is due,
+        # nothing is old, no index entry is without its job, the ledger is read whole
+        assert reply == [reclaimed, dead, 0, 0, 0, 0, 0]
 
     # -- operating
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import secrets
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -134,6 +135,21 @@ async def test_long_poll_wakes_on_enqueue(client: httpx.AsyncClient, queue: str)
     assert latency_s < 0.5, latency_s
 
 
+async def test_long_polls_on_many_queues_are_each_woken(client: httpx.AsyncClient) -> None:
+    # Four queues: on a 3-primary Cluster at least two share a node, whose sharded subscription
+    # then holds channels of two slots (each needs an SSUBSCRIBE of its own).
+    queues = [f"t-wake-{secrets.token_hex(4)}-{n}" for n in range(4)]
+    waiters = [asyncio.create_task(lease(client, name, wait_ms=15_000)) for name in queues]
+    await asyncio.sleep(0.3)
+    assert not any(waiter.done() for waiter in waiters)
+    for name, waiter in zip(queues, waiters, strict=True):
+        enqueued_at = time.monotonic()
+        created = await enqueue(client, name, "now")
+        jobs = await waiter
+        assert [job["id"] for job in jobs] == [created["id"]]
+        assert time.monotonic() - enqueued_at < 0.5  # the wake-up, not the 1 s fallback poll
+
+
 async def test_long_poll_returns_empty_when_time_is_up(client: httpx.AsyncClient, queue: str) -> None:
     started = time.monotonic()
     assert await lease(client, queue, wait_ms=600) == []
@@ -159,10 +175,13 @@ async def test_many_waiters_share_few_redis_connections(
     assert len(ids) == waiters and len(set(ids)) == waiters
 
 
-async def test_finished_jobs_are_removed_after_retention(
-    settings: Settings, queue: str, redis_client: Redis
-) -> None:
-    short = dataclasses.replace(settings, completed_retention_s=1, failed_retention_s=1)
+async def test_finished_jobs_are_removed_after_retention(private_redis_url: str, queue: str) -> None:
+    # A server of its own: retention is a service-wide setting, and the session's service (with
+    # the default retention) would sweep these jobs on its own terms.
+    short = Settings(
+        redis_url=private_redis_url, sweep_interval_ms=100, completed_retention_s=1, failed_retention_s=1
+    )
+    redis_client = Redis.from_url(private_redis_url)
     with running_service(short) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             done = await enqueue(http, queue, "a", id="keep-me")
@@ -184,6 +203,7 @@ async def test_finished_jobs_are_removed_after_retention(
             assert (
                 await http.post(f"/v1/queues/{queue}/jobs", json={"id": "keep-me", "payload": 1})
             ).status_code == 201
+    await redis_client.aclose()
 
 
 async def test_waiters_beyond_the_cap_get_429(settings: Settings, queue: str) -> None:

@@ -261,16 +261,24 @@ def enqueue_many(
 
 
 def lease(
-    queue: str, worker: str, *, lease_ms: int | None, max_jobs: int | None, wait_ms: int | None
+    queue: str,
+    worker: str,
+    *,
+    lease_ms: int | None,
+    max_jobs: int | None,
+    wait_ms: int | None,
+    request_id: str | None = None,
 ) -> Op[list[m.LeasedJob]]:
-    # Not idempotent: a repeated lease whose first answer was lost would leave those jobs
-    # held by nobody until their lease expires (and spend an attempt).
+    # Idempotent only with a request_id: a lease repeated without one, after its first answer
+    # was lost, would leave those jobs held by nobody until their lease expires; with one, the
+    # repeat answers the jobs the first leased.
+    fields = {"worker": worker, "lease_ms": lease_ms, "max_jobs": max_jobs, "wait_ms": wait_ms}
     return Op(
         "POST",
         f"{_q(queue)}/lease",
         _read_leased,
-        idempotent=False,
-        body=_body({"worker": worker, "lease_ms": lease_ms, "max_jobs": max_jobs, "wait_ms": wait_ms}),
+        idempotent=request_id is not None,
+        body=_body({**fields, "request_id": request_id}),
         long_poll_s=(wait_ms or 0) / 1000,
     )
 
@@ -338,6 +346,12 @@ def get_job(queue: str, job_id: str) -> Op[m.Job]:
 def delete_job(queue: str, job_id: str) -> Op[None]:
     # Repeated after it succeeded it would answer job_not_found: not retried.
     return Op("DELETE", _job(queue, job_id), _read_nothing, idempotent=False)
+
+
+def delete_queue(queue: str, force: bool) -> Op[None]:
+    # Deleting a queue that is gone already answers 204 too: safe to repeat.
+    params = {"force": "true"} if force else None
+    return Op("DELETE", _q(queue), _read_nothing, idempotent=True, params=params)
 
 
 def list_queues() -> Op[list[m.QueueInfo]]:

@@ -135,9 +135,16 @@ class Client(_Base):
         lease_ms: int | None = None,
         max_jobs: int | None = None,
         wait_ms: int | None = None,
+        request_id: str | None = None,
     ) -> list[m.LeasedJob]:
-        """Take up to ``max_jobs`` jobs; with ``wait_ms`` wait (long poll) until one comes."""
-        return self._call(_ops.lease(queue, worker, lease_ms=lease_ms, max_jobs=max_jobs, wait_ms=wait_ms))
+        """Take up to ``max_jobs`` jobs; with ``wait_ms`` wait (long poll) until one comes. With
+        ``request_id`` the call is safe to repeat (and is retried): a repeat answers what the
+        first leased."""
+        return self._call(
+            _ops.lease(
+                queue, worker, lease_ms=lease_ms, max_jobs=max_jobs, wait_ms=wait_ms, request_id=request_id
+            )
+        )
 
     def heartbeat(self, queue: str, id: str, lease_id: str, *, lease_ms: int | None = None) -> m.Heartbeat:
         """Renew a lease (by its own length unless ``lease_ms``); ``LeaseLost`` if it is gone."""
@@ -196,6 +203,10 @@ class Client(_Base):
 
     def delete_job(self, queue: str, id: str) -> None:
         return self._call(_ops.delete_job(queue, id))
+
+    def delete_queue(self, queue: str, *, force: bool = False) -> None:
+        """Delete a queue with all its jobs; ``JobActive`` while jobs are in flight, unless ``force``."""
+        return self._call(_ops.delete_queue(queue, force))
 
     def retry_failed(self, queue: str, ids: Iterable[str] | None = None) -> list[str]:
         """Send dead-lettered jobs (all, or these) back to waiting with attempts reset."""
@@ -319,9 +330,12 @@ class AsyncClient(_Base):
         lease_ms: int | None = None,
         max_jobs: int | None = None,
         wait_ms: int | None = None,
+        request_id: str | None = None,
     ) -> list[m.LeasedJob]:
         return await self._call(
-            _ops.lease(queue, worker, lease_ms=lease_ms, max_jobs=max_jobs, wait_ms=wait_ms)
+            _ops.lease(
+                queue, worker, lease_ms=lease_ms, max_jobs=max_jobs, wait_ms=wait_ms, request_id=request_id
+            )
         )
 
     async def heartbeat(
@@ -380,6 +394,9 @@ class AsyncClient(_Base):
 
     async def delete_job(self, queue: str, id: str) -> None:
         return await self._call(_ops.delete_job(queue, id))
+
+    async def delete_queue(self, queue: str, *, force: bool = False) -> None:
+        return await self._call(_ops.delete_queue(queue, force))
 
     async def retry_failed(self, queue: str, ids: Iterable[str] | None = None) -> list[str]:
         return await self._call(_ops.retry_failed(queue, ids))

@@ -1,5 +1,5 @@
 -- Pause or resume leasing from a queue. Resuming wakes the queue's long-poll waiters.
--- KEYS[1..10] the queue's keys (see include/common.lua); writes META, publishes on WAKE
+-- KEYS[1..11] the queue's keys (see include/common.lua); writes META, publishes on WAKE
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     "1" = pause, "0" = resume
 -- Returns     1 paused, 0 not paused

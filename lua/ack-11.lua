@@ -1,10 +1,10 @@
 -- Acknowledge finished jobs: each leaves the in-flight ledger (LREM) and becomes completed.
 -- Acking again with the lease that completed the job answers "already completed", so a worker
 -- whose response was lost can retry safely.
--- KEYS[1..10] the queue's keys (see include/common.lua); writes ACTIVE, DEADLINES, WORKERS,
---             COMPLETED, the jobs' hashes, locks and holds sets
+-- KEYS[1..11] the queue's keys (see include/common.lua); writes ACTIVE, DEADLINES, WORKERS,
+--             COMPLETED, DUE, the jobs' hashes, locks and held sets
 -- ARGV[1]     key prefix "emq:{queue}:"
--- ARGV[2]     JSON array of [id, lease_id] pairs
+-- ARGV[2]     JSON array of [id, lease_id] pairs (at most 1000: the API's batch limit)
 -- ARGV[3..]   each ack's result as raw JSON, in the same order; "" = no result
 -- Returns     flat array, 2 entries per ack: code (1 completed now, 2 already completed by this
 --             lease, -1 job not found, -2 lease lost) and, for code 1, how long the lease was held
@@ -46,5 +46,5 @@ for i, ack in ipairs(acks) do
   reply[#reply + 1] = held_ms
 end
 detach(departures)
-if #completed > 0 then redis.call('ZADD', COMPLETED, unpack(completed)) end
+record_completed(completed, now)
 return reply

@@ -1,5 +1,5 @@
 -- Delete a job that is not leased, with its keys.
--- KEYS[1..10] the queue's keys (see include/common.lua); writes WAIT, PRIO, DELAYED, COMPLETED
+-- KEYS[1..11] the queue's keys (see include/common.lua); writes WAIT, PRIO, DELAYED, COMPLETED
 --             or FAILED (whichever holds the job) and deletes the job's hash
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     job id

@@ -1,14 +1,16 @@
 -- Enqueue a batch of jobs. An id that is already stored keeps its job unchanged (idempotent).
--- KEYS[1..10] the queue's keys (see include/common.lua); writes META (priority sequences),
---             WAIT or PRIO or DELAYED, publishes on WAKE; derives each job's hash from the prefix.
+-- KEYS[1..11] the queue's keys (see include/common.lua); writes META (priority sequences),
+--             WAIT or PRIO or DELAYED (and DUE for a delayed job), publishes on WAKE; derives
+--             each job's hash from the prefix.
 -- ARGV[1]     key prefix "emq:{queue}:"
--- ARGV[2]     JSON array, one object per job: {id, name, priority, delay_ms, max_attempts,
+-- ARGV[2]     JSON array (at most 1000: the API's batch limit), one object per job: {id, name, priority, delay_ms, max_attempts,
 --             backoff_type: "fixed"|"exponential", backoff_ms, traceparent?}; ids the client did
 --             not choose are random ones made by the service; traceparent is the producer's W3C
 --             trace context, handed to the job's workers
 -- ARGV[3..]   the jobs' payloads as raw JSON, in the same order
--- Returns     flat array, 3 entries per job: id, state ("waiting"|"delayed" or the stored job's
---             state), created (1 = stored now, 0 = the id existed)
+-- Returns     {first, then 3 entries per job: id, state ("waiting"|"delayed" or the stored job's
+--             state), created (1 = stored now, 0 = the id existed)}; first = 1 when the queue
+--             had no keys before (its first job since it was created or deleted)
 -- @include common
 -- Appends field and value to an HSET's arguments, unless the value is the field's default.
 local function unless_default(fields, field, value, default)
@@ -20,7 +22,7 @@ end
 
 local jobs = cjson.decode(ARGV[2])
 local now = now_ms()
-local reply = {}
+local reply = {redis.call('EXISTS', META, WAIT, PRIO, DELAYED, ACTIVE, COMPLETED, FAILED) == 0 and 1 or 0}
 local leasable = 0
 local unprioritised = {} -- priority 0: pushed onto WAIT in one LPUSH, in order, at the end
 for i, job in ipairs(jobs) do
@@ -41,6 +43,7 @@ for i, job in ipairs(jobs) do
     redis.call('HSET', key, unpack(fields))
     if state == 'delayed' then
       redis.call('ZADD', DELAYED, now + job.delay_ms, id)
+      sweep_needed_by(now + job.delay_ms)
     elseif job.priority == 0 then
       unprioritised[#unprioritised + 1] = id
     else
@@ -53,7 +56,7 @@ for i, job in ipairs(jobs) do
   reply[#reply + 1] = created
 end
 if #unprioritised > 0 then
-  redis.call('LPUSH', WAIT, unpack(unprioritised))
+  call_chunked('LPUSH', WAIT, unprioritised)
   leasable = leasable + #unprioritised
 end
 wake_waiters(leasable)

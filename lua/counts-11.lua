@@ -1,5 +1,5 @@
 -- Read a queue's pause flag and the number of jobs in each state, as one consistent snapshot.
--- KEYS[1..10] the queue's keys (see include/common.lua); reads only
+-- KEYS[1..11] the queue's keys (see include/common.lua); reads only
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- Returns     {paused (0|1), waiting, delayed, active, completed, failed}
 -- @include common

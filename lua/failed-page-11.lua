@@ -2,7 +2,7 @@
 -- job's payload size. The hashes themselves are read by the caller in chunks bounded by those
 -- sizes (service/chunked_read.py): a page of large jobs in one reply would hold Redis while it
 -- builds hundreds of MB, and the caller's shared connection while they cross it.
--- KEYS[1..10] the queue's keys (see include/common.lua); reads FAILED and the jobs' payload sizes
+-- KEYS[1..11] the queue's keys (see include/common.lua); reads FAILED and the jobs' payload sizes
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     offset
 -- ARGV[3]     limit

@@ -1,6 +1,6 @@
 -- Read a page of the in-flight ledger, oldest lease first (the ledger's right end).
--- KEYS[1..10] the queue's keys (see include/common.lua); reads ACTIVE, the jobs' hashes and,
---             with a worker filter, that worker's holds set
+-- KEYS[1..11] the queue's keys (see include/common.lua); reads ACTIVE, the jobs' hashes and,
+--             with a worker filter, that worker's held set (ordered by fence: by lease)
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     offset (jobs to skip, oldest first)
 -- ARGV[3]     limit
@@ -15,19 +15,14 @@ if worker == '' then
   local n = #ids
   for i = 1, math.floor(n / 2) do ids[i], ids[n - i + 1] = ids[n - i + 1], ids[i] end
 else
-  local held = redis.call('SMEMBERS', holds_key(worker))
-  local fence = {}
-  for _, id in ipairs(held) do
-    fence[id] = tonumber(redis.call('HGET', job_key(id), 'fence'))
-  end
-  table.sort(held, function(a, b) return fence[a] < fence[b] end)
-  ids = {}
-  for i = offset + 1, math.min(#held, offset + limit) do ids[#ids + 1] = held[i] end
+  ids = redis.call('ZRANGE', held_key(worker), offset, offset + limit - 1)
 end
 local reply = {}
 for _, id in ipairs(ids) do
   local job = redis.call('HMGET', job_key(id), 'worker', 'attempt', 'leased_at', 'lease_expires_at')
-  reply[#reply + 1] = id
-  for j = 1, 4 do reply[#reply + 1] = job[j] end
+  if job[1] then
+    reply[#reply + 1] = id
+    for j = 1, 4 do reply[#reply + 1] = job[j] end
+  end
 end
 return reply

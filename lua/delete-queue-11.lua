@@ -1,0 +1,58 @@
+-- Delete a whole queue, one bounded step at a time: each step deletes up to `step` jobs with
+-- their keys (jobs in flight first, with their locks, then waiting, delayed, completed and
+-- failed ones), then the workers' held sets; the step that finds nothing left deletes the
+-- queue's own keys and its entry in the due index. Without force, the first step refuses a
+-- queue with jobs in its ledger; once begun, the deletion takes whatever it finds (a job leased
+-- meanwhile is gone for its worker, whose later calls answer "job not found").
+-- KEYS[1..11] the queue's keys (see include/common.lua); deletes every one of them but WAKE, and
+--             the per-job and per-worker keys derived from the prefix
+-- ARGV[1]     key prefix "emq:{queue}:"
+-- ARGV[2]     "1" = force (jobs in flight are deleted too), "0" = refuse while any are
+-- ARGV[3]     "1" on the first step
+-- ARGV[4]     step: at most this many jobs (and this many workers' held sets)
+-- Returns     1 the queue is gone, 0 more steps to go, -3 jobs in flight (first step, no force)
+-- @include common
+local force, first, budget = ARGV[2] == '1', ARGV[3] == '1', tonumber(ARGV[4])
+if first and not force and redis.call('LLEN', ACTIVE) > 0 then return JOB_ACTIVE end
+
+local function delete_jobs(ids, with_locks)
+  for _, id in ipairs(ids) do
+    redis.call('DEL', job_key(id))
+    if with_locks then redis.call('DEL', lock_key(id)) end
+  end
+  budget = budget - #ids
+end
+
+-- The oldest `budget` entries of a list, taken out of it.
+local function take_from_list(key)
+  if budget <= 0 then return {} end
+  local ids = redis.call('LRANGE', key, -budget, -1)
+  if #ids > 0 then redis.call('LTRIM', key, 0, -(#ids + 1)) end
+  return ids
+end
+
+-- The first `budget` members of a sorted set, taken out of it.
+local function take_from_zset(key)
+  if budget <= 0 then return {} end
+  local ids = redis.call('ZRANGE', key, 0, budget - 1)
+  if #ids > 0 then redis.call('ZREMRANGEBYRANK', key, 0, #ids - 1) end
+  return ids
+end
+
+local in_flight = take_from_list(ACTIVE)
+call_chunked('ZREM', DEADLINES, in_flight)
+delete_jobs(in_flight, true)
+delete_jobs(take_from_zset(PRIO), false)
+delete_jobs(take_from_list(WAIT), false)
+for _, finished in ipairs({DELAYED, COMPLETED, FAILED}) do delete_jobs(take_from_zset(finished), false) end
+if budget > 0 then
+  for _, worker in ipairs(redis.call('SPOP', WORKERS, budget)) do redis.call('DEL', held_key(worker)) end
+end
+for _, key in ipairs({ACTIVE, PRIO, WAIT, DELAYED, COMPLETED, FAILED, WORKERS}) do
+  if redis.call('EXISTS', key) == 1 then return 0 end
+end
+-- Nothing left but the queue's own small keys. DEADLINES can only hold entries of jobs that
+-- were in the ledger, all deleted above.
+redis.call('UNLINK', META, DEADLINES)
+redis.call('ZREM', DUE, QUEUE)
+return 1

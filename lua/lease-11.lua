@@ -1,0 +1,126 @@
+-- Lease up to max_jobs waiting jobs to a worker. Each job moves atomically into the in-flight
+-- ledger ACTIVE (left end) under its lock "<lease_id>:<worker>" with a PX TTL of lease_ms.
+-- Due delayed jobs are promoted first, so they are leasable at once. An index entry (in WAIT,
+-- PRIO or DELAYED) whose job is missing or not in that state is dropped, never leased.
+-- Every lease call carries a request id: the ids and lease ids it leased are kept under it for a
+-- while, and the same request again (a call re-sent after a timeout, or a client's retry with
+-- its request_id) leases nothing new and answers what the first leased that is still held
+-- under those leases, in the same order.
+-- KEYS[1..11] the queue's keys (see include/common.lua); derives job hashes, locks, the worker's
+--             held set and the request's record from the prefix
+-- ARGV[1]     key prefix "emq:{queue}:"
+-- ARGV[2]     worker name
+-- ARGV[3]     lease_ms
+-- ARGV[4]     max_jobs (at most 100: the API's limit)
+-- ARGV[5]     lease ids: max_jobs random tokens of @LEASE_ID_CHARS@ characters, concatenated
+-- ARGV[6]     request id (never contains ":" or a space)
+-- ARGV[7]     how long the request's record is kept (ms)
+-- Returns     {stale, then 10 entries per leased job: id, name (nil when it has none), payload,
+--             attempt, max_attempts, lease_id, lease_expires_at (ms), fence, enqueued_at (ms),
+--             traceparent (nil when the producer sent none)}; stale = index entries dropped.
+--             No jobs when paused or nothing waits. The fence comes from one counter per queue
+--             (META "fence"), so it grows with every lease of a job, never goes back even when an
+--             id is reused, and orders leases.
+-- @include common
+local worker, lease_ms, max_jobs = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local request = request_key(worker, ARGV[6])
+local JOB_FIELDS = {'name', 'payload', 'max_attempts', 'created_at', 'traceparent', 'attempt'}
+
+local function append_job(reply, id, job, attempt, lease_id, expires_at, fence)
+  reply[#reply + 1] = id
+  reply[#reply + 1] = job[1]
+  reply[#reply + 1] = job[2]
+  reply[#reply + 1] = attempt
+  reply[#reply + 1] = number_or(job[3], DEFAULT_MAX_ATTEMPTS)
+  reply[#reply + 1] = lease_id
+  reply[#reply + 1] = expires_at
+  reply[#reply + 1] = fence
+  reply[#reply + 1] = tonumber(job[4])
+  reply[#reply + 1] = job[5]
+end
+
+local earlier = redis.call('GET', request)
+if earlier then
+  local reply = {0}
+  for id, lease_id in string.gmatch(earlier, '(%S+) (%S+)') do
+    if holds_lease(id, lease_id, worker) then
+      local key = job_key(id)
+      local job = redis.call('HMGET', key, unpack(JOB_FIELDS))
+      local lease = redis.call('HMGET', key, 'lease_expires_at', 'fence')
+      append_job(reply, id, job, number_or(job[6], 0), lease_id, tonumber(lease[1]), tonumber(lease[2]))
+    end
+  end
+  return reply
+end
+if redis.call('HEXISTS', META, 'paused') == 1 then return {0} end
+local now = now_ms()
+promote_due(now, max_jobs)
+
+-- The ids to try, in order: the highest priorities first, then the oldest (right) end of WAIT.
+-- Taken from their keys in a few commands for the whole batch rather than a few per job.
+local function take_waiting(wanted)
+  local ids = {}
+  if redis.call('EXISTS', PRIO) == 1 then
+    local top = redis.call('ZPOPMIN', PRIO, wanted)
+    for i = 1, #top, 2 do ids[#ids + 1] = top[i] end
+  end
+  wanted = wanted - #ids
+  if wanted > 0 then
+    local oldest = redis.call('LRANGE', WAIT, -wanted, -1)
+    if #oldest > 0 then
+      redis.call('LTRIM', WAIT, 0, -(#oldest + 1))
+      for i = #oldest, 1, -1 do ids[#ids + 1] = oldest[i] end
+    end
+  end
+  return ids
+end
+
+local expires_at = now + lease_ms
+local fence = tonumber(redis.call('HGET', META, 'fence') or 0)
+local leased, deadlines, held, record = {}, {}, {}, {}
+local reply = {0}
+-- A dropped entry leaves room for another job: a few more rounds, never an unbounded loop.
+for _ = 1, 4 do
+  local ids = take_waiting(max_jobs - #leased)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    local key = job_key(id)
+    local job = redis.call('HMGET', key, 'name', 'payload', 'max_attempts', 'created_at', 'traceparent',
+      'attempt', 'redeliver', 'state')
+    if job[8] ~= 'waiting' then
+      stale_entries = stale_entries + 1
+    else
+      local i = #leased + 1
+      local lease_id = string.sub(ARGV[5], (i - 1) * @LEASE_ID_CHARS@ + 1, i * @LEASE_ID_CHARS@)
+      fence = fence + 1
+      local attempt = number_or(job[6], 0)
+      if job[7] then
+        redis.call('HDEL', key, 'redeliver') -- a released delivery is not counted
+      else
+        attempt = attempt + 1
+      end
+      redis.call('HSET', key, 'state', 'active', 'attempt', attempt, 'worker', worker,
+        'lease_id', lease_id, 'lease_ms', lease_ms, 'leased_at', now, 'lease_expires_at', expires_at,
+        'fence', fence, 'updated_at', now)
+      redis.call('SET', lock_key(id), lease_id .. ':' .. worker, 'PX', lease_ms)
+      leased[i] = id
+      deadlines[2 * i - 1], deadlines[2 * i] = expires_at, id
+      held[2 * i - 1], held[2 * i] = fence, id
+      record[i] = id .. ' ' .. lease_id
+      append_job(reply, id, job, attempt, lease_id, expires_at, fence)
+    end
+  end
+  if #leased == max_jobs then break end
+end
+reply[1] = stale_entries
+if #leased == 0 then return reply end
+
+-- Newest lease on the left, in leasing order, as one LMOVE per job would have left them.
+redis.call('LPUSH', ACTIVE, unpack(leased))
+redis.call('ZADD', DEADLINES, unpack(deadlines))
+sweep_needed_by(expires_at)
+redis.call('ZADD', held_key(worker), unpack(held))
+redis.call('HSET', META, 'fence', fence)
+redis.call('SADD', WORKERS, worker)
+redis.call('SET', request, table.concat(record, ' '), 'PX', tonumber(ARGV[7]))
+return reply

@@ -1,0 +1,37 @@
+-- Holders give jobs back: each leaves the ledger and is leased next (front of its priority), and
+-- the delivery does not count as an attempt. The same release again (same job, same lease id)
+-- answers as the first did and changes nothing, so a worker whose answer was lost can retry.
+-- KEYS[1..11] the queue's keys (see include/common.lua); writes ACTIVE, DEADLINES, WORKERS,
+--             WAIT or PRIO, META, publishes on WAKE
+-- ARGV[1]     key prefix "emq:{queue}:"
+-- ARGV[2]     JSON array of [id, lease_id] pairs (at most 100: what one lease hands out)
+-- Returns     one code per pair: 1 released, 2 already released by this lease, -1 job not found,
+--             -2 lease lost
+-- @include common
+local pairs_ = cjson.decode(ARGV[2])
+local now = now_ms()
+local departures = new_departures()
+local codes, returning = {}, {}
+for i, pair in ipairs(pairs_) do
+  local id, lease_id = pair[1], pair[2]
+  local key = job_key(id)
+  local job = redis.call('HMGET', key, 'state', 'worker', 'priority', 'done_lease')
+  if not job[1] then
+    codes[i] = JOB_NOT_FOUND
+  elseif holds_lease(id, lease_id, job[2]) then
+    leave_ledger(departures, id, key, job[2])
+    redis.call('HSET', key, 'state', 'waiting', 'redeliver', 1, 'updated_at', now,
+      'done_lease', lease_id .. ':release')
+    returning[#returning + 1] = {id, number_or(job[3], 0)}
+    codes[i] = 1
+  elseif ended_as(job[4], lease_id) == 'release' then
+    codes[i] = 2
+  else
+    codes[i] = LEASE_LOST
+  end
+end
+detach(departures)
+-- The last given back goes in front last: the first of the batch ends up first in line.
+for i = #returning, 1, -1 do push_waiting(returning[i][1], returning[i][2], true) end
+wake_waiters(#returning)
+return codes

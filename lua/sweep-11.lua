@@ -1,0 +1,140 @@
+-- The stalled sweep, one bounded step: jobs whose lease expired leave the ledger for the front
+-- of waiting (their attempt counted) or, on their last attempt, for FAILED; due delayed jobs are
+-- promoted; finished jobs past their retention time or beyond their count are deleted with
+-- their keys. Expired leases are found through DEADLINES; the lock stays the truth, so a job
+-- whose lock still exists (renewed in the same millisecond) is only re-indexed. The step looks
+-- for them in one window of the ledger (include/common.lua, find_in_ledger), from `offset`
+-- entries past its oldest end: the whole ledger when it is short; else the next step goes on
+-- where this one stopped, so a step costs the same whatever the ledger's length. Safe to run
+-- from several processes at once: each step re-checks what it moves.
+-- Last, the queue's entry in the due index is set to when its next sweep has work to do, or
+-- removed when nothing lies ahead.
+-- KEYS[1..11] the queue's keys (see include/common.lua)
+-- ARGV[1]     key prefix "emq:{queue}:"
+-- ARGV[2]     batch size: at most this many jobs per kind of work (at most 5000)
+-- ARGV[3]     ledger offset: where this step's window starts (0, or the previous step's answer)
+-- Returns     {reclaimed, dead_lettered, promoted, deleted, more, stale, offset}: more = 1 when
+--             work is left (a full batch, or expired leases beyond this step's window; the due
+--             index then says now); stale = index entries dropped; offset = where the next
+--             step's window starts
+-- @include common
+local batch, offset = tonumber(ARGV[2]), tonumber(ARGV[3])
+local LEDGER_MISS_GRACE_MS = 60000
+local LEDGER_MISS_PER_STEP = 4
+local now = now_ms()
+local more = 0
+local expired, deadline_of = {}, {}
+local scored = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', now, 'WITHSCORES', 'LIMIT', 0, batch)
+for i = 1, #scored, 2 do
+  expired[#expired + 1] = scored[i]
+  deadline_of[scored[i]] = tonumber(scored[i + 1])
+end
+if #expired == batch then more = 1 end
+
+-- Where each expired lease's job sits in the ledger (this step's window of it).
+if redis.call('LLEN', ACTIVE) <= LEDGER_STEP_SCAN then offset = 0 end
+local wanted = {}
+for _, id in ipairs(expired) do wanted[id] = true end
+local found, scanned, reached_end = find_in_ledger(wanted, #expired, offset, LEDGER_STEP_SCAN, false)
+local index_of = {}
+for _, entry in ipairs(found) do index_of[entry[1]] = entry[2] end
+-- Read from the start to the end in this one step: what was not found is not in the ledger.
+local whole_ledger = offset == 0 and reached_end
+
+local reclaimed, dead_lettered = 0, 0
+local departures = new_departures(true)
+local cut, renewed, gone, returning = {}, {}, {}, {}
+
+-- One expired deadline, whose job's ledger entry is at `index` (nil: not in the ledger).
+local function settle(id, index)
+  local lock_ttl_ms = redis.call('PTTL', lock_key(id))
+  if lock_ttl_ms > 0 then
+    renewed[#renewed + 1] = now + lock_ttl_ms
+    renewed[#renewed + 1] = id
+    return
+  end
+  if index then cut[#cut + 1] = index end
+  local key = job_key(id)
+  local job = redis.call('HMGET', key, 'state', 'worker', 'attempt', 'max_attempts', 'priority')
+  if job[1] ~= 'active' then
+    -- No job in flight behind this deadline: drop it (and its ledger entry, if any).
+    stale_entries = stale_entries + 1
+    gone[#gone + 1] = id
+    return
+  end
+  local worker = job[2] or nil
+  leave_ledger(departures, id, key, worker)
+  redis.call('HSET', key, 'error', 'lease expired: worker ' .. (worker or '?') .. ' stopped heartbeating')
+  if number_or(job[3], 0) >= number_or(job[4], DEFAULT_MAX_ATTEMPTS) then
+    dead_letter(id, key, now)
+    dead_lettered = dead_lettered + 1
+  else
+    redis.call('HSET', key, 'state', 'waiting', 'updated_at', now)
+    returning[#returning + 1] = {id, number_or(job[5], 0)}
+    reclaimed = reclaimed + 1
+  end
+end
+
+local overdue = {}
+for _, id in ipairs(expired) do
+  if index_of[id] or whole_ledger then
+    settle(id, index_of[id])
+  elseif deadline_of[id] < now - LEDGER_MISS_GRACE_MS and #overdue < LEDGER_MISS_PER_STEP then
+    overdue[#overdue + 1] = id
+  else
+    more = 1 -- beyond this step's window: a later step finds it
+  end
+end
+local cut_in_window = #cut
+cut_from_ledger(cut, false)
+-- A lease that expired a minute ago and no window has met yet (its ledger entry is missing, or
+-- the ledger is very long): its entry is looked for alone (LREM), a few per step.
+for _, id in ipairs(overdue) do
+  if redis.call('PTTL', lock_key(id)) <= 0 then redis.call('LREM', ACTIVE, -1, id) end
+  settle(id, nil)
+end
+detach(departures)
+call_chunked('ZREM', DEADLINES, gone)
+call_chunked('ZADD', DEADLINES, renewed)
+-- Pushed to the front newest deadline first, so that the job whose lease expired first ends up
+-- first in line (a later step goes in front of these: its leases expired no earlier).
+for i = #returning, 1, -1 do push_waiting(returning[i][1], returning[i][2], true) end
+local next_offset = reached_end and 0 or offset + scanned - cut_in_window
+
+local promoted, due = promote_due(now, batch)
+if due == batch then more = 1 end
+local deleted = 0
+for _, retention in ipairs({{COMPLETED, COMPLETED_RETENTION_MS}, {FAILED, FAILED_RETENTION_MS}}) do
+  local finished = retention[1]
+  local old = redis.call('ZRANGEBYSCORE', finished, '-inf', now - retention[2], 'LIMIT', 0, batch)
+  for _, id in ipairs(old) do redis.call('DEL', job_key(id)) end
+  call_chunked('ZREM', finished, old)
+  if #old == batch then more = 1 end
+  deleted = deleted + #old
+end
+for _, cap in ipairs({{COMPLETED, COMPLETED_MAX}, {FAILED, FAILED_MAX}}) do
+  local trimmed = keep_at_most(cap[1], cap[2], batch)
+  if trimmed == batch then more = 1 end
+  deleted = deleted + trimmed
+end
+wake_waiters(reclaimed + promoted)
+
+-- When the next sweep of this queue has work to do.
+local function earliest(key, after_ms)
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if #first == 0 then return nil end
+  return tonumber(first[2]) + after_ms
+end
+local next_at = more == 1 and now or nil
+for _, due_at in ipairs({
+  earliest(DEADLINES, 0) or false, earliest(DELAYED, 0) or false,
+  earliest(COMPLETED, COMPLETED_RETENTION_MS) or false, earliest(FAILED, FAILED_RETENTION_MS) or false,
+}) do
+  if due_at and (next_at == nil or due_at < next_at) then next_at = due_at end
+end
+if next_at then
+  redis.call('ZADD', DUE, next_at, QUEUE)
+else
+  redis.call('ZREM', DUE, QUEUE)
+end
+return {reclaimed, dead_lettered, promoted, deleted, more, stale_entries, next_offset}

@@ -1,0 +1,129 @@
+"""Issue 11 through HTTP: a release of 20,000 jobs, queue deletion, index entries without a job,
+and durable mode's lease that no replica confirmed."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from service.config import Settings
+from service.keys import REQUEST_SUFFIX, QueueKeys, queue_prefix
+from tests.conftest import ValkeyProcess
+from tests.server import running_service
+from tests.support import assert_problem, counts, enqueue, get_job, job_call, lease, lease_one
+
+BIG_LEASE_MS = 600_000
+
+
+async def fill(client: httpx.AsyncClient, queue: str, count: int) -> list[str]:
+    ids = []
+    for start in range(0, count, 1000):
+        jobs = [{"payload": n} for n in range(start, min(count, start + 1000))]
+        response = await client.post(f"/v1/queues/{queue}/enqueue", json={"jobs": jobs})
+        assert response.status_code == 200, response.text
+        ids += [job["id"] for job in response.json()["jobs"]]
+    return ids
+
+
+async def lease_all(client: httpx.AsyncClient, queue: str, count: int, worker: str) -> list[dict]:
+    jobs: list[dict] = []
+    while len(jobs) < count:
+        jobs += await lease(client, queue, worker, max_jobs=100, lease_ms=BIG_LEASE_MS)
+    return jobs
+
+
+@pytest.mark.timeout(300)
+async def test_an_operator_release_of_20000_jobs_releases_each_once(client, queue) -> None:
+    ids = await fill(client, queue, 20_000)
+    held = await lease_all(client, queue, 20_000, "big")
+    assert [job["id"] for job in held] == ids
+
+    response = await client.post(f"/v1/queues/{queue}/workers/big/release")
+
+    assert response.status_code == 200, response.text[:500]
+    assert response.json()["released"] == ids  # each once, oldest lease first
+    assert await counts(client, queue) == {
+        "waiting": 20_000,
+        "delayed": 0,
+        "active": 0,
+        "completed": 0,
+        "failed": 0,
+    }
+    assert (await client.get(f"/v1/queues/{queue}/workers")).json() == {"workers": []}
+    again = await lease(client, queue, "next", max_jobs=3)
+    assert [job["id"] for job in again] == ids[:3] and {job["attempt"] for job in again} == {1}
+
+
+async def test_a_queue_with_jobs_in_flight_is_deleted_only_with_force(client, queue, redis_client) -> None:
+    await enqueue(client, queue, "waits")
+    await enqueue(client, queue, "later", delay_ms=60_000)
+    done = await lease_one(client, queue)
+    await job_call(client, queue, done["id"], "ack", lease_id=done["lease_id"])
+    await enqueue(client, queue, "held")
+    held = await lease_one(client, queue)
+    before = await counts(client, queue)
+
+    assert_problem(await client.delete(f"/v1/queues/{queue}"), 409, "job_active")
+    assert await counts(client, queue) == before
+
+    assert (await client.delete(f"/v1/queues/{queue}?force=true")).status_code == 204
+    assert await counts(client, queue) == {
+        "waiting": 0,
+        "delayed": 0,
+        "active": 0,
+        "completed": 0,
+        "failed": 0,
+    }
+    names = [view["name"] for view in (await client.get("/v1/queues")).json()["queues"]]
+    assert queue not in names
+    # Every key is gone but lease requests' records, which expire by themselves.
+    left = [key async for key in redis_client.scan_iter(match=queue_prefix(queue) + "*")]
+    assert all(key.endswith(REQUEST_SUFFIX.encode()) for key in left), left
+    # The worker that held a job finds it gone; the queue can be used again from scratch.
+    assert_problem(
+        await job_call(client, queue, held["id"], "ack", lease_id=held["lease_id"]), 404, "job_not_found"
+    )
+    assert (await client.delete(f"/v1/queues/{queue}")).status_code == 204  # nothing to delete: fine
+    await enqueue(client, queue, "anew")
+    names = [view["name"] for view in (await client.get("/v1/queues")).json()["queues"]]
+    assert queue in names
+
+
+async def test_a_queue_without_jobs_in_flight_is_deleted_without_force(client, queue) -> None:
+    await enqueue(client, queue, "waits")
+    assert (await client.delete(f"/v1/queues/{queue}")).status_code == 204
+    assert (await counts(client, queue))["waiting"] == 0
+
+
+async def test_lease_skips_an_index_entry_without_its_job(client, queue, redis_client: Redis) -> None:
+    keys = QueueKeys.for_queue(queue)
+    created = await enqueue(client, queue, "real")
+    await redis_client.rpush(keys.wait, "ghost")  # in front of the real job, with no job behind it
+
+    [job] = await lease(client, queue, max_jobs=2)
+
+    assert job["id"] == created["id"] and job["payload"] == "real"
+    assert not await redis_client.exists(keys.job("ghost"))
+    metrics = (await client.get("/metrics")).text
+    assert f'emq_stale_index_entries_total{{queue="{queue}"}} 1' in metrics
+
+
+async def test_a_durable_lease_no_replica_confirmed_gives_its_jobs_back(
+    private_valkey: ValkeyProcess, queue
+) -> None:
+    plain = Settings(redis_url=private_valkey.url, sweep_interval_ms=100)
+    durable = Settings(redis_url=private_valkey.url, wait_replicas=1, wait_timeout_ms=100)
+    with running_service(plain) as plain_url, running_service(durable) as durable_url:
+        async with (
+            httpx.AsyncClient(base_url=plain_url) as http,
+            httpx.AsyncClient(base_url=durable_url) as sure,
+        ):
+            created = await enqueue(http, queue, "work", max_attempts=1)
+            response = await sure.post(f"/v1/queues/{queue}/lease", json={"worker": "w1"})
+            assert_problem(response, 503, "backend_unavailable")
+            view = await get_job(http, queue, created["id"])
+            assert view["state"] == "waiting"  # given back at once, not left to expire
+            assert (await http.get(f"/v1/queues/{queue}/active")).json() == {"jobs": []}
+            job = await lease_one(http, queue)
+            assert job["id"] == created["id"] and job["attempt"] == 1  # the give-back spent no attempt
