@@ -23,6 +23,7 @@ import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import string
@@ -351,6 +352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="emq-big-read-"))
     load_at_start = os.getloadavg()[0]
     server = ValkeyProcess(workdir / "valkey").start()
+    assert server.process is not None
+    _children.append(server.process)  # stopped with the rest, by the watchdog too
+    finished = False
     try:
         service, url = start_service(args.service_dir.resolve(), server.url, workdir / "service.log")
         started = time.monotonic()
@@ -364,9 +368,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         figures = asyncio.run(measure(args, url, server.url))
         figures["service_peak_rss_mb"] = peak_rss_mb(service.pid)
         figures["payload_mb_per_page"] = payload_bytes / 1e6
+        finished = True
     finally:
         stop_children()
-        server.kill()
+        if finished:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"big_read: the service's log is {workdir / 'service.log'}", file=sys.stderr)
     pages = figures["pages"]
     print(f"load average {load_at_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     print(
