@@ -11,7 +11,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service import config, limits
+from service.chunked_read import chunked, read_hashes
 from service.dueindex import DueIndex
 from service.errors import JobActive, ScriptCode, problem_code_of, raise_for_code
 from service.keys import QUEUE_REGISTRY, QueueKeys, keys_of
@@ -494,13 +495,31 @@ class JobQueues:
             for worker, ids in reply
         ]
 
-    async def failed_page(self, queue: str, offset: int, limit: int) -> tuple[list[JobView], int]:
-        total, *jobs = await self._call("failed-page", queue, offset, limit)
-        views = []
-        for job_id, flat in jobs:
-            fields = dict(zip(flat[::2], flat[1::2], strict=True))
-            views.append(job_view(queue, job_id.decode(), fields))
-        return views, total
+    async def failed_page(
+        self, queue: str, offset: int, limit: int
+    ) -> tuple[AsyncIterator[list[JobView]], int]:
+        """The page's jobs, chunk by chunk as the caller iterates, and the total. The ids (and
+        payload sizes) come from one short script call; the hashes from chunked reads
+        (service.chunked_read), so a page of large jobs never holds anything for long."""
+        total, *listing = await self._call("failed-page", queue, offset, limit)
+        ids, sizes = listing[::2], listing[1::2]
+        sized_ids = [(job_id.decode(), size) for job_id, size in zip(ids, sizes, strict=True)]
+        return self._failed_jobs(queue, sized_ids), total
+
+    async def _failed_jobs(
+        self, queue: str, sized_ids: list[tuple[str, int]]
+    ) -> AsyncIterator[list[JobView]]:
+        """Each chunk's jobs that are still dead letters when it is read: one redriven or
+        deleted since its id was read is left out."""
+        queue_keys = keys_of(queue)
+        for ids in chunked(sized_ids):
+            async with self._gate:
+                hashes = await read_hashes(self.client, [queue_keys.job(job_id) for job_id in ids])
+            yield [
+                job_view(queue, job_id, fields)
+                for job_id, fields in zip(ids, hashes, strict=True)
+                if fields.get(b"state") == b"failed"
+            ]
 
     async def sweep_queue(self, queue: str, max_steps: int, budget_s: float = math.inf) -> SweepReport:
         """Bounded steps until nothing is left to do, or max_steps ran, or budget_s passed. Each

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -19,6 +20,7 @@ from litestar.datastructures import State
 from litestar.exceptions import InternalServerException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import BaseRouteHandler
+from litestar.response import Stream
 
 from service import limits
 from service.auth import Action, Authenticator, Grant
@@ -66,6 +68,23 @@ _lenient_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
 
 def json_response(body: msgspec.Struct, status: int = 200) -> Response[bytes]:
     return Response(_encoder.encode(body), status_code=status, media_type=JSON)
+
+
+async def json_with_streamed_list(
+    shell: msgspec.Struct, chunks: AsyncIterator[Sequence[msgspec.Struct]]
+) -> AsyncIterator[bytes]:
+    """The JSON of shell, whose first field is an empty list, with the chunks' items in that
+    list: byte for byte what encoding it with all of them would give, one chunk at a time."""
+    head, tail = _encoder.encode(shell).split(b"[]", 1)  # the first "[]" is the first field's
+    yield head + b"["
+    first = True
+    async for items in chunks:
+        if items:
+            encoded = [_encoder.encode(item) for item in items]
+            # After the first items, a leading b"" makes the join start with the comma.
+            yield b",".join(encoded if first else [b"", *encoded])
+            first = False
+    yield b"]" + tail
 
 
 async def read_body(request: Request[Any, Any, State], struct: type[S], *, optional: bool = False) -> S:
@@ -508,12 +527,13 @@ FAILED_QUERY = (
     summary="Dead-lettered jobs, most recent first",
     opt=_opt(Action.READ, None, {200: FailedPage}, (400,), FAILED_QUERY),
 )
-async def list_failed(request: Request[Any, Any, State]) -> Response[bytes]:
+async def list_failed(request: Request[Any, Any, State]) -> Stream:
     queue = path_queue(request)
     limit = query_int(request, "limit", limits.DEFAULT_PAGE, 1, limits.MAX_PAGE)
     offset = query_int(request, "offset", 0, 0, limits.MAX_OFFSET)
     jobs, total = await queues_of(request).failed_page(queue, offset, limit)
-    return json_response(FailedPage(jobs=jobs, total=total))
+    # Streamed: a page of large jobs is hundreds of MB, encoded here one chunk at a time.
+    return Stream(json_with_streamed_list(FailedPage(jobs=[], total=total), jobs), media_type=JSON)
 
 
 @post(

@@ -321,13 +321,10 @@ class LuaQueue:
     async def workers(self) -> list[list[Any]]:
         return decoded(await self.call("workers"))
 
-    async def failed_page(self, offset: int = 0, limit: int = 100) -> tuple[int, list[tuple[str, dict]]]:
-        total, *jobs = await self.call("failed-page", offset, limit)
-        page = []
-        for job_id, flat in jobs:
-            fields = decoded(flat)
-            page.append((job_id.decode(), dict(zip(fields[::2], fields[1::2], strict=True))))
-        return total, page
+    async def failed_page(self, offset: int = 0, limit: int = 100) -> tuple[int, list[tuple[str, int]]]:
+        """(total, [(id, payload bytes)]) from the flat reply."""
+        total, *listing = decoded(await self.call("failed-page", offset, limit))
+        return total, list(zip(listing[::2], listing[1::2], strict=True))
 
     # --- the state they leave --------------------------------------------------------------
 

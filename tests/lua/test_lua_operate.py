@@ -45,10 +45,10 @@ async def leased(q, *job_ids: str, worker: str = "w1", **options):
     return jobs
 
 
-async def failed(q, *job_ids: str) -> None:
+async def failed(q, *job_ids: str, **options) -> None:
     """Dead-letter the jobs, one per millisecond, in the order given."""
     for job_id in job_ids:
-        [job] = await leased(q, job_id)
+        [job] = await leased(q, job_id, **options)
         assert await q.fail(job_id, job.lease_id, retry=False, error=f"{job_id} failed") == [1, "failed", 1]
 
 
@@ -377,19 +377,22 @@ async def test_workers_lists_who_holds_what_sorted(q):
     assert await q.workers() == [["w-a", ["j2"]], ["w-b", ["j1", "j3"]]]
 
 
-async def test_failed_page_most_recent_first_with_total(q):
+async def test_failed_page_most_recent_first_with_total_and_payload_sizes(q):
     assert await q.failed_page() == (0, [])
-    await failed(q, "f1", "f2", "f3")
+    await failed(q, "f1", payload=b"[1]")
+    await failed(q, "f2", payload=b'"\xc3\xa9t\xc3\xa9"')  # sizes in bytes, not characters
+    await failed(q, "f3")
 
-    total, page = await q.failed_page()
-    assert total == 3
-    assert [job_id for job_id, _ in page] == ["f3", "f2", "f1"]
-    assert page[0][1] == await q.job("f3")
-    assert (page[0][1]["state"], page[0][1]["error"]) == ("failed", "f3 failed")
-
-    total, page = await q.failed_page(offset=1, limit=1)
-    assert (total, [job_id for job_id, _ in page]) == (3, ["f2"])
+    assert await q.failed_page() == (3, [("f3", 2), ("f2", 7), ("f1", 3)])
+    assert await q.failed_page(offset=1, limit=1) == (3, [("f2", 7)])
     assert await q.failed_page(offset=3, limit=5) == (3, [])
+
+
+async def test_failed_page_lists_a_dead_letter_whose_hash_is_gone_with_size_0(q):
+    await failed(q, "f1", "f2")
+    await q.redis.delete(q.keys.job("f1"))
+    # The caller reads the hashes later anyway, and leaves out those that are no longer failed.
+    assert await q.failed_page() == (2, [("f2", 2), ("f1", 0)])
 
 
 # --- the loader ----------------------------------------------------------------------------
