@@ -56,7 +56,7 @@ READ_ONLY_OPERATIONS = frozenset({"counts", "ledger", "workers", "failed-page"})
 # honoured for the contract's 5 minutes; the id the service gives every other lease call only
 # has to outlive a re-send of the same call (the socket timeout and one retry).
 CLIENT_REQUEST_TTL_MS = 5 * 60 * 1000
-INTERNAL_REQUEST_TTL_MS = 30_000
+INTERNAL_REQUEST_TTL_MS = 10_000
 INTERNAL_REQUEST_PREFIX = "_"  # never the start of a client's request_id (a name)
 
 # Steps of the long operations (operator release, redrive of all, queue deletion): each one

@@ -104,7 +104,8 @@ end
 -- most LEDGER_STEP_SCAN entries per step, from where their previous step stopped.
 local LEDGER_TOMBSTONE = ':' -- never a job id (ids have no ':')
 local LEDGER_WINDOW_MAX = 4096 -- windows start at twice the jobs sought and double up to this
-local LEDGER_SCAN_FROM = 32 -- jobs per batch from which one scan beats an LREM each
+local LEDGER_SCAN_FROM = 32 -- jobs per batch from which one scan can beat an LREM each...
+local LEDGER_SCAN_ABOVE = 1024 -- ...in a ledger this long (shorter: an LREM never goes far)
 local LEDGER_STEP_SCAN = 16384 -- entries one step of a long operation reads (~3 ms)
 
 -- Looks for the ids of `wanted` (a set of `left` ids) among at most `budget` ledger entries,
@@ -149,7 +150,7 @@ local function cut_from_ledger(indexes, from_newest)
 end
 
 local function remove_from_ledger(ids)
-  if #ids < LEDGER_SCAN_FROM then
+  if #ids < LEDGER_SCAN_FROM or redis.call('LLEN', ACTIVE) <= LEDGER_SCAN_ABOVE then
     for _, id in ipairs(ids) do redis.call('LREM', ACTIVE, -1, id) end
     return
   end
@@ -211,8 +212,8 @@ end
 -- per queue: past the count the oldest go at once, at most `allowance` of them per call, so a
 -- call stays short even right after the count was lowered (the sweep catches up the rest).
 local TRIM_ALLOWANCE = 100
-local function keep_at_most(finished, max, allowance)
-  local excess = math.min(redis.call('ZCARD', finished) - max, allowance)
+local function keep_at_most(finished, max, allowance, size)
+  local excess = math.min((size or redis.call('ZCARD', finished)) - max, allowance)
   if excess <= 0 then return 0 end
   local oldest = redis.call('ZRANGE', finished, 0, excess - 1)
   for _, id in ipairs(oldest) do redis.call('DEL', job_key(id)) end
@@ -224,8 +225,11 @@ end
 local function record_completed(entries, now)
   if #entries == 0 then return end
   call_chunked('ZADD', COMPLETED, entries)
-  sweep_needed_by(now + COMPLETED_RETENTION_MS)
-  keep_at_most(COMPLETED, COMPLETED_MAX, math.floor(#entries / 2) + TRIM_ALLOWANCE)
+  local added, size = #entries / 2, redis.call('ZCARD', COMPLETED)
+  -- Only the first completed job brings the queue's retention work forward: an older one's
+  -- retention ends sooner, and the due index is no later than that already.
+  if size == added then sweep_needed_by(now + COMPLETED_RETENTION_MS) end
+  keep_at_most(COMPLETED, COMPLETED_MAX, added + TRIM_ALLOWANCE, size)
 end
 
 local function dead_letter(id, key, now)
