@@ -1,4 +1,4 @@
-"""The limits of the API contract (../shared/API.md): ranges of every number and size a client sends."""
+"""The limits of the API contract (openapi/openapi.json): ranges of every number and size a client sends."""
 
 MAX_PRIORITY = 1000
 MAX_ATTEMPTS = 1000

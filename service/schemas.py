@@ -1,4 +1,4 @@
-"""The API contract as msgspec Structs: every request and response body (../shared/API.md).
+"""The API contract as msgspec Structs: every request and response body (openapi/openapi.json).
 
 Payloads and results stay raw JSON (``msgspec.Raw``) from request to Redis and back: they are
 validated as JSON once and never decoded into Python objects or encoded twice.
