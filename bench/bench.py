@@ -169,7 +169,11 @@ def stop_children() -> None:
 
 
 def spawn(args: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
-    process = subprocess.Popen(list(args), **kwargs)
+    return adopt(subprocess.Popen(list(args), **kwargs))
+
+
+def adopt(process: subprocess.Popen[Any]) -> subprocess.Popen[Any]:
+    """A process started elsewhere, stopped with the rest (stop_children, the watchdog)."""
     _children.append(process)
     return process
 
@@ -1406,9 +1410,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def watchdog(deadline_s: float) -> None:
+def watchdog(deadline_s: float, name: str = "bench") -> None:
+    """Past deadline_s, every process started here is stopped and the run exits 2."""
+
     def fire() -> None:
-        print(f"bench: hard deadline of {deadline_s:.0f} s passed; stopping", file=sys.stderr, flush=True)
+        print(f"{name}: hard deadline of {deadline_s:.0f} s passed; stopping", file=sys.stderr, flush=True)
         stop_children()
         os._exit(2)
 

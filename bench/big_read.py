@@ -46,8 +46,9 @@ REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH_DIR))
 
-from loadgen import RawConnection  # noqa: E402 - bench/ is on the path now
+from loadgen import RawConnection  # noqa: E402
 
+from bench import adopt, percentile, stop_children, watchdog  # noqa: E402 - bench/ is on the path now
 from tests.conftest import ValkeyProcess, free_port  # noqa: E402
 
 BIG_QUEUE = "big"
@@ -57,7 +58,6 @@ LEASE_MS = 60_000
 FILL_CONCURRENCY = 4
 FILL_LEASE_BATCH = 4  # jobs per lease while filling: each lease answer carries their payloads
 START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 15.0
 HTTP_TIMEOUT_S = 300.0
 WARMUP_S = 2.0
 RECV_BYTES = 1 << 20
@@ -68,28 +68,9 @@ SLOWLOG_LEN = 1000
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
-_children: list[subprocess.Popen[bytes]] = []
 
 
 # --- processes ----------------------------------------------------------------------------
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        process.terminate()
-    try:
-        process.wait(STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def stop_children() -> None:
-    for process in reversed(_children):
-        _stop(process)
-    _children.clear()
 
 
 def start_service(service_dir: Path, redis_url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -106,7 +87,7 @@ def start_service(service_dir: Path, redis_url: str, log: Path) -> tuple[subproc
         process = subprocess.Popen(
             [sys.executable, "-m", "service"], cwd=service_dir, env=env, stdout=out, stderr=subprocess.STDOUT
         )
-    _children.append(process)
+    adopt(process)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
@@ -235,11 +216,6 @@ async def small_requests(url: str, seconds: float) -> list[float]:
     return latencies
 
 
-def percentile(values: Sequence[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
-
-
 def summary(latencies_ms: Sequence[float], seconds: float) -> dict[str, float]:
     return {
         "requests": len(latencies_ms),
@@ -323,17 +299,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def watchdog(deadline_s: float) -> None:
-    def fire() -> None:
-        print(f"big_read: hard deadline of {deadline_s:.0f} s passed; stopping", file=sys.stderr, flush=True)
-        stop_children()
-        os._exit(2)
-
-    timer = threading.Timer(deadline_s, fire)
-    timer.daemon = True
-    timer.start()
-
-
 def service_version(service_dir: Path) -> str:
     described = subprocess.run(
         ["git", "-C", str(service_dir), "describe", "--always", "--dirty"], capture_output=True, text=True
@@ -345,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if not 1 <= args.jobs <= 1000:
         raise SystemExit("--jobs must be in 1..1000 (the largest page)")
-    watchdog(args.deadline_s)
+    watchdog(args.deadline_s, "big_read")
     atexit.register(stop_children)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: sys.exit(130))
@@ -353,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_at_start = os.getloadavg()[0]
     server = ValkeyProcess(workdir / "valkey").start()
     assert server.process is not None
-    _children.append(server.process)  # stopped with the rest, by the watchdog too
+    adopt(server.process)  # stopped with the rest, by the watchdog too
     finished = False
     try:
         service, url = start_service(args.service_dir.resolve(), server.url, workdir / "service.log")
