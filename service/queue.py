@@ -218,7 +218,7 @@ class JobQueues:
         return keys_of(queue, self.cluster)
 
     async def _run(self, operation: str, queue: str, args: tuple[object, ...]) -> Any:
-        queue_keys = keys_of(queue, self.cluster)
+        queue_keys = self.keys(queue)
         if self.cluster:
             self.due_index.note(queue_keys.due)
         replicas = 0 if operation in READ_ONLY_OPERATIONS else self.confirm_replicas
@@ -294,7 +294,9 @@ class JobQueues:
                         created=reply[i + 2] == 1,
                     )
                 )
-        self.telemetry.record_enqueued(queue, sum(reply[i + 2] == 1 for i in range(0, len(reply), 3)))
+        self.telemetry.record_enqueued(
+            queue, sum(reply[i + 2] == 1 for i in range(0, len(reply), _ENQUEUE_REPLY_FIELDS))
+        )
         return answers
 
     async def lease(
