@@ -12,6 +12,7 @@
 -- @include common
 local acks = cjson.decode(ARGV[2])
 local now = now_ms()
+local now_text = text(now)
 local reply = {}
 local departures = new_departures()
 local completed = {} -- ZADD arguments: score, id, ...
@@ -28,13 +29,13 @@ for i, ack in ipairs(acks) do
     held_ms = now - tonumber(job[3])
     leave_ledger(departures, id, key, job[2], true)
     if ARGV[i + 2] ~= '' then
-      redis.call('HSET', key, 'state', 'completed', 'done_lease', lease_id, 'finished_at', now,
-        'updated_at', now, 'result', ARGV[i + 2])
+      redis.call('HSET', key, 'state', 'completed', 'done_lease', lease_id, 'finished_at', now_text,
+        'updated_at', now_text, 'result', ARGV[i + 2])
     else
-      redis.call('HSET', key, 'state', 'completed', 'done_lease', lease_id, 'finished_at', now,
-        'updated_at', now)
+      redis.call('HSET', key, 'state', 'completed', 'done_lease', lease_id, 'finished_at', now_text,
+        'updated_at', now_text)
     end
-    completed[#completed + 1] = now
+    completed[#completed + 1] = now_text
     completed[#completed + 1] = id
     code = 1
   elseif job[1] == 'completed' and job[4] == lease_id then

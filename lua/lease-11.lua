@@ -76,6 +76,7 @@ local function take_waiting(wanted)
 end
 
 local expires_at = now + lease_ms
+local now_text, expires_text = text(now), text(expires_at)
 local fence = tonumber(redis.call('HGET', META, 'fence') or 0)
 local leased, deadlines, held, record = {}, {}, {}, {}
 local reply = {0}
@@ -99,13 +100,14 @@ for _ = 1, 4 do
       else
         attempt = attempt + 1
       end
-      redis.call('HSET', key, 'state', 'active', 'attempt', attempt, 'worker', worker,
-        'lease_id', lease_id, 'lease_ms', lease_ms, 'leased_at', now, 'lease_expires_at', expires_at,
-        'fence', fence, 'updated_at', now)
-      redis.call('SET', lock_key(id), lease_id .. ':' .. worker, 'PX', lease_ms)
+      local fence_text = text(fence)
+      redis.call('HSET', key, 'state', 'active', 'attempt', text(attempt), 'worker', worker,
+        'lease_id', lease_id, 'lease_ms', ARGV[3], 'leased_at', now_text, 'lease_expires_at', expires_text,
+        'fence', fence_text, 'updated_at', now_text)
+      redis.call('SET', lock_key(id), lease_id .. ':' .. worker, 'PX', ARGV[3])
       leased[i] = id
-      deadlines[2 * i - 1], deadlines[2 * i] = expires_at, id
-      held[2 * i - 1], held[2 * i] = fence, id
+      deadlines[2 * i - 1], deadlines[2 * i] = expires_text, id
+      held[2 * i - 1], held[2 * i] = fence_text, id
       record[i] = id .. ' ' .. lease_id
       append_job(reply, id, job, attempt, lease_id, expires_at, fence)
     end
@@ -120,7 +122,7 @@ redis.call('LPUSH', ACTIVE, unpack(leased))
 redis.call('ZADD', DEADLINES, unpack(deadlines))
 sweep_needed_by(expires_at)
 redis.call('ZADD', held_key(worker), unpack(held))
-redis.call('HSET', META, 'fence', fence)
+redis.call('HSET', META, 'fence', text(fence))
 redis.call('SADD', WORKERS, worker)
-redis.call('SET', request, table.concat(record, ' '), 'PX', tonumber(ARGV[7]))
+redis.call('SET', request, table.concat(record, ' '), 'PX', ARGV[7])
 return reply

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import os
 import time
@@ -71,9 +72,14 @@ def new_job_id() -> str:
     return os.urandom(limits.GENERATED_ID_BYTES).hex()
 
 
+_PROCESS_TOKEN = os.urandom(limits.LEASE_ID_BYTES).hex()  # this process's calls apart from others'
+_request_numbers = itertools.count()
+
+
 def new_request_id() -> str:
-    """The internal request id of a lease call that came without one (see lua/lease-11.lua)."""
-    return INTERNAL_REQUEST_PREFIX + os.urandom(limits.LEASE_ID_BYTES).hex()
+    """The internal request id of a lease call that came without one (see lua/lease-11.lua):
+    unique without a system call per lease (a random token per process and a counter)."""
+    return f"{INTERNAL_REQUEST_PREFIX}{_PROCESS_TOKEN}{next(_request_numbers)}"
 
 
 class _ScriptJob(msgspec.Struct, omit_defaults=True):
@@ -306,7 +312,8 @@ class JobQueues:
         the same call re-sent after a timeout answers the jobs the first run leased instead of
         leasing more (lua/lease-11.lua). In durable mode, jobs whose lease no replica confirmed
         are given straight back (unspent) before the 503 reaches the client."""
-        ttl_ms = CLIENT_REQUEST_TTL_MS if request_id else INTERNAL_REQUEST_TTL_MS
+        internal = request_id is None or request_id.startswith(INTERNAL_REQUEST_PREFIX)
+        ttl_ms = INTERNAL_REQUEST_TTL_MS if internal else CLIENT_REQUEST_TTL_MS
         lease_ids = os.urandom(limits.LEASE_ID_BYTES * max_jobs).hex()
         args = (worker, lease_ms, max_jobs, lease_ids, request_id or new_request_id(), ttl_ms)
         try:

@@ -1,8 +1,9 @@
 """Loads the Lua scripts in lua/ and calls them: one script call per state transition.
 
 A script's file name is ``<operation>-<numkeys>.lua``. The loader inlines ``@include NAME``
-lines from lua/include/, fills in ``@NAME@`` placeholders from the constants below (so the Lua
-never spells a key suffix or limit of its own), and checks the key count on every call.
+lines from lua/include/ (only the definitions the script uses: service.luatrim), fills in
+``@NAME@`` placeholders from the constants below (so the Lua never spells a key suffix or limit
+of its own), and checks the key count on every call.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
 from service import config, keys, limits
+from service.luatrim import trimmed
 from service.multiplex import Multiplexer, Packed
 
 _SCRIPT_NAME = re.compile(r"^(?P<operation>[a-z][a-z-]*)-(?P<numkeys>\d+)\.lua$")
@@ -68,10 +70,13 @@ def render(path: Path, extra: Mapping[str, str] | None = None) -> str:
     placeholders = {**PLACEHOLDERS, **(extra or {})}
     include_dir = path.parent / "include"
 
-    def include(match: re.Match[str]) -> str:
-        return (include_dir / f"{match['name']}.lua").read_text()
+    script = path.read_text()
 
-    source = _INCLUDE.sub(include, path.read_text())
+    def include(match: re.Match[str]) -> str:
+        body = script[: match.start()] + script[match.end() :]
+        return trimmed((include_dir / f"{match['name']}.lua").read_text(), body)
+
+    source = _INCLUDE.sub(include, script)
 
     def fill(match: re.Match[str]) -> str:
         return placeholders[match[1]]
