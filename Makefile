@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint openapi clean bench bench-quick scaling chaos chaos-long
+.PHONY: serve test lint openapi clean bench bench-quick scaling chaos chaos-long report
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(PY) bench/bench.py --quick $(BENCH_ARGS)
+
+# Regenerates the measured blocks of docs/PERFORMANCE.md and docs/RELIABILITY.md on this commit
+# (about 40 minutes; run it alone). REPORT_ARGS="--only bench" for one block.
+report: $(STAMP)
+	$(PY) bench/report.py $(REPORT_ARGS)
 
 scaling: $(STAMP)
 	$(PY) bench/scaling.py

@@ -1405,6 +1405,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="sample the service's CPU (bench/sample_profile.py) in each measured window, writing "
         "PREFIX.<replica>.txt and .collapsed; use with --only and --workers 1",
     )
+    parser.add_argument("--markdown", metavar="PATH", help="also write the tables, as printed, to this file")
     parser.add_argument("--deadline-s", type=float, help="hard limit for the whole run")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     return parser.parse_args(argv)
@@ -1506,14 +1507,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     info["loadavg_end"] = os.getloadavg()
     info["elapsed_s"] = round(time.monotonic() - started, 1)
 
+    tables = [
+        table(rows),
+        "Where the CPU went (per workload, % of one core over the measured window):\n" + cpu_table(rows),
+        *bench.ledger_tables,
+    ]
     print()
-    print(table(rows))
-    print()
-    print("Where the CPU went (per workload, % of one core over the measured window):")
-    print(cpu_table(rows))
-    for text in bench.ledger_tables:
-        print()
-        print(text)
+    print("\n\n".join(tables))
     if compare is not None:
         enqueue_row = next((row for row in rows if row.key == "enqueue"), None)
         print()
@@ -1526,13 +1526,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 outcome.cpu_pct.get("loadgen", 0) / 100 * outcome.planned_window_s / requests * 1e6
             )
             print(f"  {name}: {describe(outcome)}; load generator CPU {per_request_us:.0f} µs/request")
-    print(
-        f"\n{info['nproc']} CPUs ({info['cpu_model']}), {info['redis']}, load average at start "
+    footer = (
+        f"{info['nproc']} CPUs ({info['cpu_model']}), {info['redis']}, load average at start "
         f"{info['loadavg_start'][0]:.2f}, at end {info['loadavg_end'][0]:.2f}; {info['elapsed_s']} s; "
         f"commit {info['commit']}"
         + (" + uncommitted service changes" if info["service_changes_uncommitted"] else "")
         + (f"; service from {info['service_dir']}" if args.service_dir else "")
     )
+    print(f"\n{footer}")
+    if args.markdown:
+        Path(args.markdown).write_text("\n\n".join([*tables, footer]) + "\n")
     if args.json:
         document = {
             "machine": info,
