@@ -30,6 +30,7 @@ from service import exposition, metrics, openapi
 from service.auth import Action, Authenticator, Forbidden, Unauthorized
 from service.backend import check_server, close, connect
 from service.config import Settings
+from service.deadlines import Deadlines
 from service.errors import PROBLEMS, QueueError
 from service.fastpath import FastPath
 from service.longpoll import ShardedWakeHub, TooManyWaiters, WakeHub
@@ -243,6 +244,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
         )
         telemetry.waiters = lambda: hub.waiting
         sweeper = Sweeper(queues, settings.sweep_interval_ms)
+        deadlines = Deadlines(settings.body_timeout_s)
         app.state.update(
             client=client,
             queues=queues,
@@ -250,9 +252,11 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
             sweeper=sweeper,
             auth=auth,
             body_timeout_s=settings.body_timeout_s,
+            body_deadlines=deadlines,
         )
         hub.start()
         sweeper.start()
+        deadlines.start()
         if replica is not None:
             replica.start()
         hook_shutdown_signals(hub)
@@ -261,6 +265,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
         finally:
             await hub.stop()
             await sweeper.stop()
+            await deadlines.stop()
             await queues.aclose()
             await close(client)
             if replica is not None:

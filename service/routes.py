@@ -91,7 +91,7 @@ async def read_body(request: Request[Any, Any, State], struct: type[S], *, optio
     """Decode the body straight into a Struct; any malformed or out-of-range input -> 400."""
     try:
         # A client that trickles its body would otherwise hold a connection for ever.
-        async with asyncio.timeout(request.app.state.body_timeout_s):
+        with request.app.state.body_deadlines.watch():
             body = await receive_body(request)
     except TimeoutError:
         raise BodyTimeout(

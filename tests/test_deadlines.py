@@ -1,0 +1,56 @@
+"""Body-read deadlines (service/deadlines.py): late reads time out, nothing else is touched."""
+
+import asyncio
+
+import pytest
+
+from service import deadlines as deadlines_module
+from service.deadlines import Deadlines
+
+
+@pytest.fixture
+async def deadlines(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(deadlines_module, "CHECK_INTERVAL_S", 0.02)
+    watcher = Deadlines(timeout_s=0.1)
+    watcher.start()
+    yield watcher
+    await watcher.stop()
+
+
+async def test_a_late_block_raises_timeout_error(deadlines: Deadlines) -> None:
+    with pytest.raises(TimeoutError), deadlines.watch():
+        await asyncio.sleep(5)
+    assert asyncio.current_task().cancelling() == 0  # the cancellation was taken back
+    await asyncio.sleep(0.1)  # and the task goes on normally afterwards
+
+
+async def test_a_block_in_time_is_left_alone_and_so_is_what_follows(deadlines: Deadlines) -> None:
+    with deadlines.watch():
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)  # past the deadline the block had: nothing cancels the task now
+    assert asyncio.current_task().cancelling() == 0
+
+
+async def test_a_cancellation_from_elsewhere_stays_a_cancellation(deadlines: Deadlines) -> None:
+    async def read() -> None:
+        with deadlines.watch():
+            await asyncio.sleep(5)
+
+    task = asyncio.create_task(read())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_many_reads_each_get_their_own_verdict(deadlines: Deadlines) -> None:
+    async def read(seconds: float) -> str:
+        try:
+            with deadlines.watch():
+                await asyncio.sleep(seconds)
+        except TimeoutError:
+            return "late"
+        return "in time"
+
+    verdicts = await asyncio.gather(*(read(0.01 if i % 2 else 2) for i in range(20)))
+    assert verdicts == ["late", "in time"] * 10
