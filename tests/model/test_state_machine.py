@@ -1,6 +1,6 @@
 """A stateful model test (issue 3): hypothesis drives the REAL service over HTTP and checks every
 answer, and the whole queue after every step, against a plain Python model of the contract
-(/work/shared/API.md).
+(the OpenAPI document, openapi/openapi.json, and the README).
 
 One service runs on a valkey-server of the test's own, with a sweep interval so long that it
 never sweeps by itself: the state machine decides when leases expire and when the sweep runs.
