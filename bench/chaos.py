@@ -23,7 +23,12 @@ final job states: every acknowledged enqueue completed (lost = 0; jobs lost with
 everysec window before a Redis kill are reported apart), nothing unexpected completed, no job
 still active after lease + sweep, every duplicate effect explained by a fault that hit between
 effect and ack, no zombie call accepted, no lease granted again before the previous one
-expired. Prints one line per fault kind and a summary; exits 1 on a failed check, 2 on a
+expired; and that the run proves something: each profile plans how many faults of each kind it
+injects, and fewer of any kind (skipped, failed to inject) fails the run, as does a final read
+(the counts, the ledger, a job's state) that still fails after FINAL_READ_S of retries. The
+checks are bench/chaos_check.py's, made on what the run recorded in its work directory (the
+clients' logs and history.json), so a kept work directory can be judged again.
+Prints one line per fault kind and a summary; exits 1 on a failed check, 2 on a
 harness error or the hard deadline, 3 when --require-faketime is given and faketime is missing,
 130 on Ctrl-C. Every process it started is stopped in all cases.
 """
@@ -48,30 +53,37 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import redis
+from chaos_check import (  # bench/ is this script's directory, so first on sys.path
+    AOF_WINDOW_MS,
+    KINDS,
+    LEASE_MS,
+    RELEASE_TARGET_MS,
+    SWEEP_MS,
+    Checker,
+    Fault,
+    History,
+    read_jsonl,
+    record_history,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_SCRIPT = Path(__file__).resolve().parent / "chaos_worker.py"
 QUEUE = "chaos"
 
-LEASE_MS = 2000
-SWEEP_MS = 200
 CLOCK_SKEW = "+30s"
 CLOCK_SKEW_S = 30.0
-KINDS = ("worker-kill", "worker-stop", "replica-kill", "redis-kill", "clock-skew")
-LATE_MARGIN_MS = 5  # a call sent this long after its lease's known expiry is a zombie call
-RELEASE_TARGET_MS = LEASE_MS + SWEEP_MS + 1000  # death -> job leased again
 STOP_FOR_S = (LEASE_MS + SWEEP_MS + 1200) / 1000  # SIGSTOP past lease + sweep
 HOLD_TIMEOUT_S = 8.0
 READY_TIMEOUT_S = 30.0
 TERM_GRACE_S = 5.0
 FINAL_SETTLE_S = (LEASE_MS + SWEEP_MS + 700) / 1000
+FINAL_READ_S = 15.0  # a final read that fails is retried this long; then the run fails on it
 LEDGER_SAMPLE_S = 0.25
 PDEATHSIG = 1  # prctl(PR_SET_PDEATHSIG)
 
@@ -81,7 +93,7 @@ class Profile:
     jobs: int
     workers: int
     produce_s: float  # the producer spreads the jobs over this long; faults happen meanwhile
-    faults: dict[str, int]
+    faults: dict[str, int]  # the plan: a run that injects fewer of any kind fails
     drain_s: float  # after the producer: how long the queue may take to empty
     hard_deadline_s: float  # everything is stopped by then, whatever happens
 
@@ -243,18 +255,6 @@ class Child:
                 self.signal_group(signal.SIGKILL)
                 self.proc.wait()
         return self.proc.returncode
-
-
-@dataclass
-class Fault:
-    id: int
-    kind: str
-    target: str = ""
-    variant: str = ""
-    t: float = 0.0  # the instant of the signal (SIGKILL / SIGSTOP), epoch seconds
-    t_end: float = 0.0  # SIGCONT, or the restarted process answering again
-    skipped: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Cluster:
@@ -423,6 +423,7 @@ class Harness:
         self.hard_deadline_s = args.hard_deadline_s or self.profile.hard_deadline_s
         self.deadline = self.started + self.hard_deadline_s
         self.faults: list[Fault] = []
+        self.planned: dict[str, int] = {}
         self.notes: list[str] = []
         self.errors: list[str] = []
         self.ledger_samples = 0
@@ -430,8 +431,8 @@ class Harness:
         self.ledger_max_overdue_calm_ms = 0.0
         self.last_sample = 0.0
         self.tails: dict[str, int] = {}
-        self.final_active: list[dict[str, Any]] = []
-        self.final_counts: dict[str, Any] = {}
+        self.final_active: list[dict[str, Any]] | None = []  # None: the final read failed
+        self.final_counts: dict[str, Any] | None = {}
         self.final_states: dict[str, tuple[str, int | None]] = {}
         self.clock_offset: float | None = None
         self.service_version = "unknown"
@@ -670,12 +671,21 @@ class Harness:
         elif fault.kind == "clock-skew":
             self.fault_clock(fault)
 
+    def kinds_asked(self) -> list[str]:
+        only = set(self.args.only.split(",")) if self.args.only else set(KINDS)
+        return [kind for kind in KINDS if kind in only]
+
+    def fault_plan(self) -> dict[str, int]:
+        """How many faults of each kind the run must inject: the profile's, of the kinds asked for,
+        less the clock skew when faketime is missing and not required (that was said at the start)."""
+        plan = {kind: self.profile.faults.get(kind, 0) for kind in self.kinds_asked()}
+        if "clock-skew" in plan and self.clock_offset is None:
+            plan["clock-skew"] = 0
+        return plan
+
     def schedule(self) -> list[tuple[float, Fault]]:
         kinds: list[tuple[str, str]] = []
-        only = set(self.args.only.split(",")) if self.args.only else set(KINDS)
-        for kind in KINDS:
-            if kind not in only:
-                continue
+        for kind in self.kinds_asked():
             for i in range(self.profile.faults.get(kind, 0)):
                 variant = {
                     "worker-kill": ("mid", "effect")[i % 2],
@@ -734,6 +744,7 @@ class Harness:
                     return 3
                 self.notes.append(note)
                 say(note)
+        self.planned = self.fault_plan()
         for slot in range(self.profile.workers):
             cluster.start_worker(slot)
         cluster.start_producer()
@@ -781,9 +792,12 @@ class Harness:
                 self.errors.append(f"{child.name} exited with {code} at the end; see {child.log}")
         # no job may stay active once lease + sweep have passed with no worker left
         time.sleep(FINAL_SETTLE_S)
-        self.final_counts = self.counts() or {}
-        self.final_active = self.ledger() or []
+        self.final_counts = self.read_final(f"/v1/queues/{QUEUE}", "counts")
+        self.final_active = self.read_final(f"/v1/queues/{QUEUE}/active", "jobs")
         self.final_states = self.fetch_states()
+        record_history(
+            self.workdir, self.faults, self.planned, self.final_counts, self.final_active, self.final_states
+        )
         self.phases["checked"] = time.time() - self.started
         for child in [*cluster.replicas, cluster.redis]:
             if child is not None:
@@ -800,13 +814,22 @@ class Harness:
             time.sleep(0.1)
         return None
 
+    def read_final(self, path: str, part: str) -> Any:
+        """One of the final reads, retried until FINAL_READ_S; None when it never succeeded, which
+        fails the run (the checker says so): a run must not pass on what it could not read."""
+        deadline = time.monotonic() + FINAL_READ_S
+        while True:
+            view = self.get(path, tries=2)  # each replica once
+            if view is not None:
+                return view[part]
+            if time.monotonic() >= deadline:
+                say(f"  ! final read of {path} failed for {FINAL_READ_S:.0f} s")
+                return None
+            time.sleep(0.5)
+
     def counts(self) -> dict[str, int] | None:
         view = self.get(f"/v1/queues/{QUEUE}")
         return None if view is None else view["counts"]
-
-    def ledger(self) -> list[dict[str, Any]] | None:
-        view = self.get(f"/v1/queues/{QUEUE}/active")
-        return None if view is None else view["jobs"]
 
     def fetch_states(self) -> dict[str, tuple[str, int | None]]:
         """Every job id the producer sent and every id a worker completed: its final state."""
@@ -817,12 +840,17 @@ class Harness:
         for path in self.cluster.clients.glob("effects-*.jsonl"):
             ids.update(record["job"] for record in read_jsonl(path))
         urls = self.cluster.urls
+        deadline = time.monotonic() + FINAL_READ_S
 
         def fetch(chunk: list[str]) -> dict[str, tuple[str, int | None]]:
             out: dict[str, tuple[str, int | None]] = {}
             with httpx.Client(timeout=5) as http:
                 for i, job in enumerate(chunk):
-                    for attempt in range(10):
+                    # retried until the shared deadline; "unknown" (never read) fails the run
+                    for attempt in itertools.count():
+                        if time.monotonic() >= deadline:
+                            out[job] = ("unknown", None)
+                            break
                         try:
                             response = http.get(f"{urls[(i + attempt) % 2]}/v1/queues/{QUEUE}/jobs/{job}")
                         except httpx.HTTPError:
@@ -836,8 +864,6 @@ class Harness:
                             out[job] = ("absent", None)
                             break
                         time.sleep(0.1)
-                    else:
-                        out[job] = ("unknown", None)
             return out
 
         ordered = sorted(ids)
@@ -849,481 +875,7 @@ class Harness:
         return states
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    records = []
-    with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
-        for line in f:
-            if line.endswith(b"\n"):  # a line cut by SIGKILL mid-write is not a record
-                records.append(json.loads(line))
-    return records
-
-
-# ----------------------------------------------------------------------------------------------
-# The checks: everything below reads the logs and the final states, nothing else.
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Lease:
-    id: str
-    job: str
-    inst: str
-    fence: int
-    grant_ms: int  # Redis time of the grant: lease_expires_at - lease_ms
-    t_recv: float
-    exp_ms: int  # latest lease_expires_at the worker was told (lease or heartbeat response)
-    ambiguous: bool = False  # a renewal may have happened that the worker never heard of
-    effect_t: float | None = None
-    ack_status: int | None = None
-    ack_call: dict[str, Any] | None = None
-    abandoned: bool = False
-    end_t: float | None = None  # when the worker let go of it: its ack's answer, or abandoning it
-    errors: list[dict[str, Any]] = field(default_factory=list)
-
-
-class Checker:
-    def __init__(self, harness: Harness, aof_window_s: float) -> None:
-        self.h = harness
-        self.faults = [fault for fault in harness.faults if not fault.skipped]
-        self.window_s = aof_window_s
-        self.clients = harness.cluster.clients
-        self.failures: list[str] = []
-        self.leases: dict[str, Lease] = {}
-        self.by_job: dict[str, list[Lease]] = defaultdict(list)
-        self.calls: list[tuple[Lease, dict[str, Any], bool, bool]] = []  # lease, call, late, ambiguous
-        self.callerrs: list[dict[str, Any]] = []
-        self.kind_of_inst_kill: dict[str, Fault] = {}
-        self.stops: dict[str, list[Fault]] = defaultdict(list)
-        for fault in self.faults:
-            if fault.kind in ("worker-kill",):
-                self.kind_of_inst_kill[fault.target] = fault
-            elif fault.kind == "worker-stop":
-                self.stops[fault.target].append(fault)
-            elif (
-                fault.kind == "clock-skew"
-                and fault.extra.get("worker")
-                and not fault.extra.get("worker_skipped")
-            ):
-                self.kind_of_inst_kill[fault.extra["worker"]] = fault
-        self.redis_kills = [fault for fault in self.faults if fault.kind == "redis-kill"]
-        self.outages = [fault for fault in self.faults if fault.kind in ("replica-kill", "clock-skew")]
-        self.figures: dict[str, dict[str, Any]] = {
-            kind: {
-                "injected": sum(
-                    1 for f in harness.faults if f.kind == kind and not f.skipped and f.variant != "unplanned"
-                ),
-                "unplanned": sum(1 for f in harness.faults if f.kind == kind and f.variant == "unplanned"),
-                "skipped": sum(1 for f in harness.faults if f.kind == kind and f.skipped),
-                "jobs_affected": 0,
-                "lost": 0,
-                "duplicated": 0,
-                "explained": 0,
-                "max_release_ms": None,
-                "zombie_calls": 0,
-                "zombie_refused": 0,
-            }
-            for kind in (*KINDS, "no-fault")
-        }
-
-    def fail(self, message: str) -> None:
-        self.failures.append(message)
-
-    def load(self) -> None:
-        for path in sorted(self.clients.glob("events-*.jsonl")):
-            inst = path.name[len("events-") : -len(".jsonl")]
-            current: Lease | None = None
-            for record in read_jsonl(path):
-                ev = record["ev"]
-                if ev == "lease":
-                    current = Lease(
-                        id=record["lease"],
-                        job=record["job"],
-                        inst=inst,
-                        fence=record["fence"],
-                        grant_ms=record["exp"] - LEASE_MS,
-                        t_recv=record["t"],
-                        exp_ms=record["exp"],
-                    )
-                    self.leases[current.id] = current
-                    self.by_job[current.job].append(current)
-                elif ev in ("hb", "ack"):
-                    assert current is not None and current.id == record["lease"]
-                    # Sent after the lease's end: must be refused. Answered before it: must be
-                    # accepted. In between, Redis ran it around the lease's end: either is right.
-                    late = record["ts"] * 1000 > current.exp_ms + LATE_MARGIN_MS
-                    record.update(
-                        op=ev,
-                        _late=late,
-                        _in_time=record["t"] * 1000 < current.exp_ms,
-                        _ambiguous=current.ambiguous,
-                    )
-                    self.calls.append((current, record, late, current.ambiguous))
-                    if ev == "hb" and record["st"] == 200:
-                        current.exp_ms = max(current.exp_ms, record["exp"])
-                        current.ambiguous = False
-                    if ev == "ack":
-                        current.ack_status = record["st"]
-                        current.ack_call = record
-                        current.end_t = record["t"]
-                elif ev == "callerr":
-                    record["inst"] = inst
-                    self.callerrs.append(record)
-                    if (
-                        current is not None
-                        and record.get("op") in ("hb", "ack")
-                        and record.get("job") == current.job
-                    ):
-                        current.errors.append(record)
-                        # It may have reached Redis and renewed the lease - unless it was refused
-                        # before sending, or sent when the lease had already ended.
-                        sent_in_time = record["ts"] * 1000 <= current.exp_ms + LATE_MARGIN_MS
-                        if record["err"] not in ("ConnectError", "ConnectTimeout") and sent_in_time:
-                            current.ambiguous = True
-                elif ev == "abandon":
-                    assert current is not None
-                    current.abandoned = True
-                    current.end_t = record["t"]
-        for path in sorted(self.clients.glob("effects-*.jsonl")):
-            for record in read_jsonl(path):
-                lease = self.leases.get(record["lease"])
-                if lease is None:
-                    self.fail(f"effect of {record['job']} under an unknown lease {record['lease']}")
-                    continue
-                lease.effect_t = record["t"]
-        for leases in self.by_job.values():
-            leases.sort(key=lambda lease: (lease.grant_ms, lease.fence))
-
-    # -- attribution helpers ----------------------------------------------------------------------
-    def redis_kill_between(self, start_s: float, end_s: float) -> Fault | None:
-        return next((f for f in self.redis_kills if start_s <= f.t <= end_s), None)
-
-    def redis_down_overlaps(self, start_s: float, end_s: float) -> Fault | None:
-        return next((f for f in self.redis_kills if f.t <= end_s and f.t_end + 1.0 >= start_s), None)
-
-    def replica_down_overlaps(self, lease: Lease, start_s: float, end_s: float) -> Fault | None:
-        if not lease.errors:
-            return None
-        return next((f for f in self.outages if f.t <= end_s and f.t_end >= start_s), None)
-
-    def stop_of(self, inst: str, start_s: float, end_s: float) -> Fault | None:
-        return next((f for f in self.stops.get(inst, []) if f.t <= end_s and f.t_end >= start_s), None)
-
-    def cause_of_late(self, lease: Lease, call_ts: float) -> str:
-        """Why did a worker call after its lease had ended? The kind of fault, or no-fault."""
-        renewed_s = (lease.exp_ms - LEASE_MS) / 1000
-        stop = self.stop_of(lease.inst, lease.t_recv - 1, call_ts)
-        if stop is not None:
-            return stop.kind
-        if self.redis_down_overlaps(renewed_s, call_ts) is not None:
-            return "redis-kill"
-        outage = self.replica_down_overlaps(lease, renewed_s, call_ts)
-        if outage is not None:
-            return outage.kind
-        return "no-fault"  # the worker overran its lease on its own (a slow machine): refused, correctly
-
-    # -- the checks -------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
-        self.load()
-        h = self.h
-        producer = read_jsonl(self.clients / "producer.jsonl")
-        sent = {r["job"] for r in producer if r["ev"] == "send"}
-        acked: dict[str, dict[str, Any]] = {}
-        for record in producer:
-            if record["ev"] == "ack":
-                acked.setdefault(record["job"], record)
-        if any(r["ev"] == "fatal" for r in producer):
-            self.fail(
-                "the producer stopped on an unexpected answer: "
-                + str([r for r in producer if r["ev"] == "fatal"])
-            )
-        unacked = sorted(sent - set(acked))
-        if unacked:
-            self.fail(f"{len(unacked)} enqueues were never acknowledged (producer cut short): {unacked[:5]}")
-        effects: dict[str, list[Lease]] = defaultdict(list)
-        for lease in self.leases.values():
-            if lease.effect_t is not None:
-                effects[lease.job].append(lease)
-        states = h.final_states
-
-        # 1. zombie and late calls: a call made after its lease ended must be refused
-        valid_refused = []
-        for lease, call, late, ambiguous in self.calls:
-            if call["st"] not in (200, 404, 409):
-                continue
-            if late and not ambiguous:
-                kind = self.cause_of_late(lease, call["ts"])
-                fig = self.figures[kind]
-                fig["zombie_calls"] += 1
-                if any(
-                    other is not lease
-                    and other.grant_ms / 1000 <= call["ts"]
-                    and (other.end_t or 1e18) >= call["t"]
-                    for other in self.by_job[lease.job]
-                ):
-                    fig["zombie_while_held"] = fig.get("zombie_while_held", 0) + 1
-                if call["st"] != 200:
-                    fig["zombie_refused"] += 1
-                else:
-                    self.fail(
-                        f"zombie call ACCEPTED: {call['op']} of {lease.job} by {lease.inst} sent "
-                        f"{call['ts'] * 1000 - lease.exp_ms:.0f} ms after its lease {lease.id[:8]} expired"
-                    )
-            elif call["_in_time"] and call["st"] == 409:
-                kill = self.redis_kill_between(lease.grant_ms / 1000 - self.window_s, call["ts"])
-                if kill is None:
-                    valid_refused.append((lease, call))
-                    self.fail(
-                        f"a valid lease was refused: {call['op']} of {lease.job} by {lease.inst} "
-                        "answered 409 "
-                        f"{lease.exp_ms - call['t'] * 1000:.0f} ms before the lease's end (no Redis restart)"
-                    )
-
-        # 2. leases: never granted again before the previous one ended; fences only go up
-        gaps_ms: list[float] = []
-        skew_gaps_ms: list[float] = []
-        early = 0
-        for job, leases in self.by_job.items():
-            for prev, nxt in itertools.pairwise(leases):
-                if nxt.fence <= prev.fence and (
-                    self.redis_kill_between(prev.t_recv - self.window_s, nxt.t_recv) is None
-                ):
-                    self.fail(f"fence went back for {job}: {prev.fence} then {nxt.fence}")
-                if prev.ack_status == 200:
-                    continue  # only after a Redis rollback; checked with the duplicates
-                gap = nxt.grant_ms - (prev.exp_ms - LEASE_MS)
-                gaps_ms.append(gap)
-                for fault in self.faults:
-                    if fault.kind == "clock-skew" and fault.t <= nxt.grant_ms / 1000 <= fault.t_end:
-                        skew_gaps_ms.append(gap)
-                if nxt.grant_ms < prev.exp_ms:
-                    kill = self.redis_kill_between(
-                        (prev.exp_ms - LEASE_MS) / 1000 - self.window_s, nxt.grant_ms / 1000
-                    )
-                    if kill is None:
-                        early += 1
-                        self.fail(
-                            f"lease granted early: {job} leased to {nxt.inst} at {nxt.grant_ms} while "
-                            f"{prev.inst}'s lease ran until {prev.exp_ms} "
-                            f"({prev.exp_ms - nxt.grant_ms} ms early)"
-                        )
-        by_fence: dict[int, list[Lease]] = defaultdict(list)
-        for lease in self.leases.values():
-            by_fence[lease.fence].append(lease)
-        for fence, same in by_fence.items():
-            if len(same) > 1:
-                same.sort(key=lambda lease: lease.t_recv)
-                if self.redis_kill_between(same[0].t_recv - self.window_s, same[-1].t_recv) is None:
-                    self.fail(
-                        f"fence {fence} was given to {len(same)} leases: {[(x.job, x.inst) for x in same]}"
-                    )
-
-        # 3. death -> leased again, and the jobs each worker fault hit
-        def next_lease(job: str, after_s: float) -> Lease | None:
-            return next((lease for lease in self.by_job[job] if lease.grant_ms / 1000 > after_s), None)
-
-        for fault in self.faults:
-            if fault.kind in ("worker-kill", "worker-stop") or (
-                fault.kind == "clock-skew" and fault.extra.get("worker")
-            ):
-                inst = fault.target if fault.kind != "clock-skew" else fault.extra["worker"]
-                t_death = fault.t if fault.kind != "clock-skew" else fault.extra["worker_t"]
-                held = [
-                    lease
-                    for lease in self.leases.values()
-                    if lease.inst == inst
-                    and lease.t_recv <= t_death
-                    and (lease.end_t is None or lease.end_t > t_death)
-                ]
-                fig = self.figures[fault.kind]
-                fig["jobs_affected"] += len(held)
-                if fault.extra.get("job") and fault.extra["job"] not in {lease.job for lease in held}:
-                    fig["missed"] = fig.get("missed", 0) + 1  # the harness's hold went wrong
-                for lease in held:
-                    again = next_lease(lease.job, t_death)
-                    if again is None:
-                        continue  # completed by the dead worker's own ack (its answer was lost), see below
-                    delay = again.grant_ms - t_death * 1000
-                    fault.extra.setdefault("release_ms", []).append(round(delay))
-                    if self.redis_down_overlaps(t_death, again.grant_ms / 1000) is not None:
-                        fault.extra["release_during_redis_outage"] = True
-                        continue  # Redis was down meanwhile: no sweep could run; not a fair timing
-                    fig["max_release_ms"] = max(fig["max_release_ms"] or 0, delay)
-                    if delay > RELEASE_TARGET_MS and h.args.strict_timing:
-                        self.fail(
-                            f"{fault.kind} #{fault.id}: {lease.job} leased again {delay:.0f} ms "
-                            "after the fault"
-                        )
-            elif fault.kind == "redis-kill":
-                held = {
-                    lease.job
-                    for lease in self.leases.values()
-                    if lease.t_recv <= fault.t and (lease.end_t is None or lease.end_t > fault.t)
-                }
-                failed = {
-                    e.get("job") or f"lease:{e['inst']}:{e['ts']}"
-                    for e in self.callerrs
-                    if fault.t <= e["ts"] <= fault.t_end + 1.0
-                }
-                fig = self.figures["redis-kill"]
-                fig["jobs_affected"] += len(held | {j for j in failed if not j.startswith("lease:")})
-            if fault.kind in ("replica-kill", "clock-skew"):
-                port_slot = 0 if fault.kind == "clock-skew" else int(fault.target[-1])
-                failed = {
-                    e["job"]
-                    for e in self.callerrs
-                    if e.get("job") and e["r"] == port_slot and fault.t <= e["ts"] <= fault.t_end
-                }
-                failed_calls = [
-                    e for e in self.callerrs if e["r"] == port_slot and fault.t <= e["ts"] <= fault.t_end
-                ]
-                fault.extra["calls_failed_over"] = len(failed_calls)
-                if fault.kind == "replica-kill":
-                    self.figures["replica-kill"]["jobs_affected"] += len(failed)
-                self.figures[fault.kind]["calls_failed_over"] = self.figures[fault.kind].get(
-                    "calls_failed_over", 0
-                ) + len(failed_calls)
-
-        # 4. duplicates: each effect beyond one per job must be explained
-        dup_details = []
-        for job, leases in effects.items():
-            if len(leases) < 2:
-                continue
-            leases.sort(key=lambda lease: lease.grant_ms)
-            oks = [lease for lease in leases if lease.ack_status == 200]
-            unknown = [lease for lease in leases if lease.ack_status is None]
-            completing = oks[-1] if oks else (unknown[-1] if unknown else None)
-            if completing is None and states.get(job, ("",))[0] == "completed":
-                self.fail(f"{job} is completed but none of its {len(leases)} effects had its ack accepted")
-            for lease in leases:
-                if lease is completing:
-                    continue
-                kind, why = self.explain_extra(lease, completing)
-                dup_details.append(
-                    {"job": job, "lease": lease.id, "worker": lease.inst, "kind": kind, "why": why}
-                )
-                if kind is None:
-                    self.fail(f"unexplained duplicate: {job} done by {lease.inst} ({why})")
-                else:
-                    self.figures[kind]["duplicated"] += 1
-                    self.figures[kind]["explained"] += 1
-
-        # 5. every acknowledged enqueue completed; nothing else did
-        lost = []
-        aof_lost = []
-        for job, record in acked.items():
-            state = states.get(job, ("unknown", None))[0]
-            if job in effects and state == "completed":
-                continue
-            if job in effects:
-                self.fail(f"{job} has an effect but its final state is {state}")
-                continue
-            kill = next((f for f in self.redis_kills if f.t - self.window_s <= record["t"] <= f.t), None)
-            if state == "absent" and kill is not None:
-                aof_lost.append(
-                    {
-                        "job": job,
-                        "acked_before_kill_ms": round((kill.t - record["t"]) * 1000),
-                        "kill": kill.id,
-                    }
-                )
-                self.figures["redis-kill"]["lost"] += 1
-            else:
-                lost.append({"job": job, "state": state, "acked_at": record["t"]})
-                self.fail(
-                    f"LOST: {job} was acknowledged (HTTP {record['st']}) and never completed; "
-                    f"final state {state}"
-                )
-        unexpected = sorted(set(effects) - sent)
-        for job in unexpected:
-            self.fail(f"unexpected completion: {job} was never enqueued")
-        for job, (state, _) in states.items():
-            if state == "completed" and job not in effects:
-                self.fail(f"{job} is completed but no worker recorded its effect")
-        completed_count = h.final_counts.get("completed")
-        if completed_count is not None and completed_count != len(set(effects) & set(acked)):
-            self.fail(
-                f"the queue counts {completed_count} completed jobs, "
-                f"the workers completed {len(set(effects) & set(acked))}"
-            )
-        if h.final_active:
-            self.fail(
-                f"{len(h.final_active)} jobs still active after the workers stopped and lease + sweep "
-                f"passed: {h.final_active[:3]}"
-            )
-        for key in ("waiting", "delayed", "failed"):
-            if h.final_counts.get(key):
-                self.fail(f"{h.final_counts[key]} jobs {key} at the end")
-
-        # 6. leases the service granted but no worker received (answer lost with a replica)
-        orphans = 0
-        for job, (_, attempt) in states.items():
-            if attempt is not None:
-                orphans += max(0, attempt - len(self.by_job.get(job, [])))
-        server_errors = [e for e in self.callerrs if e["err"].startswith("500")]
-        if server_errors:
-            self.fail(f"{len(server_errors)} calls answered 500: {server_errors[:3]}")
-
-        zombie_total = sum(f["zombie_calls"] for f in self.figures.values())
-        zombie_refused = sum(f["zombie_refused"] for f in self.figures.values())
-        dup_total = len(dup_details)
-        return {
-            "acked_enqueues": len(acked),
-            "completed": len(set(effects) & set(acked)),
-            "effects": sum(len(v) for v in effects.values()),
-            "lost": lost,
-            "lost_in_aof_window": aof_lost,
-            "unexpected": unexpected,
-            "duplicates": dup_total,
-            "duplicate_details": dup_details,
-            "zombie_calls": zombie_total,
-            "zombie_refused": zombie_refused,
-            "valid_leases_refused": len(valid_refused),
-            "early_leases": early,
-            "reclaims": len(gaps_ms),
-            "min_reclaim_gap_ms": min(gaps_ms) if gaps_ms else None,
-            "clock_skew_reclaims": len(skew_gaps_ms),
-            "clock_skew_min_gap_ms": min(skew_gaps_ms) if skew_gaps_ms else None,
-            "leases_never_received": orphans,
-            "leases_logged": len(self.leases),
-            "calls_retried": len(self.callerrs),
-            "still_active": len(h.final_active),
-            "final_counts": h.final_counts,
-            "figures": self.figures,
-            "failures": self.failures,
-        }
-
-    def explain_extra(self, lease: Lease, completing: Lease | None) -> tuple[str | None, str]:
-        """(fault kind, reason) for an effect that did not complete its job, or (None, reason)."""
-        if lease.ack_status is None:
-            kill = self.kind_of_inst_kill.get(lease.inst)
-            if kill is not None and lease.effect_t is not None:
-                t_kill = kill.t if kill.kind == "worker-kill" else kill.extra["worker_t"]
-                if lease.effect_t <= t_kill:
-                    return kill.kind, "SIGKILLed after writing the effect, before its ack was answered"
-            return None, "no ack answer and the worker was not killed"
-        call = lease.ack_call
-        assert call is not None
-        if lease.ack_status == 200:
-            kill = next((f for f in self.redis_kills if f.t - self.window_s <= call["t"] <= f.t), None)
-            if kill is not None and completing is not None and completing.grant_ms / 1000 > kill.t:
-                return "redis-kill", "its ack was lost with the Redis restart (AOF everysec window)"
-            return None, "two acks of one job were both accepted"
-        if not call["_in_time"] or call["_ambiguous"]:
-            kind = self.cause_of_late(lease, call["ts"])
-            reasons = {
-                "worker-stop": "the worker was SIGSTOPped past its lease; its late ack was refused",
-                "redis-kill": "Redis was down while the lease ran out; the late ack was refused",
-                "replica-kill": "calls failed over while a replica was down and the lease ran out",
-                "clock-skew": "calls failed over while a replica was down and the lease ran out",
-                "no-fault": "the worker overran its lease on its own; the late ack was refused",
-            }
-            return kind, reasons[kind]
-        if self.redis_kill_between(lease.grant_ms / 1000 - self.window_s, call["ts"]) is not None:
-            return "redis-kill", "the lease was lost with the Redis restart"
-        return None, f"ack answered {lease.ack_status} while the lease was valid"
-
-
-def report(harness: Harness, result: dict[str, Any], wall_s: float) -> list[str]:
+def report(harness: Harness, history: History, result: dict[str, Any], wall_s: float) -> list[str]:
     lines = []
     figures = result["figures"]
     for kind in (*KINDS, "no-fault"):
@@ -1338,14 +890,17 @@ def report(harness: Harness, result: dict[str, Any], wall_s: float) -> list[str]
                 f"{fig['zombie_refused']}/{fig['zombie_calls']}"
             )
             continue
-        if not (fig["injected"] or fig["skipped"] or fig["unplanned"]):
+        if not (fig["planned"] or fig["injected"] or fig["skipped"] or fig["unplanned"]):
             continue  # not scheduled (--only)
         if kind == "clock-skew" and not fig["injected"]:
-            note = next((f.skipped for f in harness.faults if f.kind == kind and f.skipped), "not scheduled")
-            lines.append(f"{kind:<13} SKIPPED: {note}")
+            note = next(
+                (f.why_not_injected for f in history.faults if f.kind == kind and f.why_not_injected),
+                "not scheduled",
+            )
+            lines.append(f"{kind:<13} SKIPPED: {note} (injected 0 of {fig['planned']} planned)")
             continue
         parts = [
-            f"injected {fig['injected']}"
+            f"injected {fig['injected']} of {fig['planned']} planned"
             + (f" (+{fig['skipped']} skipped)" if fig["skipped"] else "")
             + (f" (+{fig['unplanned']} UNPLANNED)" if fig["unplanned"] else ""),
             f"jobs affected {fig['jobs_affected']}"
@@ -1359,7 +914,7 @@ def report(harness: Harness, result: dict[str, Any], wall_s: float) -> list[str]
             f"explained {fig['explained']}/{fig['duplicated']}",
         ]
         if kind == "redis-kill":
-            downs = [f.extra.get("down_s", 0) for f in harness.faults if f.kind == kind and not f.skipped]
+            downs = [f.extra.get("down_s", 0) for f in history.faults if f.kind == kind and not f.skipped]
             parts[2] = f"lost {fig['lost']} (all inside the AOF everysec window)" if fig["lost"] else "lost 0"
             if downs:
                 parts.append(f"Redis down {min(downs):.1f}-{max(downs):.1f} s")
@@ -1397,6 +952,7 @@ def report(harness: Harness, result: dict[str, Any], wall_s: float) -> list[str]
         f"max past a lease's end {harness.ledger_max_overdue_calm_ms:.0f} ms without an outage "
         f"({harness.ledger_max_overdue_ms:.0f} ms overall)"
     )
+    lines.append(final_reads_line(history))
     verdict = "PASS" if not result["failures"] and not harness.errors else "FAIL"
     aof = len(result["lost_in_aof_window"])
     lines.append(
@@ -1407,9 +963,22 @@ def report(harness: Harness, result: dict[str, Any], wall_s: float) -> list[str]
         + f", unexpected {len(result['unexpected'])}, duplicates {result['duplicates']} "
         f"({sum(1 for d in result['duplicate_details'] if d['kind'])} explained), zombie calls refused "
         f"{result['zombie_refused']}/{result['zombie_calls']}, still active {result['still_active']}, "
-        f"faults {sum(1 for f in harness.faults if not f.skipped)}, wall {wall_s:.1f} s"
+        f"faults {sum(1 for f in history.faults if not f.skipped)} "
+        f"({sum(1 for f in history.faults if f.injected)} of {sum(history.planned.values())} planned), "
+        f"wall {wall_s:.1f} s"
     )
     return lines
+
+
+def final_reads_line(history: History) -> str:
+    """Whether the reads the verdict rests on succeeded (a failed one fails the run)."""
+    states = history.final_states
+    read = sum(1 for state, _ in states.values() if state != "unknown")
+    return (
+        f"{'final reads':<13} counts {'read' if history.final_counts is not None else 'FAILED'}, "
+        f"ledger {'read' if history.final_active is not None else 'FAILED'}, "
+        f"job states {read}/{len(states)} read (each retried for up to {FINAL_READ_S:.0f} s)"
+    )
 
 
 def main() -> int:
@@ -1431,7 +1000,7 @@ def main() -> int:
     )
     parser.add_argument("--faketime-lib", help="path of libfaketime.so.1 (default: searched under /usr/lib)")
     parser.add_argument(
-        "--aof-window-ms", type=int, default=2000,
+        "--aof-window-ms", type=int, default=AOF_WINDOW_MS,
         help="acknowledged writes this close before a Redis SIGKILL may be lost (appendfsync everysec: "
         "1 s, up to 2 s when a slow fsync postpones the write); default 2000",
     )  # fmt: skip
@@ -1498,9 +1067,10 @@ def main() -> int:
     if code != 0:
         say(f"evidence kept in {harness.workdir}")
         return code
-    checker = Checker(harness, args.aof_window_ms / 1000)
-    result = checker.run()
-    for line in report(harness, result, wall):
+    # the verdict comes from what the run recorded, read back as bench/chaos_check.py reads it
+    history = History.load(harness.workdir)
+    result = Checker(history, args.aof_window_ms / 1000, args.strict_timing).run()
+    for line in report(harness, history, result, wall):
         say(line)
     failures = result["failures"] + harness.errors
     for failure in failures[:30]:
@@ -1530,7 +1100,8 @@ def main() -> int:
                 "faketime": harness.cluster.faketime_lib,
                 "clock_offset_s": harness.clock_offset,
             },
-            "faults": [asdict(fault) for fault in harness.faults],
+            "faults": [asdict(fault) for fault in history.faults],
+            "planned_faults": history.planned,
             "ledger_max_overdue_ms": round(harness.ledger_max_overdue_ms),
             "ledger_max_overdue_calm_ms": round(harness.ledger_max_overdue_calm_ms),
             "notes": harness.notes,

@@ -1,0 +1,696 @@
+"""The chaos harness's checker: from a recorded history to a verdict, and nothing else.
+
+bench/chaos.py runs the processes and injects the faults; this module only reads what the run
+recorded, so the same verdict can be reached again from a kept work directory, and so a test
+(tests/test_chaos_checker.py) can feed it a history with a known fault in it and see it caught.
+
+A history is a work directory's
+
+  clients/producer.jsonl        the producer's log (bench/chaos_worker.py)
+  clients/events-<worker>.jsonl each worker process's calls and their answers
+  clients/effects-<worker>.jsonl each worker process's side effects, written before its ack
+  history.json                  what the harness itself recorded: the faults it planned and
+                                injected, and the final reads (the queue's counts, its ledger and
+                                every job's final state) or null where a final read failed
+
+    .venv/bin/python bench/chaos_check.py WORKDIR   # the verdict again, from a kept work dir
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import sys
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+LEASE_MS = 2000
+SWEEP_MS = 200
+KINDS = ("worker-kill", "worker-stop", "replica-kill", "redis-kill", "clock-skew")
+LATE_MARGIN_MS = 5  # a call sent this long after its lease's known expiry is a zombie call
+RELEASE_TARGET_MS = LEASE_MS + SWEEP_MS + 1000  # death -> job leased again
+AOF_WINDOW_MS = 2000  # appendfsync everysec: 1 s, up to 2 s when a slow fsync postpones the write
+HISTORY_FILE = "history.json"
+CLIENTS_DIR = "clients"
+
+
+@dataclass
+class Fault:
+    id: int
+    kind: str
+    target: str = ""
+    variant: str = ""
+    t: float = 0.0  # the instant of the signal (SIGKILL / SIGSTOP), epoch seconds
+    t_end: float = 0.0  # SIGCONT, or the restarted process answering again
+    skipped: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def injected(self) -> bool:
+        """A planned fault that really happened; a clock skew only counts with its worker kill."""
+        return not self.skipped and self.variant != "unplanned" and not self.extra.get("worker_skipped")
+
+    @property
+    def why_not_injected(self) -> str:
+        if self.extra.get("worker_skipped"):
+            return f"its worker kill was skipped: {self.extra['worker_skipped']}"
+        return self.skipped
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    records = []
+    with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
+        for line in f:
+            if line.endswith(b"\n"):  # a line cut by SIGKILL mid-write is not a record
+                records.append(json.loads(line))
+    return records
+
+
+@dataclass
+class History:
+    """Everything the verdict depends on, as a run recorded it."""
+
+    producer: list[dict[str, Any]]
+    events: dict[str, list[dict[str, Any]]]  # by worker process name
+    effects: dict[str, list[dict[str, Any]]]  # by worker process name
+    faults: list[Fault]
+    planned: dict[str, int]  # how many faults of each kind the run set out to inject
+    final_counts: dict[str, int] | None  # None: the final read failed
+    final_active: list[dict[str, Any]] | None  # None: the final read failed
+    final_states: dict[str, tuple[str, int | None]]  # (state, attempt); "unknown": its read failed
+
+    @classmethod
+    def load(cls, workdir: Path) -> History:
+        clients = workdir / CLIENTS_DIR
+        recorded = json.loads((workdir / HISTORY_FILE).read_text())
+        final = recorded["final"]
+        return cls(
+            producer=read_jsonl(clients / "producer.jsonl"),
+            events=_logs_by_worker(clients, "events"),
+            effects=_logs_by_worker(clients, "effects"),
+            faults=[Fault(**fault) for fault in recorded["faults"]],
+            planned=recorded["planned"],
+            final_counts=final["counts"],
+            final_active=final["active"],
+            final_states={job: (state, attempt) for job, (state, attempt) in final["states"].items()},
+        )
+
+
+def _logs_by_worker(clients: Path, log: str) -> dict[str, list[dict[str, Any]]]:
+    return {
+        path.name[len(log) + 1 : -len(".jsonl")]: read_jsonl(path)
+        for path in sorted(clients.glob(f"{log}-*.jsonl"))
+    }
+
+
+def record_history(
+    workdir: Path,
+    faults: list[Fault],
+    planned: dict[str, int],
+    counts: dict[str, int] | None,
+    active: list[dict[str, Any]] | None,
+    states: dict[str, tuple[str, int | None]],
+) -> None:
+    """Write what the harness itself saw beside the clients' logs: History.load reads both."""
+    recorded = {
+        "planned": planned,
+        "faults": [asdict(fault) for fault in faults],
+        "final": {"counts": counts, "active": active, "states": states},
+    }
+    (workdir / HISTORY_FILE).write_text(json.dumps(recorded, indent=1) + "\n")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One failed check: its kind (lost, duplicate, early-lease, ...) and the job, fault kind or
+    read it is about."""
+
+    kind: str
+    subject: str | None
+    message: str
+
+
+# ----------------------------------------------------------------------------------------------
+# The checks: everything below reads the history, nothing else.
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Lease:
+    id: str
+    job: str
+    inst: str
+    fence: int
+    grant_ms: int  # Redis time of the grant: lease_expires_at - lease_ms
+    t_recv: float
+    exp_ms: int  # latest lease_expires_at the worker was told (lease or heartbeat response)
+    ambiguous: bool = False  # a renewal may have happened that the worker never heard of
+    effect_t: float | None = None
+    ack_status: int | None = None
+    ack_call: dict[str, Any] | None = None
+    abandoned: bool = False
+    end_t: float | None = None  # when the worker let go of it: its ack's answer, or abandoning it
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Checker:
+    """Judges one History: run() returns the figures, the failures (messages, as printed) and the
+    findings (the same failures with their kind and subject)."""
+
+    def __init__(self, history: History, aof_window_s: float, strict_timing: bool = False) -> None:
+        self.history = history
+        self.faults = [fault for fault in history.faults if not fault.skipped]
+        self.window_s = aof_window_s
+        self.strict_timing = strict_timing
+        self.failures: list[str] = []
+        self.findings: list[Finding] = []
+        self.leases: dict[str, Lease] = {}
+        self.by_job: dict[str, list[Lease]] = defaultdict(list)
+        self.calls: list[tuple[Lease, dict[str, Any], bool, bool]] = []  # lease, call, late, ambiguous
+        self.callerrs: list[dict[str, Any]] = []
+        self.kind_of_inst_kill: dict[str, Fault] = {}
+        self.stops: dict[str, list[Fault]] = defaultdict(list)
+        for fault in self.faults:
+            if fault.kind in ("worker-kill",):
+                self.kind_of_inst_kill[fault.target] = fault
+            elif fault.kind == "worker-stop":
+                self.stops[fault.target].append(fault)
+            elif (
+                fault.kind == "clock-skew"
+                and fault.extra.get("worker")
+                and not fault.extra.get("worker_skipped")
+            ):
+                self.kind_of_inst_kill[fault.extra["worker"]] = fault
+        self.redis_kills = [fault for fault in self.faults if fault.kind == "redis-kill"]
+        self.outages = [fault for fault in self.faults if fault.kind in ("replica-kill", "clock-skew")]
+        self.figures: dict[str, dict[str, Any]] = {
+            kind: {
+                "planned": history.planned.get(kind, 0),
+                "injected": sum(1 for f in history.faults if f.kind == kind and f.injected),
+                "unplanned": sum(1 for f in history.faults if f.kind == kind and f.variant == "unplanned"),
+                "skipped": sum(1 for f in history.faults if f.kind == kind and f.skipped),
+                "jobs_affected": 0,
+                "lost": 0,
+                "duplicated": 0,
+                "explained": 0,
+                "max_release_ms": None,
+                "zombie_calls": 0,
+                "zombie_refused": 0,
+            }
+            for kind in (*KINDS, "no-fault")
+        }
+
+    def fail(self, kind: str, message: str, subject: str | None = None) -> None:
+        self.failures.append(message)
+        self.findings.append(Finding(kind, subject, message))
+
+    def load(self) -> None:
+        for inst in sorted(self.history.events):
+            current: Lease | None = None
+            for logged in self.history.events[inst]:
+                record = dict(logged)  # annotated below; the history itself stays as recorded
+                ev = record["ev"]
+                if ev == "lease":
+                    current = Lease(
+                        id=record["lease"],
+                        job=record["job"],
+                        inst=inst,
+                        fence=record["fence"],
+                        grant_ms=record["exp"] - LEASE_MS,
+                        t_recv=record["t"],
+                        exp_ms=record["exp"],
+                    )
+                    self.leases[current.id] = current
+                    self.by_job[current.job].append(current)
+                elif ev in ("hb", "ack"):
+                    assert current is not None and current.id == record["lease"]
+                    # Sent after the lease's end: must be refused. Answered before it: must be
+                    # accepted. In between, Redis ran it around the lease's end: either is right.
+                    late = record["ts"] * 1000 > current.exp_ms + LATE_MARGIN_MS
+                    record.update(
+                        op=ev,
+                        _late=late,
+                        _in_time=record["t"] * 1000 < current.exp_ms,
+                        _ambiguous=current.ambiguous,
+                    )
+                    self.calls.append((current, record, late, current.ambiguous))
+                    if ev == "hb" and record["st"] == 200:
+                        current.exp_ms = max(current.exp_ms, record["exp"])
+                        current.ambiguous = False
+                    if ev == "ack":
+                        current.ack_status = record["st"]
+                        current.ack_call = record
+                        current.end_t = record["t"]
+                elif ev == "callerr":
+                    record["inst"] = inst
+                    self.callerrs.append(record)
+                    if (
+                        current is not None
+                        and record.get("op") in ("hb", "ack")
+                        and record.get("job") == current.job
+                    ):
+                        current.errors.append(record)
+                        # It may have reached Redis and renewed the lease - unless it was refused
+                        # before sending, or sent when the lease had already ended.
+                        sent_in_time = record["ts"] * 1000 <= current.exp_ms + LATE_MARGIN_MS
+                        if record["err"] not in ("ConnectError", "ConnectTimeout") and sent_in_time:
+                            current.ambiguous = True
+                elif ev == "abandon":
+                    assert current is not None
+                    current.abandoned = True
+                    current.end_t = record["t"]
+        for inst in sorted(self.history.effects):
+            for record in self.history.effects[inst]:
+                lease = self.leases.get(record["lease"])
+                if lease is None:
+                    self.fail(
+                        "unknown-lease",
+                        f"effect of {record['job']} under an unknown lease {record['lease']}",
+                        record["job"],
+                    )
+                    continue
+                lease.effect_t = record["t"]
+        for leases in self.by_job.values():
+            leases.sort(key=lambda lease: (lease.grant_ms, lease.fence))
+
+    # -- attribution helpers ----------------------------------------------------------------------
+    def redis_kill_between(self, start_s: float, end_s: float) -> Fault | None:
+        return next((f for f in self.redis_kills if start_s <= f.t <= end_s), None)
+
+    def redis_down_overlaps(self, start_s: float, end_s: float) -> Fault | None:
+        return next((f for f in self.redis_kills if f.t <= end_s and f.t_end + 1.0 >= start_s), None)
+
+    def replica_down_overlaps(self, lease: Lease, start_s: float, end_s: float) -> Fault | None:
+        if not lease.errors:
+            return None
+        return next((f for f in self.outages if f.t <= end_s and f.t_end >= start_s), None)
+
+    def stop_of(self, inst: str, start_s: float, end_s: float) -> Fault | None:
+        return next((f for f in self.stops.get(inst, []) if f.t <= end_s and f.t_end >= start_s), None)
+
+    def cause_of_late(self, lease: Lease, call_ts: float) -> str:
+        """Why did a worker call after its lease had ended? The kind of fault, or no-fault."""
+        renewed_s = (lease.exp_ms - LEASE_MS) / 1000
+        stop = self.stop_of(lease.inst, lease.t_recv - 1, call_ts)
+        if stop is not None:
+            return stop.kind
+        if self.redis_down_overlaps(renewed_s, call_ts) is not None:
+            return "redis-kill"
+        outage = self.replica_down_overlaps(lease, renewed_s, call_ts)
+        if outage is not None:
+            return outage.kind
+        return "no-fault"  # the worker overran its lease on its own (a slow machine): refused, correctly
+
+    # -- the checks -------------------------------------------------------------------------------
+    def check_faults_injected(self) -> None:
+        """A run proves only what it put the queue through: fewer faults than planned fails it."""
+        for kind, planned in self.history.planned.items():
+            injected = self.figures[kind]["injected"]
+            if injected >= planned:
+                continue
+            why = sorted({f.why_not_injected for f in self.history.faults if f.kind == kind} - {""})
+            self.fail(
+                "faults-short",
+                f"{kind}: injected {injected} of {planned} planned faults"
+                + (f" ({'; '.join(why)})" if why else " (the rest were never attempted)"),
+                kind,
+            )
+
+    def check_final_reads(self) -> None:
+        """A final read that failed leaves the run unproven: nothing may pass for want of data."""
+        history = self.history
+        if history.final_counts is None:
+            self.fail(
+                "final-read",
+                "final read failed: the queue's counts could not be read (retried until its deadline), "
+                "so nothing shows that no job was left waiting, delayed or failed",
+                "counts",
+            )
+        if history.final_active is None:
+            self.fail(
+                "final-read",
+                "final read failed: the in-flight ledger could not be read (retried until its deadline), "
+                "so nothing shows that no job was left active",
+                "ledger",
+            )
+        # every job the producer sent or a worker did must have been read back
+        jobs = {r["job"] for r in history.producer if r["ev"] == "send"}
+        jobs.update(r["job"] for records in history.effects.values() for r in records)
+        unread = sorted(job for job in jobs if history.final_states.get(job, ("unknown",))[0] == "unknown")
+        if unread:
+            self.fail(
+                "final-read",
+                f"final read failed for {len(unread)} jobs (retried until its deadline), so their fate is "
+                f"unknown: {unread[:5]}",
+                unread[0],
+            )
+
+    def run(self) -> dict[str, Any]:
+        self.load()
+        self.check_faults_injected()
+        self.check_final_reads()
+        history = self.history
+        producer = history.producer
+        sent = {r["job"] for r in producer if r["ev"] == "send"}
+        acked: dict[str, dict[str, Any]] = {}
+        for record in producer:
+            if record["ev"] == "ack":
+                acked.setdefault(record["job"], record)
+        if any(r["ev"] == "fatal" for r in producer):
+            self.fail(
+                "producer",
+                "the producer stopped on an unexpected answer: "
+                + str([r for r in producer if r["ev"] == "fatal"]),
+            )
+        unacked = sorted(sent - set(acked))
+        if unacked:
+            self.fail(
+                "unacked-enqueue",
+                f"{len(unacked)} enqueues were never acknowledged (producer cut short): {unacked[:5]}",
+                unacked[0],
+            )
+        effects: dict[str, list[Lease]] = defaultdict(list)
+        for lease in self.leases.values():
+            if lease.effect_t is not None:
+                effects[lease.job].append(lease)
+        states = history.final_states
+
+        # 1. zombie and late calls: a call made after its lease ended must be refused
+        valid_refused = []
+        for lease, call, late, ambiguous in self.calls:
+            if call["st"] not in (200, 404, 409):
+                continue
+            if late and not ambiguous:
+                kind = self.cause_of_late(lease, call["ts"])
+                fig = self.figures[kind]
+                fig["zombie_calls"] += 1
+                if any(
+                    other is not lease
+                    and other.grant_ms / 1000 <= call["ts"]
+                    and (other.end_t or 1e18) >= call["t"]
+                    for other in self.by_job[lease.job]
+                ):
+                    fig["zombie_while_held"] = fig.get("zombie_while_held", 0) + 1
+                if call["st"] != 200:
+                    fig["zombie_refused"] += 1
+                else:
+                    self.fail(
+                        "zombie-accepted",
+                        f"zombie call ACCEPTED: {call['op']} of {lease.job} by {lease.inst} sent "
+                        f"{call['ts'] * 1000 - lease.exp_ms:.0f} ms after its lease {lease.id[:8]} expired",
+                        lease.job,
+                    )
+            elif call["_in_time"] and call["st"] == 409:
+                kill = self.redis_kill_between(lease.grant_ms / 1000 - self.window_s, call["ts"])
+                if kill is None:
+                    valid_refused.append((lease, call))
+                    self.fail(
+                        "valid-lease-refused",
+                        f"a valid lease was refused: {call['op']} of {lease.job} by {lease.inst} "
+                        "answered 409 "
+                        f"{lease.exp_ms - call['t'] * 1000:.0f} ms before the lease's end (no Redis restart)",
+                        lease.job,
+                    )
+
+        # 2. leases: never granted again before the previous one ended; fences only go up
+        gaps_ms: list[float] = []
+        skew_gaps_ms: list[float] = []
+        early = 0
+        for job, leases in self.by_job.items():
+            for prev, nxt in itertools.pairwise(leases):
+                if nxt.fence <= prev.fence and (
+                    self.redis_kill_between(prev.t_recv - self.window_s, nxt.t_recv) is None
+                ):
+                    self.fail("fence", f"fence went back for {job}: {prev.fence} then {nxt.fence}", job)
+                if prev.ack_status == 200:
+                    continue  # only after a Redis rollback; checked with the duplicates
+                gap = nxt.grant_ms - (prev.exp_ms - LEASE_MS)
+                gaps_ms.append(gap)
+                for fault in self.faults:
+                    if fault.kind == "clock-skew" and fault.t <= nxt.grant_ms / 1000 <= fault.t_end:
+                        skew_gaps_ms.append(gap)
+                if nxt.grant_ms < prev.exp_ms:
+                    kill = self.redis_kill_between(
+                        (prev.exp_ms - LEASE_MS) / 1000 - self.window_s, nxt.grant_ms / 1000
+                    )
+                    if kill is None:
+                        early += 1
+                        self.fail(
+                            "early-lease",
+                            f"lease granted early: {job} leased to {nxt.inst} at {nxt.grant_ms} while "
+                            f"{prev.inst}'s lease ran until {prev.exp_ms} "
+                            f"({prev.exp_ms - nxt.grant_ms} ms early)",
+                            job,
+                        )
+        by_fence: dict[int, list[Lease]] = defaultdict(list)
+        for lease in self.leases.values():
+            by_fence[lease.fence].append(lease)
+        for fence, same in by_fence.items():
+            if len(same) > 1:
+                same.sort(key=lambda lease: lease.t_recv)
+                if self.redis_kill_between(same[0].t_recv - self.window_s, same[-1].t_recv) is None:
+                    self.fail(
+                        "fence",
+                        f"fence {fence} was given to {len(same)} leases: {[(x.job, x.inst) for x in same]}",
+                        same[0].job,
+                    )
+
+        # 3. death -> leased again, and the jobs each worker fault hit
+        def next_lease(job: str, after_s: float) -> Lease | None:
+            return next((lease for lease in self.by_job[job] if lease.grant_ms / 1000 > after_s), None)
+
+        for fault in self.faults:
+            if fault.kind in ("worker-kill", "worker-stop") or (
+                fault.kind == "clock-skew" and fault.extra.get("worker")
+            ):
+                inst = fault.target if fault.kind != "clock-skew" else fault.extra["worker"]
+                t_death = fault.t if fault.kind != "clock-skew" else fault.extra["worker_t"]
+                held = [
+                    lease
+                    for lease in self.leases.values()
+                    if lease.inst == inst
+                    and lease.t_recv <= t_death
+                    and (lease.end_t is None or lease.end_t > t_death)
+                ]
+                fig = self.figures[fault.kind]
+                fig["jobs_affected"] += len(held)
+                if fault.extra.get("job") and fault.extra["job"] not in {lease.job for lease in held}:
+                    fig["missed"] = fig.get("missed", 0) + 1  # the harness's hold went wrong
+                for lease in held:
+                    again = next_lease(lease.job, t_death)
+                    if again is None:
+                        continue  # completed by the dead worker's own ack (its answer was lost), see below
+                    delay = again.grant_ms - t_death * 1000
+                    fault.extra.setdefault("release_ms", []).append(round(delay))
+                    if self.redis_down_overlaps(t_death, again.grant_ms / 1000) is not None:
+                        fault.extra["release_during_redis_outage"] = True
+                        continue  # Redis was down meanwhile: no sweep could run; not a fair timing
+                    fig["max_release_ms"] = max(fig["max_release_ms"] or 0, delay)
+                    if delay > RELEASE_TARGET_MS and self.strict_timing:
+                        self.fail(
+                            "slow-release",
+                            f"{fault.kind} #{fault.id}: {lease.job} leased again {delay:.0f} ms "
+                            "after the fault",
+                            lease.job,
+                        )
+            elif fault.kind == "redis-kill":
+                held = {
+                    lease.job
+                    for lease in self.leases.values()
+                    if lease.t_recv <= fault.t and (lease.end_t is None or lease.end_t > fault.t)
+                }
+                failed = {
+                    e.get("job") or f"lease:{e['inst']}:{e['ts']}"
+                    for e in self.callerrs
+                    if fault.t <= e["ts"] <= fault.t_end + 1.0
+                }
+                fig = self.figures["redis-kill"]
+                fig["jobs_affected"] += len(held | {j for j in failed if not j.startswith("lease:")})
+            if fault.kind in ("replica-kill", "clock-skew"):
+                port_slot = 0 if fault.kind == "clock-skew" else int(fault.target[-1])
+                failed = {
+                    e["job"]
+                    for e in self.callerrs
+                    if e.get("job") and e["r"] == port_slot and fault.t <= e["ts"] <= fault.t_end
+                }
+                failed_calls = [
+                    e for e in self.callerrs if e["r"] == port_slot and fault.t <= e["ts"] <= fault.t_end
+                ]
+                fault.extra["calls_failed_over"] = len(failed_calls)
+                if fault.kind == "replica-kill":
+                    self.figures["replica-kill"]["jobs_affected"] += len(failed)
+                self.figures[fault.kind]["calls_failed_over"] = self.figures[fault.kind].get(
+                    "calls_failed_over", 0
+                ) + len(failed_calls)
+
+        # 4. duplicates: each effect beyond one per job must be explained
+        dup_details = []
+        for job, leases in effects.items():
+            if len(leases) < 2:
+                continue
+            leases.sort(key=lambda lease: lease.grant_ms)
+            oks = [lease for lease in leases if lease.ack_status == 200]
+            unknown = [lease for lease in leases if lease.ack_status is None]
+            completing = oks[-1] if oks else (unknown[-1] if unknown else None)
+            if completing is None and states.get(job, ("",))[0] == "completed":
+                self.fail(
+                    "duplicate",
+                    f"{job} is completed but none of its {len(leases)} effects had its ack accepted",
+                    job,
+                )
+            for lease in leases:
+                if lease is completing:
+                    continue
+                kind, why = self.explain_extra(lease, completing)
+                dup_details.append(
+                    {"job": job, "lease": lease.id, "worker": lease.inst, "kind": kind, "why": why}
+                )
+                if kind is None:
+                    self.fail("duplicate", f"unexplained duplicate: {job} done by {lease.inst} ({why})", job)
+                else:
+                    self.figures[kind]["duplicated"] += 1
+                    self.figures[kind]["explained"] += 1
+
+        # 5. every acknowledged enqueue completed; nothing else did
+        lost = []
+        aof_lost = []
+        for job, record in acked.items():
+            state = states.get(job, ("unknown", None))[0]
+            if state == "unknown":
+                continue  # its final read failed: a failure of its own (check_final_reads)
+            if job in effects and state == "completed":
+                continue
+            if job in effects:
+                self.fail("state", f"{job} has an effect but its final state is {state}", job)
+                continue
+            kill = next((f for f in self.redis_kills if f.t - self.window_s <= record["t"] <= f.t), None)
+            if state == "absent" and kill is not None:
+                aof_lost.append(
+                    {
+                        "job": job,
+                        "acked_before_kill_ms": round((kill.t - record["t"]) * 1000),
+                        "kill": kill.id,
+                    }
+                )
+                self.figures["redis-kill"]["lost"] += 1
+            else:
+                lost.append({"job": job, "state": state, "acked_at": record["t"]})
+                self.fail(
+                    "lost",
+                    f"LOST: {job} was acknowledged (HTTP {record['st']}) and never completed; "
+                    f"final state {state}",
+                    job,
+                )
+        unexpected = sorted(set(effects) - sent)
+        for job in unexpected:
+            self.fail("unexpected", f"unexpected completion: {job} was never enqueued", job)
+        for job, (state, _) in states.items():
+            if state == "completed" and job not in effects:
+                self.fail("unexpected", f"{job} is completed but no worker recorded its effect", job)
+        final_counts = history.final_counts or {}  # None: failed by check_final_reads
+        final_active = history.final_active or []
+        completed_count = final_counts.get("completed")
+        if completed_count is not None and completed_count != len(set(effects) & set(acked)):
+            self.fail(
+                "counts",
+                f"the queue counts {completed_count} completed jobs, "
+                f"the workers completed {len(set(effects) & set(acked))}",
+            )
+        if final_active:
+            self.fail(
+                "still-active",
+                f"{len(final_active)} jobs still active after the workers stopped and lease + sweep "
+                f"passed: {final_active[:3]}",
+                final_active[0].get("id"),
+            )
+        for key in ("waiting", "delayed", "failed"):
+            if final_counts.get(key):
+                self.fail("left-over", f"{final_counts[key]} jobs {key} at the end")
+
+        # 6. leases the service granted but no worker received (answer lost with a replica)
+        orphans = 0
+        for job, (_, attempt) in states.items():
+            if attempt is not None:
+                orphans += max(0, attempt - len(self.by_job.get(job, [])))
+        server_errors = [e for e in self.callerrs if e["err"].startswith("500")]
+        if server_errors:
+            self.fail("server-error", f"{len(server_errors)} calls answered 500: {server_errors[:3]}")
+
+        zombie_total = sum(f["zombie_calls"] for f in self.figures.values())
+        zombie_refused = sum(f["zombie_refused"] for f in self.figures.values())
+        dup_total = len(dup_details)
+        return {
+            "acked_enqueues": len(acked),
+            "completed": len(set(effects) & set(acked)),
+            "effects": sum(len(v) for v in effects.values()),
+            "lost": lost,
+            "lost_in_aof_window": aof_lost,
+            "unexpected": unexpected,
+            "duplicates": dup_total,
+            "duplicate_details": dup_details,
+            "zombie_calls": zombie_total,
+            "zombie_refused": zombie_refused,
+            "valid_leases_refused": len(valid_refused),
+            "early_leases": early,
+            "reclaims": len(gaps_ms),
+            "min_reclaim_gap_ms": min(gaps_ms) if gaps_ms else None,
+            "clock_skew_reclaims": len(skew_gaps_ms),
+            "clock_skew_min_gap_ms": min(skew_gaps_ms) if skew_gaps_ms else None,
+            "leases_never_received": orphans,
+            "leases_logged": len(self.leases),
+            "calls_retried": len(self.callerrs),
+            "still_active": len(final_active),
+            "final_counts": history.final_counts,
+            "figures": self.figures,
+            "failures": self.failures,
+            "findings": [asdict(finding) for finding in self.findings],
+        }
+
+    def explain_extra(self, lease: Lease, completing: Lease | None) -> tuple[str | None, str]:
+        """(fault kind, reason) for an effect that did not complete its job, or (None, reason)."""
+        if lease.ack_status is None:
+            kill = self.kind_of_inst_kill.get(lease.inst)
+            if kill is not None and lease.effect_t is not None:
+                t_kill = kill.t if kill.kind == "worker-kill" else kill.extra["worker_t"]
+                if lease.effect_t <= t_kill:
+                    return kill.kind, "SIGKILLed after writing the effect, before its ack was answered"
+            return None, "no ack answer and the worker was not killed"
+        call = lease.ack_call
+        assert call is not None
+        if lease.ack_status == 200:
+            kill = next((f for f in self.redis_kills if f.t - self.window_s <= call["t"] <= f.t), None)
+            if kill is not None and completing is not None and completing.grant_ms / 1000 > kill.t:
+                return "redis-kill", "its ack was lost with the Redis restart (AOF everysec window)"
+            return None, "two acks of one job were both accepted"
+        if not call["_in_time"] or call["_ambiguous"]:
+            kind = self.cause_of_late(lease, call["ts"])
+            reasons = {
+                "worker-stop": "the worker was SIGSTOPped past its lease; its late ack was refused",
+                "redis-kill": "Redis was down while the lease ran out; the late ack was refused",
+                "replica-kill": "calls failed over while a replica was down and the lease ran out",
+                "clock-skew": "calls failed over while a replica was down and the lease ran out",
+                "no-fault": "the worker overran its lease on its own; the late ack was refused",
+            }
+            return kind, reasons[kind]
+        if self.redis_kill_between(lease.grant_ms / 1000 - self.window_s, call["ts"]) is not None:
+            return "redis-kill", "the lease was lost with the Redis restart"
+        return None, f"ack answered {lease.ack_status} while the lease was valid"
+
+
+def main(argv: list[str]) -> int:
+    """The verdict again from a kept work directory (default AOF window, no strict timing)."""
+    if len(argv) != 1:
+        print("usage: chaos_check.py WORKDIR", file=sys.stderr)
+        return 2
+    result = Checker(History.load(Path(argv[0])), aof_window_s=AOF_WINDOW_MS / 1000).run()
+    for failure in result["failures"]:
+        print(f"  FAIL: {failure}")
+    print(f"verdict: {'FAIL' if result['failures'] else 'PASS'}")
+    return 1 if result["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,284 @@
+"""The chaos harness's checker (bench/chaos_check.py) catches what it is there to catch.
+
+Each case is a small recorded history, written to a work directory exactly as a run leaves it
+(the clients' JSON-lines logs from bench/chaos_worker.py, history.json from bench/chaos.py), and
+read back by History.load as the harness itself does. A clean history passes; a lost job, a job
+acked twice with no worker dead, a job leased again while its lease was live, too few faults and
+a failed final read each fail the verdict, named by kind and job. No Redis is needed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.chaos_check import LEASE_MS, Checker, Fault, History, main, record_history
+
+T0_MS = 1_700_000_000_000  # the Redis clock at the run's start
+A, B, C, D, E = (f"s7-00000{n}" for n in range(5))  # job ids as the producer makes them
+
+
+def at(ms: float) -> float:
+    """A client's time.time() this many ms into the run (same clock as Redis: one machine)."""
+    return (T0_MS + ms) / 1000
+
+
+# -- records, field for field as bench/chaos_worker.py writes them ------------------------------
+
+
+def send(job: str, ms: int) -> dict[str, Any]:
+    return {"ev": "send", "job": job, "t": at(ms)}
+
+
+def enqueued(job: str, ms: int) -> dict[str, Any]:
+    return {"ev": "ack", "job": job, "st": 201, "state": "waiting", "ts": at(ms - 4), "t": at(ms), "r": 0}
+
+
+def start(name: str, ms: int) -> dict[str, Any]:
+    return {"ev": "start", "name": name, "pid": 4000 + ms, "t": at(ms)}
+
+
+def lease(job: str, lease_id: str, fence: int, attempt: int, ms: int) -> dict[str, Any]:
+    """Granted (Redis time) at ms, so lease_expires_at is ms + the lease."""
+    exp = T0_MS + ms + LEASE_MS
+    return {
+        "ev": "lease", "job": job, "lease": lease_id, "fence": fence, "attempt": attempt,
+        "exp": exp, "ts": at(ms - 300), "t": at(ms), "r": 1,
+    }  # fmt: skip
+
+
+def heartbeat(job: str, lease_id: str, ms: int, renewed_to_ms: int | None) -> dict[str, Any]:
+    record = {"ev": "hb", "job": job, "lease": lease_id, "st": 200, "ts": at(ms - 2), "t": at(ms), "r": 0}
+    if renewed_to_ms is None:
+        record.update(st=409, code="lease_lost")
+    else:
+        record["exp"] = T0_MS + renewed_to_ms
+    return record
+
+
+def abandon(job: str, lease_id: str, ms: int) -> dict[str, Any]:
+    return {"ev": "abandon", "job": job, "lease": lease_id, "why": 409, "t": at(ms)}
+
+
+def hold_after_effect(job: str, lease_id: str, ms: int) -> dict[str, Any]:
+    return {"ev": "hold", "at": "effect", "job": job, "lease": lease_id, "t": at(ms)}
+
+
+def ack(job: str, lease_id: str, ms: int) -> dict[str, Any]:
+    return {
+        "ev": "ack", "job": job, "lease": lease_id, "st": 200, "code": None,
+        "ts": at(ms - 2), "t": at(ms), "r": 1,
+    }  # fmt: skip
+
+
+def effect(job: str, lease_id: str, fence: int, ms: int) -> dict[str, Any]:
+    return {"job": job, "lease": lease_id, "fence": fence, "t": at(ms)}
+
+
+# -- a clean run: three jobs, one worker SIGKILLed between its effect and its ack -----------------
+
+
+def clean_run() -> dict[str, Any]:
+    """What a run records, file by file. w0g0 does A, then writes C's effect and is SIGKILLed
+    before acking it; w1g0 does B and, once C's lease has run out, C again (an explained
+    duplicate); w0g1 is the process that took w0g0's slot."""
+    return {
+        "clients": {
+            "producer.jsonl": [
+                {"ev": "start", "pid": 3999, "t": at(0), "jobs": 3},
+                send(A, 100),
+                enqueued(A, 104),
+                send(B, 120),
+                enqueued(B, 124),
+                send(C, 140),
+                enqueued(C, 144),
+                {"ev": "done", "t": at(150)},
+            ],
+            "events-w0g0.jsonl": [
+                start("w0g0", 0),
+                lease(A, "lease-a1", 1, 1, 200),
+                ack(A, "lease-a1", 220),
+                lease(C, "lease-c1", 3, 1, 300),
+                hold_after_effect(C, "lease-c1", 311),
+            ],
+            "effects-w0g0.jsonl": [effect(A, "lease-a1", 1, 210), effect(C, "lease-c1", 3, 310)],
+            "events-w1g0.jsonl": [
+                start("w1g0", 0),
+                lease(B, "lease-b1", 2, 1, 250),
+                ack(B, "lease-b1", 270),
+                lease(C, "lease-c2", 4, 2, 2450),
+                ack(C, "lease-c2", 2470),
+                {"ev": "exit", "t": at(3000)},
+            ],
+            "effects-w1g0.jsonl": [effect(B, "lease-b1", 2, 260), effect(C, "lease-c2", 4, 2460)],
+            "events-w0g1.jsonl": [start("w0g1", 520), {"ev": "exit", "t": at(3000)}],
+        },
+        "history.json": {
+            "planned": {"worker-kill": 1},
+            "faults": [
+                {
+                    "id": 1,
+                    "kind": "worker-kill",
+                    "target": "w0g0",
+                    "variant": "effect",
+                    "t": at(500),
+                    "t_end": at(520),
+                    "skipped": "",
+                    "extra": {"job": C},
+                }
+            ],
+            "final": {
+                "counts": {"waiting": 0, "delayed": 0, "active": 0, "completed": 3, "failed": 0},
+                "active": [],
+                "states": {A: ["completed", 1], B: ["completed", 1], C: ["completed", 2]},
+            },
+        },
+    }
+
+
+def write(run: dict[str, Any], workdir: Path) -> Path:
+    clients = workdir / "clients"
+    clients.mkdir(parents=True)
+    for name, records in run["clients"].items():
+        (clients / name).write_text("".join(json.dumps(record) + "\n" for record in records))
+    (workdir / "history.json").write_text(json.dumps(run["history.json"]))
+    return workdir
+
+
+def verdict(run: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    return Checker(History.load(write(run, workdir)), aof_window_s=2.0).run()
+
+
+def findings(result: dict[str, Any]) -> set[tuple[str, str | None]]:
+    return {(finding["kind"], finding["subject"]) for finding in result["findings"]}
+
+
+# -- the cases -------------------------------------------------------------------------------------
+
+
+def test_a_clean_history_passes(tmp_path: Path) -> None:
+    result = verdict(clean_run(), tmp_path)
+    assert result["failures"] == []
+    assert (result["acked_enqueues"], result["completed"], result["lost"]) == (3, 3, [])
+    kill = result["figures"]["worker-kill"]
+    assert (kill["planned"], kill["injected"], kill["duplicated"], kill["explained"]) == (1, 1, 1, 1)
+
+
+def test_a_lost_job_fails_and_is_named(tmp_path: Path) -> None:
+    run = clean_run()
+    producer = run["clients"]["producer.jsonl"]
+    producer[-1:-1] = [send(D, 146), enqueued(D, 149)]  # acknowledged, then no worker ever saw it
+    run["history.json"]["final"]["states"][D] = ["absent", None]
+    result = verdict(run, tmp_path)
+    assert findings(result) == {("lost", D)}
+    assert result["lost"] == [{"job": D, "state": "absent", "acked_at": at(149)}]
+    assert any(f"LOST: {D}" in failure for failure in result["failures"])
+
+
+def test_a_job_acked_by_two_live_workers_fails_as_a_duplicate(tmp_path: Path) -> None:
+    run = clean_run()
+    events = run["clients"]["events-w0g1.jsonl"]
+    events[1:1] = [lease(B, "lease-b2", 5, 2, 1000), ack(B, "lease-b2", 1020)]
+    run["clients"]["effects-w0g1.jsonl"] = [effect(B, "lease-b2", 5, 1010)]
+    run["history.json"]["final"]["states"][B] = ["completed", 2]
+    result = verdict(run, tmp_path)
+    assert findings(result) == {("duplicate", B)}
+    assert result["duplicate_details"][-1]["why"] == "two acks of one job were both accepted"
+
+
+def test_a_job_leased_again_during_its_live_lease_fails_as_an_early_reclaim(tmp_path: Path) -> None:
+    run = clean_run()
+    producer = run["clients"]["producer.jsonl"]
+    producer[-1:-1] = [send(E, 146), enqueued(E, 149)]
+    # w1g0 holds E and renews it until 3666; w0g1 is granted E at 2000, and w1g0's next
+    # heartbeat is refused though its lease is live
+    w1g0 = run["clients"]["events-w1g0.jsonl"]
+    w1g0[3:3] = [
+        lease(E, "lease-e1", 5, 1, 1000),
+        heartbeat(E, "lease-e1", 1666, renewed_to_ms=3666),
+        heartbeat(E, "lease-e1", 2330, renewed_to_ms=None),
+        abandon(E, "lease-e1", 2331),
+    ]
+    run["clients"]["events-w0g1.jsonl"][1:1] = [lease(E, "lease-e2", 6, 2, 2000), ack(E, "lease-e2", 2020)]
+    run["clients"]["effects-w0g1.jsonl"] = [effect(E, "lease-e2", 6, 2010)]
+    final = run["history.json"]["final"]
+    final["states"][E] = ["completed", 2]
+    final["counts"]["completed"] = 4
+    result = verdict(run, tmp_path)
+    assert findings(result) == {("early-lease", E), ("valid-lease-refused", E)}
+    assert result["early_leases"] == 1
+    assert any("(1666 ms early)" in failure for failure in result["failures"])
+
+
+@pytest.mark.parametrize(
+    ("kind", "fault", "why"),
+    [
+        (
+            "worker-kill",
+            {"id": 2, "kind": "worker-kill", "target": "w1g0", "variant": "mid", "t": at(900),
+             "t_end": 0.0, "skipped": "the worker got no job to hold in time", "extra": {}},
+            "the worker got no job to hold in time",
+        ),
+        (
+            "clock-skew",
+            {"id": 2, "kind": "clock-skew", "target": "replica0 down, replica1 under faketime +30s",
+             "variant": "", "t": at(900), "t_end": at(4000), "skipped": "",
+             "extra": {"worker": "w1g0", "worker_t": 0.0, "job": None,
+                       "worker_skipped": "the worker got no job to hold in time"}},
+            "its worker kill was skipped",
+        ),
+    ],
+)  # fmt: skip
+def test_fewer_faults_than_planned_fail_the_run(
+    tmp_path: Path, kind: str, fault: dict[str, Any], why: str
+) -> None:
+    run = clean_run()
+    recorded = run["history.json"]
+    recorded["planned"][kind] = recorded["planned"].get(kind, 0) + 1
+    recorded["faults"].append(fault)
+    result = verdict(run, tmp_path)
+    assert findings(result) == {("faults-short", kind)}
+    injected = 1 if kind == "worker-kill" else 0
+    [failure] = result["failures"]
+    assert failure.startswith(f"{kind}: injected {injected} of {injected + 1} planned faults (")
+    assert why in failure
+
+
+@pytest.mark.parametrize(
+    ("spoil", "subject"),
+    [
+        (lambda final: final.update(counts=None), "counts"),
+        (lambda final: final.update(active=None), "ledger"),
+        (lambda final: final["states"].update({C: ["unknown", None]}), C),
+        (lambda final: final["states"].pop(C), C),
+    ],
+    ids=["counts", "ledger", "a job's state", "a job never read"],
+)
+def test_a_failed_final_read_fails_the_run(tmp_path: Path, spoil: Any, subject: str) -> None:
+    run = clean_run()
+    spoil(run["history.json"]["final"])
+    result = verdict(run, tmp_path)
+    assert findings(result) == {("final-read", subject)}
+    assert result["failures"][0].startswith("final read failed")
+
+
+def test_the_harness_records_history_json_in_the_format_of_these_cases(tmp_path: Path) -> None:
+    run = clean_run()
+    recorded = copy.deepcopy(run["history.json"])
+    final = recorded["final"]
+    states = {job: (state, attempt) for job, (state, attempt) in final["states"].items()}
+    faults = [Fault(**fault) for fault in recorded["faults"]]
+    record_history(tmp_path, faults, recorded["planned"], final["counts"], final["active"], states)
+    assert json.loads((tmp_path / "history.json").read_text()) == recorded
+
+
+def test_a_kept_work_dir_can_be_judged_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(write(clean_run(), tmp_path / "clean"))]) == 0
+    run = clean_run()
+    run["history.json"]["final"]["states"][C] = ["waiting", 2]
+    assert main([str(write(run, tmp_path / "stuck"))]) == 1
+    assert f"{C} has an effect but its final state is waiting" in capsys.readouterr().out
