@@ -96,7 +96,9 @@ def main() -> int:
             log_level="info",
             # JSON: uvicorn's loggers go through ours (no log_config of its own).
             log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
-            limit_concurrency=settings.max_connections,  # beyond it uvicorn answers 503
+            # uvicorn answers 503 once its open connections reach the limit, counting the one
+            # asking: one more than the cap serves cap connections and refuses the next.
+            limit_concurrency=settings.max_connections + 1,
             access_log=settings.access_log,  # a line per request costs ~10% of the CPU per request
         )
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from httpx import AsyncClient
 
 from tests.support import assert_problem, counts, enqueue, get_job, job_call, lease, lease_one
@@ -194,6 +195,52 @@ async def test_redrive_resets_attempts(client: AsyncClient, queue: str) -> None:
     assert sorted(rest.json()["retried"]) == sorted(ids[1:])
     jobs = await lease(client, queue, max_jobs=10)
     assert [job["attempt"] for job in jobs] == [1, 1, 1]
+
+
+async def dead_letter(client: AsyncClient, queue: str, ids: list[str]) -> None:
+    for job_id in ids:
+        await enqueue(client, queue, job_id, id=job_id, max_attempts=1)
+        job = await lease_one(client, queue)
+        failed = await job_call(client, queue, job["id"], "fail", lease_id=job["lease_id"], error="e")
+        assert failed.json()["state"] == "failed"
+
+
+@pytest.mark.parametrize(
+    "no_ids", [None, b"", b"{}", b'{"ids": null}'], ids=["no body", "empty body", "no ids", "null ids"]
+)
+async def test_redrive_of_no_ids_redrives_nothing_and_without_ids_everything(
+    client: AsyncClient, queue: str, no_ids: bytes | None
+) -> None:
+    # Ids in the order they fail: the dead letters' order even when two fail in the same ms.
+    ids = ["dead-0", "dead-1", "dead-2"]
+    await dead_letter(client, queue, ids)
+    path = f"/v1/queues/{queue}/failed/retry"
+
+    nothing = await client.post(path, json={"ids": []})
+    assert nothing.status_code == 200 and nothing.json() == {"retried": []}
+    assert await counts(client, queue) == {
+        "waiting": 0,
+        "delayed": 0,
+        "active": 0,
+        "completed": 0,
+        "failed": 3,
+    }
+
+    if no_ids is None:
+        everything = await client.post(path)
+    else:
+        everything = await client.post(path, content=no_ids, headers={"content-type": "application/json"})
+    assert everything.status_code == 200 and everything.json() == {"retried": ids}  # oldest failure first
+    assert await counts(client, queue) == {
+        "waiting": 3,
+        "delayed": 0,
+        "active": 0,
+        "completed": 0,
+        "failed": 0,
+    }
+    for job_id in ids:
+        view = await get_job(client, queue, job_id)
+        assert (view["state"], view["attempt"], view["error"]) == ("waiting", 0, None)
 
 
 async def test_delete(client: AsyncClient, queue: str) -> None:

@@ -1,16 +1,20 @@
-"""Limits that hold under abuse: nesting depth, slow bodies, batch sizes, error text."""
+"""Limits that hold under abuse: nesting depth, slow bodies, batch sizes, error text, connections."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import socket
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from service import limits
 from service.config import Settings
+from tests.launched import launched_service
 from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, job_call, lease_one
 
@@ -79,3 +83,76 @@ async def test_batches_are_limited(client: httpx.AsyncClient, queue: str) -> Non
     assert (await client.post(f"/v1/queues/{queue}/enqueue", json=full)).status_code == 200
     too_many_acks = {"acks": [{"id": f"j{i}", "lease_id": "x"} for i in range(limits.MAX_BATCH + 1)]}
     assert_problem(await client.post(f"/v1/queues/{queue}/ack", json=too_many_acks), 400, "invalid_request")
+
+
+CONNECTION_CAP = 16  # the least EMQ_MAX_CONNECTIONS takes
+HEALTH_REQUEST = b"GET /healthz HTTP/1.1\r\nHost: emq\r\n\r\n"
+RECOVERY_DEADLINE_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    status: bytes  # the status line
+    headers: dict[bytes, bytes]  # names in lower case
+    body: bytes
+
+
+def ask_health(connection: socket.socket) -> Answer:
+    """One request on a kept-alive connection, and its whole answer."""
+    connection.sendall(HEALTH_REQUEST)
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += _more(connection)
+    head, _, body = received.partition(b"\r\n\r\n")
+    status, *lines = head.split(b"\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(b":") for line in lines)}
+    while len(body) < int(headers[b"content-length"]):
+        body += _more(connection)
+    return Answer(status, headers, body)
+
+
+def _more(connection: socket.socket) -> bytes:
+    chunk = connection.recv(4096)
+    assert chunk, "the service closed the connection without answering"
+    return chunk
+
+
+def served(answer: Answer) -> bool:
+    return answer.status == b"HTTP/1.1 200 OK" and answer.body == b'{"status":"ok"}'
+
+
+@pytest.mark.timeout(120)
+def test_connections_beyond_the_cap_get_503_until_others_close(redis_url: str, tmp_path: Path) -> None:
+    cap = {"EMQ_MAX_CONNECTIONS": str(CONNECTION_CAP)}
+    with (
+        launched_service(redis_url, tmp_path / "service.log", **cap) as service,
+        contextlib.ExitStack() as stack,
+    ):
+        service.wait_ready()
+        host, port = service.url.removeprefix("http://").split(":")
+
+        def connect() -> socket.socket:
+            return stack.enter_context(socket.create_connection((host, int(port)), timeout=30))
+
+        # Up to the cap, every connection is served, and stays open.
+        held: list[socket.socket] = []
+        for number in range(1, CONNECTION_CAP + 1):
+            held.append(connect())
+            assert served(ask_health(held[-1])), f"connection {number} of {CONNECTION_CAP} refused"
+
+        # One more: uvicorn's 503, and the connection closed.
+        extra = connect()
+        refused = ask_health(extra)
+        assert refused.status == b"HTTP/1.1 503 Service Unavailable"
+        assert refused.headers[b"content-type"] == b"text/plain; charset=utf-8"
+        assert refused.headers[b"connection"] == b"close"
+        assert refused.body == b"Service Unavailable"
+        assert extra.recv(1) == b""
+        assert "WARNING:  Exceeded concurrency limit." in service.log()
+
+        # One of those served closes: new connections are served again, once the service saw it go.
+        held.pop().close()
+        deadline = time.monotonic() + RECOVERY_DEADLINE_S
+        while not served(ask_health(connect())):  # one refused meanwhile is closed by the service
+            assert time.monotonic() < deadline, "the service never served a new connection again"
+        assert all(served(ask_health(connection)) for connection in held)

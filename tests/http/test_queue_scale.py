@@ -1,19 +1,25 @@
 """Issue 11 through HTTP: a release of 20,000 jobs, queue deletion, index entries without a job,
-and durable mode's lease that no replica confirmed."""
+and durable mode's lease that no replica confirmed; issue 12: a redrive of all beyond one step."""
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import httpx
 import pytest
 from redis.asyncio import Redis
 
+from service import limits
 from service.config import Settings
 from service.keys import REQUEST_SUFFIX, QueueKeys, queue_prefix
+from service.queue import REDRIVE_STEP
 from tests.conftest import ValkeyProcess
 from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, get_job, job_call, lease, lease_one
 
 BIG_LEASE_MS = 600_000
+SWEEP_DEADLINE_S = 60.0
 
 
 async def fill(client: httpx.AsyncClient, queue: str, count: int) -> list[str]:
@@ -26,11 +32,27 @@ async def fill(client: httpx.AsyncClient, queue: str, count: int) -> list[str]:
     return ids
 
 
-async def lease_all(client: httpx.AsyncClient, queue: str, count: int, worker: str) -> list[dict]:
+async def lease_all(
+    client: httpx.AsyncClient, queue: str, count: int, worker: str, lease_ms: int = BIG_LEASE_MS
+) -> list[dict]:
     jobs: list[dict] = []
     while len(jobs) < count:
-        jobs += await lease(client, queue, worker, max_jobs=100, lease_ms=BIG_LEASE_MS)
+        jobs += await lease(client, queue, worker, max_jobs=100, lease_ms=lease_ms)
     return jobs
+
+
+async def dead_letters(client: httpx.AsyncClient, queue: str, count: int) -> None:
+    """count jobs on their last attempt, leased for the shortest lease: the service's sweep
+    dead-letters them all once their leases run out (quicker than a fail call each)."""
+    for start in range(0, count, limits.MAX_BATCH):
+        jobs = [{"payload": n, "max_attempts": 1} for n in range(start, min(count, start + limits.MAX_BATCH))]
+        response = await client.post(f"/v1/queues/{queue}/enqueue", json={"jobs": jobs})
+        assert response.status_code == 200, response.text
+    await lease_all(client, queue, count, "short-lived", lease_ms=limits.MIN_LEASE_MS)
+    deadline = time.monotonic() + SWEEP_DEADLINE_S
+    while (await counts(client, queue))["failed"] < count:
+        assert time.monotonic() < deadline, "the sweep did not dead-letter the expired leases"
+        await asyncio.sleep(0.1)
 
 
 @pytest.mark.timeout(300)
@@ -53,6 +75,34 @@ async def test_an_operator_release_of_20000_jobs_releases_each_once(client, queu
     assert (await client.get(f"/v1/queues/{queue}/workers")).json() == {"workers": []}
     again = await lease(client, queue, "next", max_jobs=3)
     assert [job["id"] for job in again] == ids[:3] and {job["attempt"] for job in again} == {1}
+
+
+@pytest.mark.timeout(300)
+async def test_a_redrive_of_all_2500_dead_letters_redrives_each_once(client, queue, redis_client) -> None:
+    count = 2500  # three steps of REDRIVE_STEP, the last one short
+    assert REDRIVE_STEP * 2 < count < REDRIVE_STEP * 3
+    await dead_letters(client, queue, count)
+    oldest_failure_first = [
+        job_id.decode() for job_id in await redis_client.zrange(QueueKeys.for_queue(queue).failed, 0, -1)
+    ]
+    assert len(oldest_failure_first) == count
+
+    response = await client.post(f"/v1/queues/{queue}/failed/retry")
+
+    assert response.status_code == 200, response.text[:500]
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {"retried": oldest_failure_first}  # each once, in the order they failed
+    assert await counts(client, queue) == {
+        "waiting": count,
+        "delayed": 0,
+        "active": 0,
+        "completed": 0,
+        "failed": 0,
+    }
+    assert (await client.post(f"/v1/queues/{queue}/failed/retry")).json() == {"retried": []}
+    again = await lease(client, queue, "next", max_jobs=3)
+    assert [job["id"] for job in again] == oldest_failure_first[:3]  # redriven jobs join the back, in order
+    assert {job["attempt"] for job in again} == {1}
 
 
 async def test_a_queue_with_jobs_in_flight_is_deleted_only_with_force(client, queue, redis_client) -> None:

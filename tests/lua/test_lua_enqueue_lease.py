@@ -303,6 +303,35 @@ async def test_lease_promotes_due_delayed_jobs(q):
     assert (await q.job("later"))["state"] == "delayed"
 
 
+async def test_a_lease_promotes_at_most_max_jobs_due_delayed_jobs(q):
+    await q.add("waiting")
+    await q.enqueue(
+        q.spec("d1", delay_ms=60_000),
+        q.spec("d2", delay_ms=60_000),
+        q.spec("urgent", delay_ms=60_000, priority=9),
+        q.spec("d4", delay_ms=60_000),
+    )
+    for due_ms, job_id in enumerate(["d1", "d2", "urgent", "d4"], start=1):
+        await q.make_due(job_id, due_ms)  # all due, the earliest first
+
+    # Two promoted (the two due first: by due time, not priority); promoted jobs join the back
+    # of the line, behind the job that was waiting already.
+    assert [job.id for job in await q.lease(max_jobs=2)] == ["waiting", "d1"]
+    assert await q.line() == ["d2"]
+    assert await q.zset(q.keys.delayed) == {"urgent": 3, "d4": 4}
+    assert (await q.job("urgent"))["state"] == "delayed"
+
+    # The next lease promotes one more, which its priority puts ahead of d2.
+    assert [job.id for job in await q.lease(max_jobs=1)] == ["urgent"]
+    assert await q.line() == ["d2"]
+    assert await q.zset(q.keys.delayed) == {"d4": 4}
+
+    # What no lease promoted, the sweep does.
+    assert await q.sweep() == [0, 0, 1, 0, 0]
+    assert await q.line() == ["d2", "d4"]
+    assert await q.zset(q.keys.delayed) == {}
+
+
 async def test_lease_does_not_promote_when_paused(q):
     await q.add("d", delay_ms=60_000)
     await q.make_due("d")
