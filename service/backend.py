@@ -150,6 +150,12 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".")[:2])
 
 
+CONFIG_DENIED = (
+    "CONFIG GET is not allowed and Redis has no AOF: cannot tell whether it takes RDB snapshots "
+    "(without either, a restart of Redis loses every job)"
+)
+
+
 async def check_server(client: Redis | RedisCluster) -> None:
     """Check every server that holds queue data (each primary of a cluster)."""
     if isinstance(client, RedisCluster):
@@ -165,6 +171,7 @@ async def _check_one(client: Any) -> None:
     the service starts anyway and answers 503 until Redis is back."""
     try:
         info = _info(await client.execute_command("INFO", "server"))
+        memory = _info(await client.execute_command("INFO", "memory"))
         persistence = _info(await client.execute_command("INFO", "persistence"))
     except (RedisError, OSError) as error:
         log.warning("Redis is not reachable at start-up (%s); serving 503 until it is", error)
@@ -172,18 +179,21 @@ async def _check_one(client: Any) -> None:
     version = info.get("valkey_version") or info["redis_version"]
     if _version(str(version)) < MIN_SERVER_VERSION:
         raise UnsuitableServer(f"Redis {version} is too old: EchoMQ needs 6.2 or newer")
-    try:
-        policy = await _config(client, "maxmemory-policy")
-        rdb_schedule = await _config(client, "save")
-    except ResponseError:
-        log.warning("CONFIG GET is not allowed; make sure maxmemory-policy is noeviction")
-        return
+    # INFO tells the eviction policy to any user; only the snapshot schedule needs CONFIG.
+    policy = str(memory.get("maxmemory_policy", ""))
     if policy != REQUIRED_EVICTION_POLICY:
         raise UnsuitableServer(
             f"Redis maxmemory-policy is {policy!r}: it must be 'noeviction', or Redis may evict a "
             "lease's lock and hand its job to a second worker"
         )
-    if not persistence.get("aof_enabled") and not rdb_schedule.strip():
+    if persistence.get("aof_enabled"):
+        return
+    try:
+        rdb_schedule = await _config(client, "save")
+    except ResponseError:
+        log.warning(CONFIG_DENIED)
+        return
+    if not rdb_schedule.strip():
         log.warning("Redis persists nothing (no AOF, no RDB snapshots): a restart of Redis loses every job")
 
 

@@ -16,14 +16,13 @@ import pytest
 from redis.asyncio import Redis
 from uvicorn.config import STARTUP_FAILURE
 
-from service.backend import UnsuitableServer, check_server, redis_client
+from service.backend import CONFIG_DENIED, UnsuitableServer, check_server, redis_client
 from service.config import Settings
 from tests.conftest import ValkeyProcess
 from tests.faultproxy import FaultProxy, fault_proxy
 from tests.launched import launched_service
 
 NO_PERSISTENCE = "Redis persists nothing (no AOF, no RDB snapshots): a restart of Redis loses every job"
-CONFIG_DENIED = "CONFIG GET is not allowed; make sure maxmemory-policy is noeviction"
 NO_CONFIG_USER, NO_CONFIG_PASSWORD = "emq-no-config", "no-config-pass"
 
 
@@ -136,9 +135,25 @@ async def test_a_user_denied_config_is_warned_about_and_accepted(
     try:
         with caplog.at_level(logging.WARNING, logger="service.backend"):
             await check_server(client)
-            # Nor can it read the snapshot schedule: it says nothing of persistence.
+            # It cannot read the snapshot schedule, so it says so instead of "persists nothing".
             assert warnings_of(caplog) == [CONFIG_DENIED]
     finally:
+        await client.aclose()
+
+
+async def test_a_user_denied_config_is_still_refused_a_server_that_may_evict(
+    private_valkey: ValkeyProcess, no_config_url: str
+) -> None:
+    # The eviction policy comes from INFO, which any user may read.
+    admin = Redis.from_url(private_valkey.url)
+    await admin.config_set("maxmemory-policy", "allkeys-lru")
+    client = redis_client(Settings(redis_url=no_config_url))
+    try:
+        with pytest.raises(UnsuitableServer, match="maxmemory-policy is 'allkeys-lru'"):
+            await check_server(client)
+    finally:
+        await admin.config_set("maxmemory-policy", "noeviction")
+        await admin.aclose()
         await client.aclose()
 
 
