@@ -158,11 +158,14 @@ CONFIG_DENIED = (
 
 async def check_server(client: Redis | RedisCluster) -> None:
     """Check every server that holds queue data (each primary of a cluster)."""
-    if isinstance(client, RedisCluster):
-        for node in client.get_primaries():
-            await _check_one(node)  # a ClusterNode answers execute_command like a client
-        return
-    await _check_one(client)
+    nodes = client.get_primaries() if isinstance(client, RedisCluster) else [client]
+    for node in nodes:  # a ClusterNode answers execute_command like a client
+        try:
+            await _check_one(node)
+        except UnsuitableServer as refusal:
+            # One plain line saying why, above the start-up failure's traceback.
+            log.error("refusing to start: %s", refusal)
+            raise
 
 
 async def _check_one(client: Any) -> None:

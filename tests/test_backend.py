@@ -96,6 +96,7 @@ def test_the_service_refuses_to_start_on_redis_6_0(proxy: FaultProxy, tmp_path: 
         assert service.exit_status() == STARTUP_FAILURE
         log = service.log()
     assert f"service.backend.UnsuitableServer: {too_old('6.0.16')}\n" in log
+    assert f" ERROR service.backend: refusing to start: {too_old('6.0.16')}\n" in log
     assert "ERROR:    Application startup failed. Exiting.\n" in log
 
 
