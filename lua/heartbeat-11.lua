@@ -1,24 +1,43 @@
--- Renew a lease: the lock's TTL and the deadline index move to now + lease_ms. Renewing again
--- (a re-sent call) renews again: the answer is the new expiry, as the first one's was.
--- KEYS[1..11] the queue's keys (see include/common.lua); writes DEADLINES, DUE, the job's lock
---             and hash
+-- Renew leases: each lock's TTL and deadline index entry move to now + lease_ms. Renewing again
+-- (a re-sent call) renews again: the answer is the new expiry, as the first one's was. One lease
+-- (a heartbeat) or many (a batch heartbeat), each renewed or refused on its own.
+-- KEYS[1..11] the queue's keys (see include/common.lua); writes DEADLINES, DUE, the jobs' locks
+--             and hashes
 -- ARGV[1]     key prefix "emq:{queue}:"
--- ARGV[2]     job id
--- ARGV[3]     lease id
--- ARGV[4]     lease_ms; 0 = the lease's own length
--- Returns     {1, lease_expires_at}, {-1} job not found, {-2} lease lost
+-- ARGV[2]     JSON array of [id, lease_id, lease_ms] entries (at most 1000: the API's batch
+--             limit); lease_ms 0 = the lease's own length
+-- Returns     flat array, 2 entries per lease, in order: code (1 renewed, -1 job not found,
+--             -2 lease lost) and, for code 1, the new lease_expires_at (ms), else 0
 -- @include common
-local id, lease_id = ARGV[2], ARGV[3]
-local key = job_key(id)
-local job = redis.call('HMGET', key, 'state', 'worker', 'lease_ms')
-if not job[1] then return {JOB_NOT_FOUND} end
-if not holds_lease(id, lease_id, job[2]) then return {LEASE_LOST} end
-local lease_ms = tonumber(ARGV[4])
-if lease_ms == 0 then lease_ms = tonumber(job[3]) end
+local leases = cjson.decode(ARGV[2])
 local now = now_ms()
-local expires_at = now + lease_ms
-redis.call('PEXPIRE', lock_key(id), lease_ms)
-redis.call('ZADD', DEADLINES, expires_at, id)
-sweep_needed_by(expires_at)
-redis.call('HSET', key, 'lease_expires_at', expires_at, 'updated_at', now)
-return {1, expires_at}
+local now_text = text(now)
+local deadlines = {} -- ZADD arguments: score, id, ...
+local earliest = nil -- the soonest new expiry: when the sweep may have work
+
+-- One lease: its code and new expiry (0 when it is not renewed).
+local function renew(id, lease_id, lease_ms)
+  local key = job_key(id)
+  local job = redis.call('HMGET', key, 'state', 'worker', 'lease_ms')
+  if not job[1] then return JOB_NOT_FOUND, 0 end
+  if not holds_lease(id, lease_id, job[2]) then return LEASE_LOST, 0 end
+  if lease_ms == 0 then lease_ms = tonumber(job[3]) end
+  local expires_at = now + lease_ms
+  local expires_text = text(expires_at)
+  redis.call('PEXPIRE', lock_key(id), text(lease_ms))
+  redis.call('HSET', key, 'lease_expires_at', expires_text, 'updated_at', now_text)
+  deadlines[#deadlines + 1] = expires_text
+  deadlines[#deadlines + 1] = id
+  if earliest == nil or expires_at < earliest then earliest = expires_at end
+  return 1, expires_at
+end
+
+local reply = {}
+for _, lease in ipairs(leases) do
+  local code, expires_at = renew(lease[1], lease[2], tonumber(lease[3]))
+  reply[#reply + 1] = code
+  reply[#reply + 1] = expires_at
+end
+call_chunked('ZADD', DEADLINES, deadlines)
+if earliest ~= nil then sweep_needed_by(earliest) end
+return reply

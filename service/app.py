@@ -133,7 +133,17 @@ EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
 }
 
 # What workers call in a loop: served by service.fastpath, past litestar's routing.
-HOT_OPERATIONS = ("enqueue", "enqueueMany", "lease", "heartbeat", "ack", "ackMany", "fail", "release")
+HOT_OPERATIONS = (
+    "enqueue",
+    "enqueueMany",
+    "lease",
+    "heartbeat",
+    "heartbeatMany",
+    "ack",
+    "ackMany",
+    "fail",
+    "release",
+)
 
 
 def reject_ambiguous_paths(app: ASGIApp) -> ASGIApp:

@@ -14,7 +14,7 @@ DEFAULT_LEASE_MS = 30_000
 MAX_JOBS_PER_LEASE = 100
 MAX_WAIT_MS = 20_000
 
-MAX_BATCH = 1000  # jobs per enqueue-many, acks per ack-many
+MAX_BATCH = 1000  # jobs per enqueue-many, acks per ack-many, leases per heartbeat-many
 MAX_ERROR_BYTES = 8 * 1024
 MAX_JSON_DEPTH = 64  # nesting of payloads and results: deeper breaks many workers' JSON parsers
 MAX_PAGE = 1000  # jobs per page of the failed list

@@ -78,6 +78,8 @@ def _operation(handler: HTTPRouteHandler, path_params: list[str]) -> tuple[dict[
             {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
         )
     operation: dict[str, Any] = {"operationId": handler.operation_id, "summary": handler.summary}
+    if handler.description:
+        operation["description"] = handler.description
     if parameters:
         operation["parameters"] = parameters
     body = opt.get("request_body")

@@ -36,7 +36,9 @@ from service.schemas import (
     EnqueueRequest,
     EnqueueResponse,
     FailResponse,
+    HeartbeatItem,
     HeartbeatResponse,
+    HeartbeatResult,
     JobView,
     LeasedJob,
     LedgerEntry,
@@ -48,6 +50,7 @@ from service.telemetry import Telemetry
 
 _LEASED_JOB_FIELDS = 10
 _ACK_REPLY_FIELDS = 2
+_HEARTBEAT_REPLY_FIELDS = 2
 _LEDGER_ENTRY_FIELDS = 5
 _ENQUEUE_REPLY_FIELDS = 3
 _NO_RESULT = b""
@@ -348,12 +351,36 @@ class JobQueues:
             for i in range(0, len(fields), _LEASED_JOB_FIELDS)
         ]
 
+    async def _renewals(
+        self, queue: str, leases: Sequence[tuple[str, str, int | None]], job_id: str | None = None
+    ) -> list[tuple[int, int]]:
+        """(code, new lease_expires_at) per (id, lease id, lease_ms) given, in order."""
+        entries = [(lease_job, lease_id, lease_ms or 0) for lease_job, lease_id, lease_ms in leases]
+        reply = await self._call("heartbeat", queue, _encode(entries), job_id=job_id)
+        return list(zip(reply[::_HEARTBEAT_REPLY_FIELDS], reply[1::_HEARTBEAT_REPLY_FIELDS], strict=True))
+
     async def heartbeat(
         self, queue: str, job_id: str, lease_id: str, lease_ms: int | None
     ) -> HeartbeatResponse:
-        reply = await self._call("heartbeat", queue, job_id, lease_id, lease_ms or 0, job_id=job_id)
-        raise_for_code(reply[0], job_id)
-        return HeartbeatResponse(id=job_id, lease_id=lease_id, lease_expires_at=reply[1])
+        ((code, expires_at),) = await self._renewals(queue, [(job_id, lease_id, lease_ms)], job_id=job_id)
+        raise_for_code(code, job_id)
+        return HeartbeatResponse(id=job_id, lease_id=lease_id, lease_expires_at=expires_at)
+
+    async def heartbeat_many(self, queue: str, leases: Sequence[HeartbeatItem]) -> list[HeartbeatResult]:
+        renewals = await self._renewals(queue, [(item.id, item.lease_id, item.lease_ms) for item in leases])
+        return [
+            # Cancellation is not there yet: no lease is ever asked to stop.
+            HeartbeatResult(
+                id=item.id,
+                ok=True,
+                lease_id=item.lease_id,
+                lease_expires_at=expires_at,
+                cancel_requested=False,
+            )
+            if code > 0
+            else HeartbeatResult(id=item.id, ok=False, code=problem_code_of(code))  # type: ignore[arg-type]
+            for item, (code, expires_at) in zip(leases, renewals, strict=True)
+        ]
 
     async def _ack_codes(
         self, queue: str, acks: Sequence[tuple[str, str, Raw | UnsetType]], job_id: str | None = None

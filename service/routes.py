@@ -39,9 +39,12 @@ from service.schemas import (
     FailedPage,
     FailRequest,
     FailResponse,
+    HeartbeatManyRequest,
+    HeartbeatManyResponse,
     HeartbeatRequest,
     HeartbeatResponse,
     JobView,
+    LeasedJob,
     LeaseRequest,
     LeaseResponse,
     LedgerView,
@@ -309,16 +312,22 @@ async def enqueue_many(request: Request[Any, Any, State]) -> Response[bytes]:
 async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     ask = await read_body(request, LeaseRequest)
+    return json_response(LeaseResponse(jobs=await lease_jobs(request, queue, ask)))
+
+
+async def lease_jobs(request: Request[Any, Any, State], queue: str, ask: LeaseRequest) -> list[LeasedJob]:
+    """What a lease request answers: the lease route's, and an ack's lease_next. The request's
+    body must have been read (a hang-up is then the next thing it can receive)."""
     queues = queues_of(request)
 
     # One request id for every try of a long poll: a re-sent try answers what an earlier one leased.
     request_id = ask.request_id or new_request_id()
 
-    async def lease_now() -> list[Any]:
+    async def lease_now() -> list[LeasedJob]:
         return await queues.lease(queue, ask.worker, ask.lease_ms, ask.max_jobs, request_id)
 
     if ask.wait_ms <= 0:
-        return json_response(LeaseResponse(jobs=await lease_now()))
+        return await lease_now()
     client_gone = asyncio.Event()
     watcher = asyncio.create_task(_watch_hang_up(request, client_gone))
     try:
@@ -328,7 +337,7 @@ async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
     if client_gone.is_set() and jobs:
         # The client hung up while its jobs were being leased: give them straight back, unspent.
         await queues.release_many(queue, [(job.id, job.lease_id) for job in jobs])
-    return json_response(LeaseResponse(jobs=jobs))
+    return jobs
 
 
 async def _watch_hang_up(request: Request[Any, Any, State], client_gone: asyncio.Event) -> None:
@@ -351,28 +360,61 @@ async def heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
 
 
 @post(
+    Q + "/heartbeat",
+    operation_id="heartbeatMany",
+    summary="Renew up to 1000 leases",
+    description="Each lease is renewed as its own heartbeat would renew it (by lease_ms, else by "
+    "its own length), or reported lost (lease_lost, job_not_found) without failing the others. "
+    "The results come in the order of the leases sent.",
+    opt=_opt(Action.WORK, HeartbeatManyRequest, {200: HeartbeatManyResponse}, (400, 413)),
+)
+async def heartbeat_many(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
+    batch = await read_body(request, HeartbeatManyRequest)
+    return json_response(
+        HeartbeatManyResponse(results=await queues_of(request).heartbeat_many(queue, batch.leases))
+    )
+
+
+# An ack's lease_next leases after the ack, so a lease's errors can follow a done ack.
+LEASE_NEXT_ERRORS = (429,)
+
+
+@post(
     JOB + "/ack",
     operation_id="ack",
-    summary="Acknowledge a finished job",
-    opt=_opt(Action.WORK, AckRequest, {200: AckResponse}, (400, 404, 409, 413)),
+    summary="Acknowledge a finished job (and lease the next)",
+    description="With lease_next, the ack is applied first and answered as without it; then the "
+    "lease request in lease_next runs, and its jobs are added to the answer. An ack that fails "
+    "(404, 409) leases nothing.",
+    opt=_opt(Action.WORK, AckRequest, {200: AckResponse}, (400, 404, 409, 413, *LEASE_NEXT_ERRORS)),
 )
 async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
     done = await read_body(request, AckRequest)
     await queues_of(request).ack_one(queue, id, done.lease_id, done.result)
-    return json_response(AckResponse(id=id, state="completed"))
+    if done.lease_next is None:
+        return json_response(AckResponse(id=id, state="completed"))
+    jobs = await lease_jobs(request, queue, done.lease_next)
+    return json_response(AckResponse(id=id, state="completed", jobs=jobs))
 
 
 @post(
     Q + "/ack",
     operation_id="ackMany",
-    summary="Acknowledge up to 1000 jobs",
-    opt=_opt(Action.WORK, AckManyRequest, {200: AckManyResponse}, (400, 413)),
+    summary="Acknowledge up to 1000 jobs (and lease the next)",
+    description="With lease_next, the lease request in it runs after the whole batch, whatever "
+    "each ack's result, and its jobs are added to the answer.",
+    opt=_opt(Action.WORK, AckManyRequest, {200: AckManyResponse}, (400, 413, *LEASE_NEXT_ERRORS)),
 )
 async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     batch = await read_body(request, AckManyRequest)
-    return json_response(AckManyResponse(results=await queues_of(request).ack(queue, batch.acks)))
+    results = await queues_of(request).ack(queue, batch.acks)
+    if batch.lease_next is None:
+        return json_response(AckManyResponse(results=results))
+    jobs = await lease_jobs(request, queue, batch.lease_next)
+    return json_response(AckManyResponse(results=results, jobs=jobs))
 
 
 @post(
@@ -588,6 +630,7 @@ QUEUE_HANDLERS = [
     enqueue_many,
     lease,
     heartbeat,
+    heartbeat_many,
     ack,
     ack_many,
     fail,

@@ -136,6 +136,22 @@ class LeaseResponse(Struct):
     jobs: list[LeasedJob]
 
 
+# Ack, then lease the next job, in one call: the lease request rides along with the ack.
+LeaseNext = Annotated[
+    LeaseRequest | None,
+    Meta(
+        description="after the ack, lease as this lease request would (same fields and limits, "
+        "long poll with wait_ms included): the answer adds its jobs. A failed ack leases nothing. "
+        "A 429 or 503 can come after the ack took effect: repeating the call is safe (the ack "
+        "answers as before), and with request_id the repeat answers the same jobs"
+    ),
+]
+NextJobs = Annotated[
+    list[LeasedJob],
+    Meta(description="only with lease_next: what that lease request answered (possibly no jobs)"),
+]
+
+
 class HeartbeatRequest(Request):
     lease_id: LeaseId
     lease_ms: LeaseMs | None = None
@@ -147,9 +163,43 @@ class HeartbeatResponse(Struct):
     lease_expires_at: EpochMs
 
 
+class HeartbeatItem(Request):
+    id: Name
+    lease_id: LeaseId
+    lease_ms: (
+        Annotated[LeaseMs, Meta(description="the lease's new length from now; default: its own length")]
+        | None
+    ) = None
+
+    def __post_init__(self) -> None:
+        _require_names(self.id)
+
+
+class HeartbeatManyRequest(Request):
+    leases: Annotated[list[HeartbeatItem], Meta(min_length=1, max_length=limits.MAX_BATCH)]
+
+
+class HeartbeatResult(Struct, omit_defaults=True):
+    """ok: the lease was renewed (lease_id, lease_expires_at, cancel_requested); else code."""
+
+    id: str
+    ok: bool
+    lease_id: str | None = None
+    lease_expires_at: EpochMs | None = None
+    cancel_requested: (
+        Annotated[bool, Meta(description="the job is asked to stop; always false in this version")] | None
+    ) = None
+    code: Literal["lease_lost", "job_not_found"] | None = None
+
+
+class HeartbeatManyResponse(Struct):
+    results: Annotated[list[HeartbeatResult], Meta(description="one per lease, in the order sent")]
+
+
 class AckRequest(Request):
     lease_id: LeaseId
     result: Raw | UnsetType = UNSET
+    lease_next: LeaseNext = None
 
     def __post_init__(self) -> None:
         _require_shallow(self.result)
@@ -158,6 +208,7 @@ class AckRequest(Request):
 class AckResponse(Struct):
     id: str
     state: Literal["completed"]
+    jobs: NextJobs | UnsetType = UNSET
 
 
 class AckItem(Request):
@@ -172,6 +223,7 @@ class AckItem(Request):
 
 class AckManyRequest(Request):
     acks: Annotated[list[AckItem], Meta(min_length=1, max_length=limits.MAX_BATCH)]
+    lease_next: LeaseNext = None
 
 
 class AckResult(Struct, omit_defaults=True):
@@ -183,6 +235,7 @@ class AckResult(Struct, omit_defaults=True):
 
 class AckManyResponse(Struct):
     results: list[AckResult]
+    jobs: NextJobs | UnsetType = UNSET
 
 
 class FailRequest(Request):

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from echomq import (
+    AckedMany,
     AckItem,
     AsyncClient,
     BackendUnavailable,
@@ -24,12 +25,15 @@ from echomq import (
     Counts,
     Enqueued,
     Forbidden,
+    HeartbeatItem,
+    HeartbeatOutcome,
     InvalidRequest,
     Job,
     JobActive,
     JobNotFound,
     LeasedJob,
     LeaseLost,
+    LeaseNext,
     NewJob,
     NotFound,
     RetryPolicy,
@@ -190,6 +194,7 @@ METHOD_OF_OPERATION = {
     "enqueueMany": "enqueue_many",
     "lease": "lease",
     "heartbeat": "heartbeat",
+    "heartbeatMany": "heartbeat_many",
     "ack": "ack",
     "ackMany": "ack_many",
     "fail": "fail",
@@ -260,6 +265,19 @@ def test_retries_only_what_is_safe_to_repeat(private_valkey: ValkeyProcess, queu
             assert attempts(lambda: client.enqueue(queue, 1, id="mine")) == 3
             assert attempts(lambda: client.heartbeat(queue, job.id, job.lease_id)) == 3
             assert attempts(lambda: client.ack(queue, job.id, job.lease_id, "r")) == 3
+            assert (
+                attempts(lambda: client.heartbeat_many(queue, [{"id": job.id, "lease_id": job.lease_id}]))
+                == 3
+            )
+            # With lease_next, an ack is as safe to repeat as a lease call: with a request_id.
+            safe_next = LeaseNext(worker="w1", request_id="next-1")
+            assert attempts(lambda: client.ack(queue, job.id, job.lease_id, "r", lease_next=safe_next)) == 3
+            assert (
+                attempts(lambda: client.ack(queue, job.id, job.lease_id, "r", lease_next={"worker": "w1"}))
+                == 1
+            )
+            acks = [{"id": job.id, "lease_id": job.lease_id}]
+            assert attempts(lambda: client.ack_many(queue, acks, lease_next={"worker": "w1"})) == 1
             assert attempts(lambda: client.enqueue(queue, 1)) == 1  # no id: a repeat could duplicate
             assert attempts(lambda: client.lease(queue, "w1")) == 1
             assert attempts(lambda: client.fail(queue, job.id, job.lease_id, "e")) == 1
@@ -309,3 +327,63 @@ def test_a_lease_with_a_request_id_repeats_safely_and_a_queue_can_be_deleted(sdk
         sdk.delete_queue(queue)
     sdk.delete_queue(queue, force=True)
     assert sdk.queue(queue).counts.waiting == 0 and sdk.queue(queue).counts.active == 0
+
+
+def test_an_ack_leases_the_next_jobs_and_leases_are_renewed_in_one_call(sdk: Client, queue: str) -> None:
+    sdk.enqueue_many(queue, [{"payload": n, "id": f"j{n}"} for n in range(5)])
+    (first,) = sdk.lease(queue, "w1", lease_ms=5000)
+    assert sdk.ack(queue, first.id, first.lease_id).jobs is None  # no lease_next: no jobs
+
+    (second,) = sdk.lease(queue, "w1")
+    acked = sdk.ack(queue, second.id, second.lease_id, "done", lease_next=LeaseNext(worker="w1", max_jobs=2))
+    assert (acked.id, acked.state) == (second.id, "completed")
+    assert [job.id for job in acked.jobs or []] == ["j2", "j3"]
+    assert all(isinstance(job, LeasedJob) for job in acked.jobs or [])
+    with pytest.raises(LeaseLost):  # a failed ack leases nothing
+        sdk.ack(queue, second.id, "not-the-lease", lease_next={"worker": "w1"})
+    assert sdk.queue(queue).counts.waiting == 1
+
+    held = acked.jobs or []
+    outcomes = sdk.heartbeat_many(
+        queue,
+        [
+            HeartbeatItem(id=held[0].id, lease_id=held[0].lease_id, lease_ms=60_000),
+            {"id": held[1].id, "lease_id": "not-the-lease"},
+            {"id": "nope", "lease_id": "x"},
+        ],
+    )
+    assert all(isinstance(outcome, HeartbeatOutcome) for outcome in outcomes)
+    assert [(o.id, o.ok, o.code, o.cancel_requested) for o in outcomes] == [
+        ("j2", True, None, False),
+        ("j3", False, "lease_lost", False),
+        ("nope", False, "job_not_found", False),
+    ]
+    assert outcomes[0].lease_expires_at and outcomes[0].lease_expires_at > held[0].lease_expires_at
+
+    both = sdk.ack_many(
+        queue,
+        [{"id": job.id, "lease_id": job.lease_id} for job in held],
+        lease_next={"worker": "w1", "wait_ms": 1000, "request_id": "after-batch"},
+    )
+    assert isinstance(both, AckedMany)
+    assert [outcome.ok for outcome in both.results] == [True, True]
+    assert [job.id for job in both.jobs] == ["j4"]
+    assert sdk.ack_many(queue, [{"id": "j4", "lease_id": both.jobs[0].lease_id}])[0].ok
+
+
+async def test_async_ack_with_lease_next_and_heartbeat_many(asdk: AsyncClient, queue: str) -> None:
+    await asdk.enqueue_many(queue, [{"payload": n, "id": f"j{n}"} for n in range(3)])
+    (first,) = await asdk.lease(queue, "w1")
+    acked = await asdk.ack(queue, first.id, first.lease_id, lease_next={"worker": "w1", "max_jobs": 2})
+    assert [job.id for job in acked.jobs or []] == ["j1", "j2"]
+    outcomes = await asdk.heartbeat_many(
+        queue, [{"id": job.id, "lease_id": job.lease_id} for job in acked.jobs or []]
+    )
+    assert [(o.id, o.ok) for o in outcomes] == [("j1", True), ("j2", True)]
+    both = await asdk.ack_many(
+        queue,
+        [{"id": job.id, "lease_id": job.lease_id} for job in acked.jobs or []],
+        lease_next={"worker": "w1"},
+    )
+    assert [o.state for o in both.results] == ["completed", "completed"] and both.jobs == []
+    assert [o.ok for o in await asdk.ack_many(queue, [{"id": "j1", "lease_id": "x"}])] == [False]

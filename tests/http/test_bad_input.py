@@ -258,6 +258,9 @@ ENDPOINTS: dict[str, Endpoint] = {
     "enqueue_many": Endpoint("POST", "/v1/queues/{queue}/enqueue", {"jobs": [{"payload": 9}]}),
     "lease": Endpoint("POST", "/v1/queues/{queue}/lease", {"worker": "w2"}),
     "heartbeat": Endpoint("POST", "/v1/queues/{queue}/jobs/{job}/heartbeat", {"lease_id": LEASE}),
+    "heartbeat_many": Endpoint(
+        "POST", "/v1/queues/{queue}/heartbeat", {"leases": [{"id": HELD, "lease_id": LEASE}]}
+    ),
     "ack": Endpoint("POST", "/v1/queues/{queue}/jobs/{job}/ack", {"lease_id": LEASE}),
     "ack_many": Endpoint("POST", "/v1/queues/{queue}/ack", {"acks": [{"id": HELD, "lease_id": LEASE}]}),
     "fail": Endpoint("POST", "/v1/queues/{queue}/jobs/{job}/fail", {"lease_id": LEASE, "error": "boom"}),
@@ -315,6 +318,7 @@ INVALID_UTF8_BODIES = {
     "enqueue_many": b'{"jobs": [{"payload": 1, "name": "\xff"}]}',
     "lease": b'{"worker": "w\xff"}',
     "heartbeat": b'{"lease_id": "\xff"}',
+    "heartbeat_many": b'{"leases": [{"id": "held-1", "lease_id": "\xff"}]}',
     "ack": b'{"lease_id": "\xff"}',
     "ack_many": b'{"acks": [{"id": "held-1", "lease_id": "\xff"}]}',
     "fail": b'{"lease_id": "$LEASE", "error": "\xe9"}',  # Latin-1, not UTF-8
@@ -334,6 +338,7 @@ FLOAT_FIRST_FIELD = {
     "enqueue_many": "jobs",
     "lease": "lease_ms",
     "heartbeat": "lease_ms",
+    "heartbeat_many": "leases",
     "ack": "lease_id",
     "ack_many": "acks",
     "fail": "retry_after_ms",
@@ -422,6 +427,25 @@ def field_cases(endpoint: str, fields: dict[str, list[tuple[str, Any]]]) -> list
 MAX_ERROR = limits.MAX_ERROR_BYTES
 LEASE_IDS = required([("empty", ""), ("129-chars", "x" * 129), ("int", 5), ("list", [LEASE])])
 LEASE_MS = ints(limits.MIN_LEASE_MS, limits.MAX_LEASE_MS)
+# An ack's lease_next is a lease request, checked as one before the ack is applied.
+LEASE_NEXTS: list[tuple[str, Any]] = [
+    ("string", "w2"),
+    ("list", [{"worker": "w2"}]),
+    ("no-worker", {}),
+    ("worker-null", {"worker": None}),
+    *((f"worker-{label}", {"worker": name}) for label, name in bad_names()),
+    *((f"lease_ms-{label}", {"worker": "w2", "lease_ms": value}) for label, value in not_null(LEASE_MS)),
+    *(
+        (f"max_jobs-{label}", {"worker": "w2", "max_jobs": value})
+        for label, value in not_null(ints(1, limits.MAX_JOBS_PER_LEASE))
+    ),
+    *(
+        (f"wait_ms-{label}", {"worker": "w2", "wait_ms": value})
+        for label, value in not_null(ints(0, limits.MAX_WAIT_MS))
+    ),
+    *((f"request_id-{label}", {"worker": "w2", "request_id": name}) for label, name in bad_names()),
+    ("unknown-field", {"worker": "w2", "bogus": 1}),
+]
 
 FIELD_CASES = [
     *field_cases(
@@ -456,7 +480,8 @@ FIELD_CASES = [
         },
     ),
     *field_cases("heartbeat", {"lease_id": LEASE_IDS, "lease_ms": LEASE_MS}),  # null: the lease's own
-    *field_cases("ack", {"lease_id": LEASE_IDS}),
+    *field_cases("ack", {"lease_id": LEASE_IDS, "lease_next": LEASE_NEXTS}),
+    *field_cases("ack_many", {"lease_next": LEASE_NEXTS}),
     *field_cases("release", {"lease_id": LEASE_IDS}),
     *field_cases(
         "fail",
@@ -498,8 +523,10 @@ FIELD_CASES = [
 
 def batch_cases() -> list[Case]:
     many, acks = ENDPOINTS["enqueue_many"].url(), ENDPOINTS["ack_many"].url()
+    beats = ENDPOINTS["heartbeat_many"].url()
     job = {"payload": 1}
     ack = {"id": HELD, "lease_id": LEASE}
+    beat = {"id": HELD, "lease_id": LEASE}
     cases = [
         Case("enqueue_many-0-jobs", "POST", many, {"jobs": []}, hint="$.jobs"),
         Case("enqueue_many-1001-jobs", "POST", many, {"jobs": [job] * 1001}, hint="$.jobs"),
@@ -521,6 +548,28 @@ def batch_cases() -> list[Case]:
         Case("ack_many-item-no-lease-id", "POST", acks, {"acks": [ack, {"id": HELD}]}, hint="lease_id"),
         Case("ack_many-item-no-id", "POST", acks, {"acks": [ack, {"lease_id": LEASE}]}, hint="`id`"),
         Case("ack_many-item-unknown-field", "POST", acks, {"acks": [{**ack, "bogus": 1}]}, hint="bogus"),
+        Case("heartbeat_many-0-leases", "POST", beats, {"leases": []}, hint="$.leases"),
+        Case("heartbeat_many-1001-leases", "POST", beats, {"leases": [beat] * 1001}, hint="$.leases"),
+        Case("heartbeat_many-leases-missing", "POST", beats, {}, hint="leases"),
+        Case("heartbeat_many-leases-null", "POST", beats, {"leases": None}, hint="$.leases"),
+        Case("heartbeat_many-leases-object", "POST", beats, {"leases": beat}, hint="$.leases"),
+        Case(
+            "heartbeat_many-item-no-lease-id",
+            "POST",
+            beats,
+            {"leases": [beat, {"id": HELD}]},
+            hint="lease_id",
+        ),
+        Case(
+            "heartbeat_many-item-no-id", "POST", beats, {"leases": [beat, {"lease_id": LEASE}]}, hint="`id`"
+        ),
+        Case(
+            "heartbeat_many-item-progress",  # progress comes with a later version of the contract
+            "POST",
+            beats,
+            {"leases": [{**beat, "progress": {"done": 1}}]},
+            hint="progress",
+        ),
     ]
     # Only the 500th item (index 499) is bad. Were the rest stored, 999 new jobs would show.
     for label, bad in [
@@ -544,6 +593,18 @@ def batch_cases() -> list[Case]:
         items = [ack] + [{"id": f"other-{i}", "lease_id": WRONG_LEASE} for i in range(1, 1000)]
         items[499] = {**items[499], **bad}
         cases.append(Case(f"ack_many-item-500-{label}", "POST", acks, {"acks": items}, hint="$.acks[499]"))
+    # The first lease is the real one: were the batch applied, the seeded lease would be renewed.
+    for label, bad in [
+        ("lease_id-empty", {"lease_id": ""}),
+        ("lease_id-null", {"lease_id": None}),
+        *((f"lease_ms-{k}", {"lease_ms": v}) for k, v in LEASE_MS),
+        *((f"id-{k}", {"id": v}) for k, v in BAD_BODY_NAMES.items()),
+    ]:
+        leases = [beat] + [{"id": f"other-{i}", "lease_id": WRONG_LEASE} for i in range(1, 1000)]
+        leases[499] = {**leases[499], **bad}
+        cases.append(
+            Case(f"heartbeat_many-item-500-{label}", "POST", beats, {"leases": leases}, hint="$.leases[499]")
+        )
     return cases
 
 
@@ -703,6 +764,7 @@ def routing_cases() -> list[Case]:
         ("GET", f"{Q}/lease"),
         ("GET", f"{Q}/enqueue"),
         ("GET", f"{Q}/ack"),
+        ("GET", f"{Q}/heartbeat"),
         ("PATCH", JOB),
         ("POST", JOB),
         ("PUT", JOB),
@@ -746,6 +808,25 @@ def domain_cases() -> list[Case]:
             cases.append(
                 e.case(f"{call}-lease-on-{other}", status=409, code="lease_lost", hint="lease", job=other)
             )
+    # A failed ack leases nothing for its lease_next: the waiting job stays waiting.
+    e, lease_next = ENDPOINTS["ack"], {"worker": "w2", "max_jobs": 10}
+    cases += [
+        e.case(
+            "ack-missing-job-with-lease_next",
+            {**e.body, "lease_next": lease_next},
+            404,
+            "job_not_found",
+            "nope-1",
+            job="nope-1",
+        ),
+        e.case(
+            "ack-wrong-lease-with-lease_next",
+            {"lease_id": WRONG_LEASE, "lease_next": lease_next},
+            409,
+            "lease_lost",
+            "lease",
+        ),
+    ]
     for call in ("get_job", "delete_job"):
         e = ENDPOINTS[call]
         cases.append(
@@ -838,6 +919,49 @@ EDGE_BODIES: list[tuple[str, str, Any, int]] = [
         {"acks": [{"id": HELD, "lease_id": LEASE}] + [{"id": f"x{i}", "lease_id": "x"} for i in range(999)]},
         200,
     ),
+    (
+        "heartbeat_many-1000",
+        "heartbeat_many",
+        {
+            "leases": [{"id": HELD, "lease_id": LEASE}]
+            + [{"id": f"x{i}", "lease_id": "x"} for i in range(999)]
+        },
+        200,
+    ),
+    (
+        "heartbeat_many-lease-ms-edges",
+        "heartbeat_many",
+        {
+            "leases": [
+                {"id": HELD, "lease_id": LEASE, "lease_ms": limits.MIN_LEASE_MS},
+                {"id": HELD, "lease_id": LEASE, "lease_ms": None},
+                {"id": HELD, "lease_id": LEASE, "lease_ms": limits.MAX_LEASE_MS},
+            ]
+        },
+        200,
+    ),
+    (
+        "ack-lease_next-edges",
+        "ack",
+        {
+            "lease_id": LEASE,
+            "lease_next": {
+                "worker": "w" * 128,
+                "lease_ms": limits.MIN_LEASE_MS,
+                "max_jobs": limits.MAX_JOBS_PER_LEASE,
+                "wait_ms": 0,
+                "request_id": "r" * 128,
+            },
+        },
+        200,
+    ),
+    ("ack-lease_next-null", "ack", {"lease_id": LEASE, "lease_next": None}, 200),
+    (
+        "ack_many-lease_next-whole-floats",
+        "ack_many",
+        {"acks": [{"id": HELD, "lease_id": LEASE}], "lease_next": {"worker": "w2", "lease_ms": 1000.0}},
+        200,
+    ),
     ("redrive-empty-body", "redrive", b"", 200),
     ("redrive-1000-ids", "redrive", {"ids": [DEAD] * limits.MAX_BATCH}, 200),
 ]
@@ -882,6 +1006,7 @@ OVERSIZED_BODIES: dict[str, Any] = {
     "enqueue_many": {"jobs": [{"payload": "x" * 100}] * 30},
     "lease": {"worker": "w2", "bogus": OVERSIZED},
     "heartbeat": {"lease_id": LEASE, "bogus": OVERSIZED},
+    "heartbeat_many": {"leases": [{"id": HELD, "lease_id": LEASE}] * 100},
     "ack": {"lease_id": LEASE, "result": OVERSIZED},
     "ack_many": {"acks": [{"id": HELD, "lease_id": LEASE, "result": OVERSIZED}]},
     "fail": {"lease_id": LEASE, "error": OVERSIZED},  # under 8 KiB: only the body limit is hit

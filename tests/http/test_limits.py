@@ -83,6 +83,9 @@ async def test_batches_are_limited(client: httpx.AsyncClient, queue: str) -> Non
     assert (await client.post(f"/v1/queues/{queue}/enqueue", json=full)).status_code == 200
     too_many_acks = {"acks": [{"id": f"j{i}", "lease_id": "x"} for i in range(limits.MAX_BATCH + 1)]}
     assert_problem(await client.post(f"/v1/queues/{queue}/ack", json=too_many_acks), 400, "invalid_request")
+    too_many_beats = {"leases": [{"id": f"j{i}", "lease_id": "x"} for i in range(limits.MAX_BATCH + 1)]}
+    beats = await client.post(f"/v1/queues/{queue}/heartbeat", json=too_many_beats)
+    assert_problem(beats, 400, "invalid_request")
 
 
 CONNECTION_CAP = 16  # the least EMQ_MAX_CONNECTIONS takes

@@ -16,6 +16,7 @@ CONTRACT = {
     ("post", "/v1/queues/{queue}/enqueue"),
     ("post", "/v1/queues/{queue}/lease"),
     ("post", "/v1/queues/{queue}/jobs/{id}/heartbeat"),
+    ("post", "/v1/queues/{queue}/heartbeat"),  # v1.1
     ("post", "/v1/queues/{queue}/jobs/{id}/ack"),
     ("post", "/v1/queues/{queue}/ack"),
     ("post", "/v1/queues/{queue}/jobs/{id}/fail"),

@@ -214,7 +214,12 @@ class LuaQueue:
         return job
 
     async def heartbeat(self, job_id: str, lease_id: str, lease_ms: int = 0) -> list[int]:
-        return await self.call("heartbeat", job_id, lease_id, lease_ms)
+        """[code, new lease_expires_at (0 when not renewed)] of one lease renewed alone."""
+        return await self.heartbeat_many((job_id, lease_id, lease_ms))
+
+    async def heartbeat_many(self, *leases: tuple[str, str, int]) -> list[int]:
+        """The flat reply: code and new expiry per (id, lease id, lease_ms; 0 = its own length)."""
+        return await self.call("heartbeat", json.dumps([list(lease) for lease in leases]))
 
     async def ack(self, *acks: tuple[str, str] | tuple[str, str, bytes]) -> list[int]:
         """The codes of an ack call (its held-time entries are checked by ack_held)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from service import limits
 from service.errors import ScriptCode
+from tests.lua.conftest import LEASE_MS
 
 NOT_FOUND, LEASE_LOST = ScriptCode.JOB_NOT_FOUND.value, ScriptCode.LEASE_LOST.value
 OTHER_LEASE = "f" * 32
@@ -59,7 +60,7 @@ async def test_heartbeat_defaults_to_the_lease_own_length(q):
 
 
 async def test_heartbeat_of_a_missing_job(q):
-    assert await q.heartbeat("nope", OTHER_LEASE, 5000) == [NOT_FOUND]
+    assert await q.heartbeat("nope", OTHER_LEASE, 5000) == [NOT_FOUND, 0]
     assert await q.job("nope") == {}
 
 
@@ -68,7 +69,7 @@ async def test_heartbeat_with_another_lease_id_is_lease_lost(q):
     job = await q.lease_one(lease_ms=5000)
     stored = await q.job("a")
 
-    assert await q.heartbeat("a", OTHER_LEASE, 60_000) == [LEASE_LOST]
+    assert await q.heartbeat("a", OTHER_LEASE, 60_000) == [LEASE_LOST, 0]
     assert await q.lock_pttl("a") <= 5000
     assert await q.zset(q.keys.deadlines) == {"a": job.lease_expires_at}
     assert await q.job("a") == stored
@@ -79,7 +80,7 @@ async def test_heartbeat_after_the_lock_expired_is_lease_lost_before_any_sweep(q
     job = await q.lease_one()
     await q.expire_lock("a")
 
-    assert await q.heartbeat("a", job.lease_id, 60_000) == [LEASE_LOST]
+    assert await q.heartbeat("a", job.lease_id, 60_000) == [LEASE_LOST, 0]
     assert await q.lock("a") is None  # not recreated
     assert await q.active() == ["a"]  # still in the ledger until the sweep returns it
     assert (await q.job("a"))["state"] == "active"
@@ -90,7 +91,97 @@ async def test_heartbeat_after_a_real_lock_expiry(q):
     await q.add("a")
     job = await q.lease_one(lease_ms=20)  # below the API minimum: the script does not care
     await q.wait_for_expiry(job)
-    assert await q.heartbeat("a", job.lease_id, 5000) == [LEASE_LOST]
+    assert await q.heartbeat("a", job.lease_id, 5000) == [LEASE_LOST, 0]
+
+
+# --- heartbeat of many leases ----------------------------------------------------------------
+
+
+async def test_heartbeat_many_renews_each_live_lease_and_reports_the_others_in_order(q):
+    for job_id in ("a", "b", "c", "d"):
+        await q.add(job_id)
+    a, b, c, d = await q.lease(max_jobs=4)
+    assert [job.id for job in (a, b, c, d)] == ["a", "b", "c", "d"]
+    await q.expire_lock("c")
+    before = await q.now_ms()
+
+    reply = await q.heartbeat_many(
+        ("a", a.lease_id, 60_000),
+        ("nope", OTHER_LEASE, 60_000),
+        ("b", b.lease_id, 0),  # its own length (LEASE_MS)
+        ("c", c.lease_id, 60_000),  # its lock expired: not renewed
+        ("d", OTHER_LEASE, 60_000),
+    )
+    after = await q.now_ms()
+
+    codes, expiries = reply[::2], reply[1::2]
+    assert codes == [1, NOT_FOUND, 1, LEASE_LOST, LEASE_LOST]
+    assert expiries[1] == expiries[3] == expiries[4] == 0
+    assert before + 60_000 <= expiries[0] <= after + 60_000
+    assert before + LEASE_MS <= expiries[2] <= after + LEASE_MS
+    assert 59_000 < await q.lock_pttl("a") <= 60_000
+    assert LEASE_MS - 1000 < await q.lock_pttl("b") <= LEASE_MS
+    assert await q.lock("c") is None  # an expired lease is not brought back
+    assert await q.lock_pttl("d") <= LEASE_MS and await q.lock("d") == f"{d.lease_id}:w1"
+    assert await q.zset(q.keys.deadlines) == {
+        "a": expiries[0],
+        "b": expiries[2],
+        "c": c.lease_expires_at,
+        "d": d.lease_expires_at,
+    }
+    assert int((await q.job("a"))["lease_expires_at"]) == expiries[0]
+    assert int((await q.job("b"))["lease_expires_at"]) == expiries[2]
+    assert int((await q.job("b"))["lease_ms"]) == LEASE_MS  # the lease's own length is kept
+    assert (await q.job("d"))["lease_expires_at"] == str(d.lease_expires_at)
+    assert await q.job("nope") == {}
+    assert sorted(await q.active()) == ["a", "b", "c", "d"]
+
+
+async def test_heartbeat_many_brings_the_sweep_forward_to_the_soonest_new_expiry(q):
+    for job_id in ("a", "b"):
+        await q.add(job_id)
+    a, b = await q.lease(max_jobs=2, lease_ms=60_000)
+    reply = await q.heartbeat_many(("a", a.lease_id, 120_000), ("b", b.lease_id, 5_000))
+    assert reply[::2] == [1, 1]
+    assert await q.redis.zscore(q.keys.due, q.keys.queue) == reply[3]  # b's, the soonest
+
+
+async def test_heartbeat_many_of_only_lost_leases_changes_nothing(q):
+    await q.add("a")
+    job = await q.lease_one()
+    due = await q.redis.zscore(q.keys.due, q.keys.queue)
+    stored = await q.job("a")
+    assert await q.heartbeat_many(("a", OTHER_LEASE, 5000), ("x", OTHER_LEASE, 0)) == [
+        LEASE_LOST,
+        0,
+        NOT_FOUND,
+        0,
+    ]
+    assert await q.job("a") == stored
+    assert await q.zset(q.keys.deadlines) == {"a": job.lease_expires_at}
+    assert await q.redis.zscore(q.keys.due, q.keys.queue) == due
+
+
+async def test_heartbeat_many_of_one_job_twice_renews_it_by_the_last(q):
+    await q.add("a")
+    job = await q.lease_one()
+    reply = await q.heartbeat_many(("a", job.lease_id, 60_000), ("a", job.lease_id, 5_000))
+    assert reply[::2] == [1, 1]
+    assert await q.zset(q.keys.deadlines) == {"a": reply[3]}
+    assert await q.lock_pttl("a") <= 5_000
+    assert int((await q.job("a"))["lease_expires_at"]) == reply[3]
+
+
+async def test_heartbeat_many_renews_a_full_batch_in_one_call(q):
+    await q.enqueue(*(q.spec(f"j{i}") for i in range(limits.MAX_BATCH)))
+    jobs = []
+    for _ in range(limits.MAX_BATCH // limits.MAX_JOBS_PER_LEASE):
+        jobs += await q.lease(max_jobs=limits.MAX_JOBS_PER_LEASE, lease_ms=5_000)
+    reply = await q.heartbeat_many(*((job.id, job.lease_id, 60_000) for job in jobs))
+    assert reply[::2] == [1] * limits.MAX_BATCH
+    deadlines = await q.zset(q.keys.deadlines)
+    assert deadlines == {job.id: expires_at for job, expires_at in zip(jobs, reply[1::2], strict=True)}
+    assert min(deadlines.values()) > max(job.lease_expires_at for job in jobs)
 
 
 # --- ack -----------------------------------------------------------------------------------
@@ -411,7 +502,7 @@ async def test_release_worker_of_an_unknown_worker(q):
 async def test_holder_calls_on_a_job_that_is_not_leased_are_lease_lost(q):
     await q.add("a")
     stored = await q.job("a")
-    assert await q.heartbeat("a", OTHER_LEASE, 5000) == [LEASE_LOST]
+    assert await q.heartbeat("a", OTHER_LEASE, 5000) == [LEASE_LOST, 0]
     assert await q.fail("a", OTHER_LEASE) == [LEASE_LOST]
     assert await q.release("a", OTHER_LEASE) == LEASE_LOST
     assert await q.ack(("a", OTHER_LEASE)) == [LEASE_LOST]
@@ -427,7 +518,7 @@ async def test_an_old_lease_is_lost_once_the_job_is_leased_again(q):
     new = await q.lease_one("w2")
     assert (new.attempt, new.fence) == (2, 2)
 
-    assert await q.heartbeat("a", old.lease_id, 5000) == [LEASE_LOST]
+    assert await q.heartbeat("a", old.lease_id, 5000) == [LEASE_LOST, 0]
     assert await q.fail("a", old.lease_id) == [LEASE_LOST]
     assert await q.release("a", old.lease_id) == LEASE_LOST
     assert await q.ack(("a", old.lease_id)) == [LEASE_LOST]

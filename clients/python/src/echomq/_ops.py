@@ -164,8 +164,10 @@ _read_enqueued = reader(m.Enqueued)
 _read_many = _field(m._EnqueueMany, "jobs")
 _read_leased = _field(m._Leased, "jobs")
 _read_heartbeat = reader(m.Heartbeat)
+_read_heartbeat_many = _field(m._HeartbeatMany, "results")
 _read_acked = reader(m.Acked)
 _read_ack_many = _field(m._AckMany, "results")
+_read_acked_many = reader(m.AckedMany)
 _read_failed = reader(m.Failed)
 _read_released = reader(m.Released)
 _read_job = reader(m.Job)
@@ -213,6 +215,27 @@ def _ack_item(item: m.AckItem | Mapping[str, Any]) -> m.AckItem:
     if isinstance(item, m.AckItem):
         return item
     return msgspec.convert(dict(item), m.AckItem)
+
+
+def _heartbeat_item(item: m.HeartbeatItem | Mapping[str, Any]) -> m.HeartbeatItem:
+    if isinstance(item, m.HeartbeatItem):
+        return item
+    return msgspec.convert(dict(item), m.HeartbeatItem)
+
+
+def _lease_next(lease_next: m.LeaseNext | Mapping[str, Any] | None) -> m.LeaseNext | None:
+    if lease_next is None or isinstance(lease_next, m.LeaseNext):
+        return lease_next
+    return msgspec.convert(dict(lease_next), m.LeaseNext)
+
+
+def _with_lease_next(fields: dict[str, Any], lease_next: m.LeaseNext | None) -> tuple[bytes, bool, float]:
+    """An ack's body with its lease_next; whether the call is safe to repeat (the ack is; the
+    lease only with a request_id, as a lease call); how long the service may hold the answer."""
+    if lease_next is None:
+        return _encoder.encode(fields), True, 0.0
+    body = _encoder.encode({**fields, "lease_next": lease_next})
+    return body, lease_next.request_id is not None, (lease_next.wait_ms or 0) / 1000
 
 
 def enqueue(
@@ -293,16 +316,31 @@ def heartbeat(queue: str, job_id: str, lease_id: str, lease_ms: int | None) -> O
     )
 
 
-def ack(queue: str, job_id: str, lease_id: str, result: Any) -> Op[m.Acked]:
+def heartbeat_many(
+    queue: str, leases: Iterable[m.HeartbeatItem | Mapping[str, Any]]
+) -> Op[list[m.HeartbeatOutcome]]:
+    return Op(
+        "POST",
+        f"{_q(queue)}/heartbeat",
+        _read_heartbeat_many,
+        idempotent=True,
+        body=_encoder.encode({"leases": [_heartbeat_item(item) for item in leases]}),
+    )
+
+
+def ack(
+    queue: str, job_id: str, lease_id: str, result: Any, lease_next: m.LeaseNext | Mapping[str, Any] | None
+) -> Op[m.Acked]:
     # The same ack (same lease) repeated after it succeeded answers 200 again.
+    fields = {"lease_id": lease_id} if result is msgspec.UNSET else {"lease_id": lease_id, "result": result}
+    body, idempotent, long_poll_s = _with_lease_next(fields, _lease_next(lease_next))
     return Op(
         "POST",
         f"{_job(queue, job_id)}/ack",
         _read_acked,
-        idempotent=True,
-        body=_encoder.encode(
-            {"lease_id": lease_id} if result is msgspec.UNSET else {"lease_id": lease_id, "result": result}
-        ),
+        idempotent=idempotent,
+        body=body,
+        long_poll_s=long_poll_s,
     )
 
 
@@ -313,6 +351,21 @@ def ack_many(queue: str, acks: Iterable[m.AckItem | Mapping[str, Any]]) -> Op[li
         _read_ack_many,
         idempotent=True,
         body=_encoder.encode({"acks": [_ack_item(item) for item in acks]}),
+    )
+
+
+def ack_many_and_lease(
+    queue: str, acks: Iterable[m.AckItem | Mapping[str, Any]], lease_next: m.LeaseNext | Mapping[str, Any]
+) -> Op[m.AckedMany]:
+    fields = {"acks": [_ack_item(item) for item in acks]}
+    body, idempotent, long_poll_s = _with_lease_next(fields, _lease_next(lease_next))
+    return Op(
+        "POST",
+        f"{_q(queue)}/ack",
+        _read_acked_many,
+        idempotent=idempotent,
+        body=body,
+        long_poll_s=long_poll_s,
     )
 
 

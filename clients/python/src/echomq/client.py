@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, overload
 
 import httpx
 import msgspec
@@ -150,12 +150,53 @@ class Client(_Base):
         """Renew a lease (by its own length unless ``lease_ms``); ``LeaseLost`` if it is gone."""
         return self._call(_ops.heartbeat(queue, id, lease_id, lease_ms))
 
-    def ack(self, queue: str, id: str, lease_id: str, result: Any = UNSET) -> m.Acked:
-        """Complete a job; ``LeaseLost`` when the lease is no longer this one."""
-        return self._call(_ops.ack(queue, id, lease_id, result))
+    def heartbeat_many(
+        self, queue: str, leases: Iterable[m.HeartbeatItem | Mapping[str, Any]]
+    ) -> list[m.HeartbeatOutcome]:
+        """Renew 1..1000 leases in one request: an outcome per lease, in order (a lost one does
+        not fail the others)."""
+        return self._call(_ops.heartbeat_many(queue, leases))
 
-    def ack_many(self, queue: str, acks: Iterable[m.AckItem | Mapping[str, Any]]) -> list[m.AckOutcome]:
-        return self._call(_ops.ack_many(queue, acks))
+    def ack(
+        self,
+        queue: str,
+        id: str,
+        lease_id: str,
+        result: Any = UNSET,
+        *,
+        lease_next: m.LeaseNext | Mapping[str, Any] | None = None,
+    ) -> m.Acked:
+        """Complete a job; ``LeaseLost`` when the lease is no longer this one. With
+        ``lease_next`` (a lease call's fields) the same request then leases, and the answer's
+        ``jobs`` are the jobs leased; a failed ack leases nothing."""
+        return self._call(_ops.ack(queue, id, lease_id, result, lease_next))
+
+    @overload
+    def ack_many(
+        self, queue: str, acks: Iterable[m.AckItem | Mapping[str, Any]], *, lease_next: None = None
+    ) -> list[m.AckOutcome]: ...
+
+    @overload
+    def ack_many(
+        self,
+        queue: str,
+        acks: Iterable[m.AckItem | Mapping[str, Any]],
+        *,
+        lease_next: m.LeaseNext | Mapping[str, Any],
+    ) -> m.AckedMany: ...
+
+    def ack_many(
+        self,
+        queue: str,
+        acks: Iterable[m.AckItem | Mapping[str, Any]],
+        *,
+        lease_next: m.LeaseNext | Mapping[str, Any] | None = None,
+    ) -> list[m.AckOutcome] | m.AckedMany:
+        """Complete 1..1000 jobs: an outcome per ack, in order. With ``lease_next`` the same
+        request then leases, and answers both (``AckedMany``)."""
+        if lease_next is None:
+            return self._call(_ops.ack_many(queue, acks))
+        return self._call(_ops.ack_many_and_lease(queue, acks, lease_next))
 
     def fail(
         self,
@@ -343,11 +384,46 @@ class AsyncClient(_Base):
     ) -> m.Heartbeat:
         return await self._call(_ops.heartbeat(queue, id, lease_id, lease_ms))
 
-    async def ack(self, queue: str, id: str, lease_id: str, result: Any = UNSET) -> m.Acked:
-        return await self._call(_ops.ack(queue, id, lease_id, result))
+    async def heartbeat_many(
+        self, queue: str, leases: Iterable[m.HeartbeatItem | Mapping[str, Any]]
+    ) -> list[m.HeartbeatOutcome]:
+        return await self._call(_ops.heartbeat_many(queue, leases))
 
-    async def ack_many(self, queue: str, acks: Iterable[m.AckItem | Mapping[str, Any]]) -> list[m.AckOutcome]:
-        return await self._call(_ops.ack_many(queue, acks))
+    async def ack(
+        self,
+        queue: str,
+        id: str,
+        lease_id: str,
+        result: Any = UNSET,
+        *,
+        lease_next: m.LeaseNext | Mapping[str, Any] | None = None,
+    ) -> m.Acked:
+        return await self._call(_ops.ack(queue, id, lease_id, result, lease_next))
+
+    @overload
+    async def ack_many(
+        self, queue: str, acks: Iterable[m.AckItem | Mapping[str, Any]], *, lease_next: None = None
+    ) -> list[m.AckOutcome]: ...
+
+    @overload
+    async def ack_many(
+        self,
+        queue: str,
+        acks: Iterable[m.AckItem | Mapping[str, Any]],
+        *,
+        lease_next: m.LeaseNext | Mapping[str, Any],
+    ) -> m.AckedMany: ...
+
+    async def ack_many(
+        self,
+        queue: str,
+        acks: Iterable[m.AckItem | Mapping[str, Any]],
+        *,
+        lease_next: m.LeaseNext | Mapping[str, Any] | None = None,
+    ) -> list[m.AckOutcome] | m.AckedMany:
+        if lease_next is None:
+            return await self._call(_ops.ack_many(queue, acks))
+        return await self._call(_ops.ack_many_and_lease(queue, acks, lease_next))
 
     async def fail(
         self,

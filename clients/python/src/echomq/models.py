@@ -51,6 +51,25 @@ class AckItem(_Model, omit_defaults=True):
     result: Any = msgspec.UNSET
 
 
+class LeaseNext(_Model, omit_defaults=True):
+    """The lease an ack makes once it is done (``lease_next``): the fields of a lease call.
+    Fields left out take the service's defaults."""
+
+    worker: str
+    lease_ms: int | None = None
+    max_jobs: int | None = None
+    wait_ms: int | None = None
+    request_id: str | None = None
+
+
+class HeartbeatItem(_Model, omit_defaults=True):
+    """One lease of a heartbeat-many call; without ``lease_ms`` it is renewed by its own length."""
+
+    id: str
+    lease_id: str
+    lease_ms: int | None = None
+
+
 # --- responses ------------------------------------------------------------------------------
 
 
@@ -86,9 +105,24 @@ class Heartbeat(_Model):
     lease_expires_at: int
 
 
+class HeartbeatOutcome(_Model):
+    """One answer of heartbeat-many: ``ok`` with the renewed lease (``lease_expires_at``), or not
+    ok with ``code`` (``lease_lost`` or ``job_not_found``)."""
+
+    id: str
+    ok: bool
+    lease_id: str | None = None
+    lease_expires_at: int | None = None
+    cancel_requested: bool = False
+    code: str | None = None
+
+
 class Acked(_Model):
+    """Answer to an ack; ``jobs`` holds what its ``lease_next`` leased (None without one)."""
+
     id: str
     state: Literal["completed"]
+    jobs: list[LeasedJob] | None = None
 
 
 class AckOutcome(_Model):
@@ -99,6 +133,13 @@ class AckOutcome(_Model):
     ok: bool
     state: Literal["completed"] | None = None
     code: str | None = None
+
+
+class AckedMany(_Model):
+    """Answer to an ack-many with ``lease_next``: each ack's outcome, and the jobs leased after."""
+
+    results: list[AckOutcome]
+    jobs: list[LeasedJob]
 
 
 class Failed(_Model):
@@ -186,6 +227,10 @@ class _Leased(_Model):
 
 class _AckMany(_Model):
     results: list[AckOutcome]
+
+
+class _HeartbeatMany(_Model):
+    results: list[HeartbeatOutcome]
 
 
 class _Queues(_Model):
