@@ -7,6 +7,7 @@ the key prefix) but read the raw replies, and inspect the Redis keys a transitio
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import os
@@ -20,7 +21,7 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
 from service import limits
-from service.keys import QueueKeys
+from service.keys import DUE_INDEX, QueueKeys
 from service.scripts import Scripts, retention_placeholders
 
 LEASE_MS = 30_000
@@ -139,6 +140,15 @@ class WakeListener:
             received.append(data)
 
 
+def private_due_index(keys: QueueKeys) -> QueueKeys:
+    """The queue's keys with a due index of the tests' own: the session's service sweeps the
+    queues of the real due index, and would reclaim an expired lease before a test's own sweep
+    call could (in the same cluster slot, as the real one is)."""
+    due = keys.due.replace(DUE_INDEX, DUE_INDEX + ":lua-tests", 1)
+    script_keys = tuple(due if key == keys.due else key for key in keys.script_keys)
+    return dataclasses.replace(keys, due=due, script_keys=script_keys)
+
+
 class LuaQueue:
     """One queue's scripts, called directly, and readers for the state they leave."""
 
@@ -147,7 +157,7 @@ class LuaQueue:
     def __init__(self, client: Redis, scripts: Scripts, name: str) -> None:
         self.redis = client
         self.scripts = scripts
-        self.keys = QueueKeys.for_queue(name, cluster=isinstance(client, RedisCluster))
+        self.keys = private_due_index(QueueKeys.for_queue(name, cluster=isinstance(client, RedisCluster)))
         self._variants: dict[tuple[tuple[str, str], ...], Scripts] = {}
 
     async def call(self, operation: str, *args: Any) -> Any:
