@@ -3,14 +3,29 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Every version `make test` installs, pinned; `make lock` writes it.
+LOCK := requirements.lock
+UV_VERSION := 0.13.9
 
-.PHONY: serve test lint openapi clean bench bench-quick scaling chaos chaos-long report
+.PHONY: serve test lint lock openapi clean bench bench-quick scaling chaos chaos-long report
 
-$(STAMP): pyproject.toml clients/python/pyproject.toml
+# pip first, at the lock's version: the later install needs its --build-constraint, which pins
+# the build backend (hatchling) of the editable installs too.
+$(STAMP): pyproject.toml clients/python/pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]' -e ./clients/python
+	$(PY) -m pip install --quiet -c $(LOCK) pip
+	$(PY) -m pip install --quiet -c $(LOCK) --build-constraint $(LOCK) -e '.[dev]' -e ./clients/python
 	touch $(STAMP)
+
+# Regenerates the lock after a change of dependencies (pins already there stay; LOCK_ARGS=--upgrade
+# moves them all to the newest). uv resolves once for every platform and Python >= 3.11, against
+# PyPI (it reads no pip.conf: UV_DEFAULT_INDEX names a mirror); the lock is a plain requirements
+# file, so installing from it needs pip only. `pip` on stdin: the bootstrap takes pip from the lock.
+lock:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet uv==$(UV_VERSION)
+	printf 'pip\n' | $(VENV)/bin/uv pip compile --quiet --universal --python-version 3.11 --extra dev \
+	  --custom-compile-command 'make lock' $(LOCK_ARGS) -o $(LOCK) - pyproject.toml clients/python/pyproject.toml
 
 serve: $(STAMP)
 	exec $(VENV)/bin/emq serve
@@ -21,6 +36,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check service tests clients examples bench
 	$(VENV)/bin/hadolint Dockerfile
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec examples/compose.yaml
 
 openapi: $(STAMP)
 	$(PY) -m service.openapi > openapi/openapi.json

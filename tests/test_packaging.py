@@ -1,15 +1,31 @@
-"""The built wheel carries the Lua scripts, and the installed package finds them."""
+"""Packaging: the built wheel carries the Lua scripts (and the installed package finds them) and
+both packages their licence; the lock pins what pyproject asks for; the Dockerfile and the
+Compose example keep what the README says of them."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shlex
 import subprocess
 import sys
+import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tests.conftest import free_port
 
 ROOT = Path(__file__).parents[1]
+CLIENT = ROOT / "clients" / "python"
+LOCK = ROOT / "requirements.lock"
 
 
 @pytest.mark.timeout(180)
@@ -45,3 +61,98 @@ def test_wheel_ships_the_lua_scripts(tmp_path: Path) -> None:
         text=True,
     )
     assert found.stdout.strip() == str(tmp_path / "site" / "service" / "lua"), found.stderr
+
+
+def build(project: Path, kind: str, out: Path) -> Path:
+    """An sdist or wheel of project, by the installed hatchling (PEP 517 hooks, no isolation)."""
+    hook = f"import sys; from hatchling.build import build_{kind}; print(build_{kind}(sys.argv[1]))"
+    done = subprocess.run([sys.executable, "-c", hook, str(out)], cwd=project, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return out / done.stdout.strip()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("project", [ROOT, CLIENT], ids=["server", "client"])
+def test_both_packages_carry_their_licence(project: Path, tmp_path: Path) -> None:
+    licence = (project / "LICENSE").read_text()
+    assert licence.startswith("MIT License") and "the EchoMQ HTTP authors" in licence
+    assert tomllib.loads((project / "pyproject.toml").read_text())["project"]["license"] == "MIT"
+    wheel = zipfile.ZipFile(build(project, "wheel", tmp_path))
+    (in_wheel,) = [name for name in wheel.namelist() if name.endswith(".dist-info/licenses/LICENSE")]
+    assert wheel.read(in_wheel).decode() == licence
+    with tarfile.open(build(project, "sdist", tmp_path)) as sdist:
+        (member,) = [m for m in sdist.getmembers() if re.fullmatch(r"[^/]+/LICENSE", m.name)]
+        assert sdist.extractfile(member).read().decode() == licence  # type: ignore[union-attr]
+
+
+def test_the_lock_pins_everything_pyproject_asks_for() -> None:
+    """A dependency added or raised without `make lock` would be installed unpinned."""
+    pins = {}
+    for line in LOCK.read_text().splitlines():
+        if found := re.match(r"([A-Za-z0-9._-]+)==([^\s;]+)", line):
+            pins[canonicalize_name(found[1])] = found[2]
+    server = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    client = tomllib.loads((CLIENT / "pyproject.toml").read_text())["project"]
+    for text in [*server["dependencies"], *server["optional-dependencies"]["dev"], *client["dependencies"]]:
+        wanted = Requirement(text)
+        locked = pins.get(canonicalize_name(wanted.name))
+        assert locked, f"{wanted.name} is not in requirements.lock: run make lock"
+        assert wanted.specifier.contains(locked, prereleases=True), f"{wanted.name}=={locked} vs {wanted}"
+    assert "hiredis" in pins  # redis[hiredis]
+    assert "pip" in pins  # the bootstrap installs pip from the lock first
+    # Nothing of this machine's (a local index, a path): a fresh machine would not have it.
+    assert not re.search(r"^\s*-|file:|/opt/|\.\./", LOCK.read_text(), re.MULTILINE)
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """The Dockerfile's instructions as (KEYWORD, arguments), comments dropped, lines joined."""
+    lines = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if not line.startswith("#")]
+    joined = "\n".join(lines).replace("\\\n", " ")
+    return [(line.split()[0], line.split(None, 1)[1]) for line in joined.splitlines() if line.strip()]
+
+
+def test_the_image_keeps_its_data_in_a_volume_runs_under_tini_and_installs_from_the_lock() -> None:
+    instructions = dockerfile()
+    env = {}
+    for keyword, arguments in instructions:
+        if keyword == "ENV":
+            env.update(pair.split("=", 1) for pair in shlex.split(arguments))
+    (volume,) = [json.loads(arguments) for keyword, arguments in instructions if keyword == "VOLUME"]
+    assert volume == [env["EMQ_DATA_DIR"]]  # where the embedded Valkey keeps its AOF
+    (entrypoint,) = [json.loads(arguments) for keyword, arguments in instructions if keyword == "ENTRYPOINT"]
+    assert entrypoint == ["/usr/bin/tini", "--"]
+    runs = [arguments for keyword, arguments in instructions if keyword == "RUN"]
+    assert any(re.search(r"apt-get install .*\btini\b", run) for run in runs)
+    pip_installs = [run for run in runs if "pip install" in run]
+    assert pip_installs and all(re.search(r"-c \S*requirements\.lock", run) for run in pip_installs)
+
+
+def test_the_health_check_passes_on_a_serving_replica_and_fails_without_one(service_url: str) -> None:
+    (arguments,) = [arguments for keyword, arguments in dockerfile() if keyword == "HEALTHCHECK"]
+    command = json.loads(arguments.split(" CMD ", 1)[1])
+    assert command[0] == "python"  # the image's own interpreter: nothing installed for the check
+    # PORT as the image sets it; a proxy in the environment must not take the loopback call.
+    env = {"PATH": os.environ["PATH"], "http_proxy": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+    check = [sys.executable, *command[1:]]
+    up = subprocess.run(check, env={**env, "PORT": str(urlsplit(service_url).port)}, capture_output=True)
+    assert up.returncode == 0, up.stderr
+    down = subprocess.run(check, env={**env, "PORT": str(free_port())}, capture_output=True)
+    assert down.returncode != 0
+
+
+def test_the_compose_example_runs_two_replicas_on_a_durable_redis_and_a_worker() -> None:
+    services = yaml.safe_load((ROOT / "examples" / "compose.yaml").read_text())["services"]
+    redis = services.pop("redis")
+    assert redis["image"].startswith("redis:")  # the official image
+    command = " ".join(redis["command"])
+    for setting in ("--appendonly yes", "--appendfsync everysec", "--maxmemory-policy noeviction"):
+        assert setting in command
+    worker = services.pop("worker")
+    assert "examples/python_worker.py" in worker["build"]["dockerfile_inline"]
+    assert urlsplit(worker["environment"]["EMQ_URL"]).hostname in services
+    assert len(services) == 2
+    for replica in services.values():
+        assert (ROOT / "examples" / replica["build"]["context"]).resolve() == ROOT  # the Dockerfile
+        assert urlsplit(replica["environment"]["EMQ_REDIS_URL"]).hostname == "redis"
+    host_ports = {port.rsplit(":", 1)[0] for replica in services.values() for port in replica["ports"]}
+    assert len(host_ports) == 2
