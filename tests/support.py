@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from httpx import AsyncClient
+
+# Long enough for a loaded 2-core runner; a condition that holds returns at once anyway.
+CONDITION_TIMEOUT_S = 30.0
+WAITERS_METRIC = "emq_long_poll_waiters"
 
 
 async def enqueue(client: AsyncClient, queue: str, payload: Any = None, **fields: Any) -> dict[str, Any]:
@@ -59,3 +65,45 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float, poll_
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out waiting for {what}")
         time.sleep(poll_s)
+
+
+async def eventually(
+    condition: Callable[[], Awaitable[bool]],
+    what: str,
+    timeout_s: float = CONDITION_TIMEOUT_S,
+    poll_s: float = 0.05,
+) -> None:
+    """Poll an async condition until it holds; fail clearly if it never does."""
+    deadline = time.monotonic() + timeout_s
+    while not await condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        await asyncio.sleep(poll_s)
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The value of a metric in a /metrics scrape, from the first series with these labels."""
+    wanted = {f'{k}="{v}"' for k, v in labels.items()}
+    for line in text.splitlines():
+        match = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
+        if match and wanted <= set((match[1] or "").split(",")):
+            return float(match[2])
+    raise AssertionError(f"no {name} {labels} in the scrape")
+
+
+async def long_polls_waiting(client: AsyncClient) -> int:
+    """How many long-poll leases the service holds in its wake hub (its gauge on /metrics)."""
+    response = await client.get("/metrics")
+    assert response.status_code == 200, response.text
+    return int(metric_value(response.text, WAITERS_METRIC))
+
+
+async def wait_for_long_polls(
+    client: AsyncClient, count: int, timeout_s: float = CONDITION_TIMEOUT_S
+) -> None:
+    """Until exactly count long polls are registered with the service's wake hub: from then on a
+    wake-up message for their queue reaches them (registration comes before their lease try)."""
+
+    async def parked() -> bool:
+        return await long_polls_waiting(client) == count
+
+    await eventually(parked, f"{count} long polls to wait in the service", timeout_s)
