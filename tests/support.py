@@ -9,8 +9,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from httpx import AsyncClient
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from service import limits
+from service.keys import QueueKeys
 
 # Long enough for a loaded 2-core runner; a condition that holds returns at once anyway.
 CONDITION_TIMEOUT_S = 30.0
@@ -130,3 +133,21 @@ async def woken(poll: asyncio.Task[tuple[list[Any], float]]) -> list[Any]:
     jobs, after_s = await poll
     assert after_s < limits.MAX_WAIT_MS / 1000, f"answered after {after_s:.1f} s: by its wait running out"
     return jobs
+
+
+async def wake_subscriptions(redis_client: Redis | RedisCluster, queue: str) -> int:
+    """Subscriptions that carry this queue's wake-ups to a service: sharded subscribers of its
+    channel on a Cluster; on a single server, the pattern every service subscribes to."""
+    if isinstance(redis_client, RedisCluster):
+        channel = QueueKeys.for_queue(queue).wake
+        owner = redis_client.get_node_from_key(channel)  # asked of any other node, it says 0
+        reply = await redis_client.execute_command("PUBSUB SHARDNUMSUB", channel, target_nodes=owner)
+        return sum(count for _, count in reply)
+    return int(await redis_client.pubsub_numpat())
+
+
+async def wait_for_wake_subscription(redis_client: Redis | RedisCluster, queue: str) -> None:
+    async def subscribed() -> bool:
+        return await wake_subscriptions(redis_client, queue) >= 1
+
+    await eventually(subscribed, f"a wake-up subscription for {queue}")
