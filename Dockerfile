@@ -5,8 +5,8 @@ WORKDIR /src
 COPY requirements.lock pyproject.toml README.md LICENSE ./
 COPY service ./service
 COPY lua ./lua
-# The locked hatchling builds the wheel (no isolated build environment with whatever is newest).
-RUN pip install --no-cache-dir -c requirements.lock hatchling \
+# The locked setuptools builds the wheel (no isolated build environment with whatever is newest).
+RUN pip install --no-cache-dir -c requirements.lock setuptools \
  && pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /dist .
 
 FROM python:3.11-slim-trixie

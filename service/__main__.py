@@ -1,4 +1,4 @@
-"""`python -m service`: run the service; with no EMQ_REDIS_URL, inside an embedded Valkey."""
+"""`python -m echomq_http`: run the service; with no EMQ_REDIS_URL, inside an embedded Valkey."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from types import FrameType
 
 import uvicorn
 
-from service.auth import Authenticator
-from service.config import METRICS_DIR_VARIABLE, ConfigError, Settings
-from service.embedded import EmbeddedValkey
-from service.telemetry import JsonLogFormatter
+from echomq_http.auth import Authenticator
+from echomq_http.config import METRICS_DIR_VARIABLE, ConfigError, Settings
+from echomq_http.embedded import EmbeddedValkey
+from echomq_http.telemetry import JsonLogFormatter
 
-log = logging.getLogger("service")
+log = logging.getLogger("echomq_http")
 
 METRICS_DIR_PREFIX = "emq-metrics-"
 
@@ -88,7 +88,7 @@ def main() -> int:
         else:
             os.environ.pop(METRICS_DIR_VARIABLE, None)  # one process: nothing to share
         uvicorn.run(
-            "service.app:create_app_from_env",
+            "echomq_http.app:create_app_from_env",
             factory=True,
             workers=settings.workers,
             host=settings.host,

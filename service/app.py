@@ -26,22 +26,22 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from service import exposition, metrics, openapi
-from service.auth import Action, Authenticator, Forbidden, Unauthorized
-from service.backend import check_server, close, connect
-from service.config import Settings
-from service.deadlines import Deadlines
-from service.docs import DOCS_HANDLERS
-from service.errors import PROBLEMS, QueueError, problem_type
-from service.fastpath import FastPath
-from service.longpoll import ShardedWakeHub, TooManyWaiters, WakeHub
-from service.queue import JobQueues
-from service.replica_totals import ReplicaTotals
-from service.routes import QUEUE_HANDLERS, authorize, grant_of, json_response
-from service.schemas import Health, Problem
-from service.scripts import WriteNotConfirmed
-from service.sweeper import Sweeper
-from service.telemetry import Telemetry, http_metrics_middleware
+from echomq_http import exposition, metrics, openapi
+from echomq_http.auth import Action, Authenticator, Forbidden, Unauthorized
+from echomq_http.backend import check_server, close, connect
+from echomq_http.config import Settings
+from echomq_http.deadlines import Deadlines
+from echomq_http.docs import DOCS_HANDLERS
+from echomq_http.errors import PROBLEMS, QueueError, problem_type
+from echomq_http.fastpath import FastPath
+from echomq_http.longpoll import ShardedWakeHub, TooManyWaiters, WakeHub
+from echomq_http.queue import JobQueues
+from echomq_http.replica_totals import ReplicaTotals
+from echomq_http.routes import QUEUE_HANDLERS, authorize, grant_of, json_response
+from echomq_http.schemas import Health, Problem
+from echomq_http.scripts import WriteNotConfirmed
+from echomq_http.sweeper import Sweeper
+from echomq_http.telemetry import Telemetry, http_metrics_middleware
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
     Exception: on_unexpected,
 }
 
-# What workers call in a loop: served by service.fastpath, past litestar's routing.
+# What workers call in a loop: served by echomq_http.fastpath, past litestar's routing.
 HOT_OPERATIONS = (
     "enqueue",
     "enqueueMany",

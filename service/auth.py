@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from fnmatch import fnmatchcase
 
-from service.config import ConfigError
+from echomq_http.config import ConfigError
 
 
 class Action(StrEnum):

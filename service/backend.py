@@ -14,7 +14,7 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError, ResponseError
 
-from service.config import Settings
+from echomq_http.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ async def connect(settings: Settings) -> Redis | RedisCluster:
     log.info("Redis Cluster detected: connecting to all its nodes")
     cluster = RedisCluster.from_url(
         settings.redis_url,  # type: ignore[arg-type]
-        # Per node; the calls are gated at redis_pool_size (service.queue), the rest is room for
+        # Per node; the calls are gated at redis_pool_size (echomq_http.queue), the rest is room for
         # the pub/sub connection and /readyz.
         max_connections=settings.redis_pool_size + SPARE_CONNECTIONS,
         socket_timeout=settings.redis_timeout_s,

@@ -1,7 +1,7 @@
 """Reading many job hashes without one huge reply: chunks bounded in bytes, on pooled connections.
 
 A page of 1000 jobs of 300 KB read in one reply holds Redis while it builds 300 MB, then the
-shared multiplexed connection (service.multiplex) while the reply crosses it, then the event
+shared multiplexed connection (echomq_http.multiplex) while the reply crosses it, then the event
 loop while it is decoded: every other call of the process waits behind it (issue 11). Read in
 chunks of about a MB instead, each a pipeline of HGETALLs on a connection of the client's own pool,
 every step is short and other calls go between them.

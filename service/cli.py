@@ -276,7 +276,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ["HOST"] = args.host
     if args.port is not None:
         os.environ["PORT"] = str(args.port)
-    from service.__main__ import main as serve_main  # only `serve` imports the service
+    from echomq_http.__main__ import main as serve_main  # only `serve` imports the service
 
     return serve_main()
 
@@ -895,7 +895,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     serve = commands.add_parser(
-        "serve", help="run the service (as `python -m service`; settings from EMQ_* variables)"
+        "serve", help="run the service (as `python -m echomq_http`; settings from EMQ_* variables)"
     )
     serve.add_argument("--host", help="listen on this address (default: $HOST, else 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen on this port (default: $PORT, else 8080)")

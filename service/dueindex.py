@@ -6,7 +6,7 @@ the same script; the sweep sets it exactly afterwards. So a sweeper reads only t
 are due, and a quiet queue costs nothing however many there are.
 
 On a single server (or Sentinel) the index is one key. On a Cluster each queue's entry lives in
-a key of the queue's own slot (service.keys.due_index_key), so the reader asks each known slot's
+a key of the queue's own slot (echomq_http.keys.due_index_key), so the reader asks each known slot's
 key, one pipeline per node. It learns the slots from the queue registry (re-read when its size
 changes, and every REGISTRY_REFRESH_S) and from the queues this process has called.
 """
@@ -20,7 +20,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import PipelineCommand, RedisCluster
 
-from service.keys import DUE_INDEX, QUEUE_REGISTRY, due_index_key
+from echomq_http.keys import DUE_INDEX, QUEUE_REGISTRY, due_index_key
 
 REGISTRY_REFRESH_S = 30.0
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.errors import problem_type
+from echomq_http.errors import problem_type
 
 Example = dict[str, Any]
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from service.totals import Labels, Totals
+from echomq_http.totals import Labels, Totals
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

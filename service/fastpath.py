@@ -22,8 +22,8 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.routes import HTTPRoute
 from litestar.types import Receive, Scope, Send
 
-from service.routes import authorize
-from service.telemetry import Telemetry, route_label
+from echomq_http.routes import authorize
+from echomq_http.telemetry import Telemetry, route_label
 
 ExceptionHandler = Callable[[Request[Any, Any, Any], Any], Response[Any]]
 

@@ -3,7 +3,7 @@
 The SDK's synchronous histogram cost ~12-20 µs per record on the benchmark machine: with one
 record per request and one per acked job, a fifth of a small request's CPU. A record here is a
 bisect and three additions under a lock (the SDK's bucket rule: bounds[i-1] < v <= bounds[i]).
-What they hold is handed out as plain counts for /metrics (service.totals), and in the SDK's data
+What they hold is handed out as plain counts for /metrics (echomq_http.totals), and in the SDK's data
 model (Metric with cumulative HistogramDataPoints) to an OTLP exporter through
 LocalMetricsExporter, so it sees them like the rest.
 """
@@ -26,7 +26,7 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
 )
 
-from service.totals import HistogramCounts, Labels
+from echomq_http.totals import HistogramCounts, Labels
 
 
 class _Point:

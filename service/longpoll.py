@@ -19,8 +19,8 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import Connection
 from redis.exceptions import RedisError
 
-from service.background import stop_task
-from service.keys import WAKE_CHANNEL_PATTERN, keys_of, queue_of_wake_channel
+from echomq_http.background import stop_task
+from echomq_http.keys import WAKE_CHANNEL_PATTERN, keys_of, queue_of_wake_channel
 
 log = logging.getLogger(__name__)
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from service.exposition import render
-from service.queue import JobQueues
-from service.replica_totals import ReplicaTotals
-from service.telemetry import Telemetry, queue_gauges
-from service.totals import only_queues
+from echomq_http.exposition import render
+from echomq_http.queue import JobQueues
+from echomq_http.replica_totals import ReplicaTotals
+from echomq_http.telemetry import Telemetry, queue_gauges
+from echomq_http.totals import only_queues
 
 
 async def scrape(

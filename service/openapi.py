@@ -1,9 +1,9 @@
 """Builds the OpenAPI 3.1 document from the app's route handlers and the msgspec Structs.
 
-Each handler's ``opt`` (set in service.routes) names its tag, request body, responses, problem
+Each handler's ``opt`` (set in echomq_http.routes) names its tag, request body, responses, problem
 codes and query parameters, and its ``description`` says what it does; schemas come from msgspec
 (JSON Schema 2020-12, as OpenAPI 3.1 uses) with the Structs' field descriptions and docstrings;
-examples come from service.examples. ``python -m service.openapi`` prints the document that
+examples come from echomq_http.examples. ``python -m echomq_http.openapi`` prints the document that
 openapi/openapi.json holds.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 import msgspec
 from litestar.handlers import HTTPRouteHandler
 
-from service import examples, limits
-from service.auth import ALLOWED, Action, Role
-from service.schemas import NAME_RULE, Health, Problem
+from echomq_http import examples, limits
+from echomq_http.auth import ALLOWED, Action, Role
+from echomq_http.schemas import NAME_RULE, Health, Problem
 
 TITLE = "EchoMQ HTTP"
 API_VERSION = "1.0.0"
@@ -329,7 +329,7 @@ SERVICE_PATHS: dict[str, Any] = {
 
 
 def document() -> dict[str, Any]:
-    from service.routes import QUEUE_HANDLERS
+    from echomq_http.routes import QUEUE_HANDLERS
 
     return build_document(QUEUE_HANDLERS, SERVICE_PATHS)
 

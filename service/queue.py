@@ -1,6 +1,6 @@
 """The queue operations: one method per transition, each exactly one script call.
 
-Knows Redis keys (through service.keys) and scripts (through service.scripts); knows nothing
+Knows Redis keys (through echomq_http.keys) and scripts (through echomq_http.scripts); knows nothing
 of HTTP. Payloads and results pass through as raw JSON bytes.
 """
 
@@ -24,12 +24,12 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from service import config, limits
-from service.chunked_read import chunked, read_hashes
-from service.dueindex import DueIndex
-from service.errors import JobActive, ScriptCode, problem_code_of, raise_for_code
-from service.keys import QUEUE_REGISTRY, QueueKeys, keys_of
-from service.schemas import (
+from echomq_http import config, limits
+from echomq_http.chunked_read import chunked, read_hashes
+from echomq_http.dueindex import DueIndex
+from echomq_http.errors import JobActive, ScriptCode, problem_code_of, raise_for_code
+from echomq_http.keys import QUEUE_REGISTRY, QueueKeys, keys_of
+from echomq_http.schemas import (
     AckItem,
     AckResult,
     Counts,
@@ -45,8 +45,8 @@ from service.schemas import (
     QueueView,
     WorkerHoldings,
 )
-from service.scripts import Scripts, WriteNotConfirmed, retention_placeholders
-from service.telemetry import Telemetry
+from echomq_http.scripts import Scripts, WriteNotConfirmed, retention_placeholders
+from echomq_http.telemetry import Telemetry
 
 _LEASED_JOB_FIELDS = 10
 _ACK_REPLY_FIELDS = 2
@@ -536,7 +536,7 @@ class JobQueues:
     ) -> tuple[AsyncIterator[list[JobView]], int]:
         """The page's jobs, chunk by chunk as the caller iterates, and the total. The ids (and
         payload sizes) come from one short script call; the hashes from chunked reads
-        (service.chunked_read), so a page of large jobs never holds anything for long."""
+        (echomq_http.chunked_read), so a page of large jobs never holds anything for long."""
         total, *listing = await self._call("failed-page", queue, offset, limit)
         ids, sizes = listing[::2], listing[1::2]
         sized_ids = [(job_id.decode(), size) for job_id, size in zip(ids, sizes, strict=True)]

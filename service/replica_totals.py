@@ -22,8 +22,8 @@ from pathlib import Path
 
 import msgspec
 
-from service.background import stop_task
-from service.totals import Totals, add_up
+from echomq_http.background import stop_task
+from echomq_http.totals import Totals, add_up
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """HTTP handlers: parse and check the request, make one queue call, shape the response.
 
-No Redis here and no business rules: those live in service.queue and the Lua scripts. Each
+No Redis here and no business rules: those live in echomq_http.queue and the Lua scripts. Each
 handler's ``opt`` names its request body, responses and query parameters, from which
-service.openapi builds the OpenAPI document.
+echomq_http.openapi builds the OpenAPI document.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import BaseRouteHandler
 from litestar.response import Stream
 
-from service import limits
-from service.auth import Action, Authenticator, Grant
-from service.errors import BodyTimeout, InvalidRequest
-from service.longpoll import WakeHub, lease_with_wait
-from service.queue import JobQueues, new_request_id
-from service.schemas import (
+from echomq_http import limits
+from echomq_http.auth import Action, Authenticator, Grant
+from echomq_http.errors import BodyTimeout, InvalidRequest
+from echomq_http.longpoll import WakeHub, lease_with_wait
+from echomq_http.queue import JobQueues, new_request_id
+from echomq_http.schemas import (
     AckManyRequest,
     AckManyResponse,
     AckRequest,
@@ -264,8 +264,8 @@ def _opt(
     query: tuple[tuple[str, str, str, int | None], ...] = (),
     body_optional: bool = False,
 ) -> dict[str, Any]:
-    """What the auth guard checks and service.openapi documents for a handler: its tag, body,
-    responses, the problem codes particular to it (service.openapi adds those of auth, Redis,
+    """What the auth guard checks and echomq_http.openapi documents for a handler: its tag, body,
+    responses, the problem codes particular to it (echomq_http.openapi adds those of auth, Redis,
     parameters and bodies) and its query parameters."""
     return {
         "action": action,
@@ -278,7 +278,7 @@ def _opt(
     }
 
 
-JOBS, WORKING, INSPECT, OPERATE = "Jobs", "Working", "Inspect", "Operate"  # service.openapi.TAGS
+JOBS, WORKING, INSPECT, OPERATE = "Jobs", "Working", "Inspect", "Operate"  # echomq_http.openapi.TAGS
 Q = "/v1/queues/{queue:str}"
 JOB = Q + "/jobs/{id:str}"
 

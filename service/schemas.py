@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
-from service import limits
+from echomq_http import limits
 
 _FULL_NAME = re.compile(limits.NAME_PATTERN.rstrip("$") + r"\Z")
 

@@ -1,7 +1,7 @@
 """Loads the Lua scripts in lua/ and calls them: one script call per state transition.
 
 A script's file name is ``<operation>-<numkeys>.lua``. The loader inlines ``@include NAME``
-lines from lua/include/ (only the definitions the script uses: service.luatrim), fills in
+lines from lua/include/ (only the definitions the script uses: echomq_http.luatrim), fills in
 ``@NAME@`` placeholders from the constants below (so the Lua never spells a key suffix or limit
 of its own), and checks the key count on every call.
 """
@@ -19,9 +19,9 @@ from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
-from service import config, keys, limits
-from service.luatrim import trimmed
-from service.multiplex import Multiplexer, Packed
+from echomq_http import config, keys, limits
+from echomq_http.luatrim import trimmed
+from echomq_http.multiplex import Multiplexer, Packed
 
 _SCRIPT_NAME = re.compile(r"^(?P<operation>[a-z][a-z-]*)-(?P<numkeys>\d+)\.lua$")
 _INCLUDE = re.compile(r"^-- @include (?P<name>[a-z_]+)$", re.MULTILINE)
@@ -125,10 +125,10 @@ class Scripts:
     ) -> None:
         """placeholders: the service's settings the scripts read (retention_placeholders)."""
         self._client = client
-        # One pipelined connection for a single server's calls (service.multiplex); a Cluster's
+        # One pipelined connection for a single server's calls (echomq_http.multiplex); a Cluster's
         # calls go through its client, which routes each to its slot's node.
         self._multiplexer = None if isinstance(client, RedisCluster) else Multiplexer(client.connection_pool)
-        # On a Cluster, wake-ups go by sharded pub/sub to the queue's shard only (service.longpoll).
+        # On a Cluster, wake-ups go by sharded pub/sub to the queue's shard only (echomq_http.longpoll).
         extra = {
             **(placeholders or {}),
             "PUBLISH": "SPUBLISH" if isinstance(client, RedisCluster) else "PUBLISH",

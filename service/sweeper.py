@@ -1,6 +1,6 @@
 """The stalled sweep loop: every interval, a bounded sweep of each queue the due index names.
 
-Queues are visited only when their entry in the due index (service.dueindex) says a sweep has
+Queues are visited only when their entry in the due index (echomq_http.dueindex) says a sweep has
 work to do, so quiet queues cost nothing. Once per process start, if the index was never
 filled (a deployment from before it existed), every registered queue is swept once, which
 puts each into the index.
@@ -15,10 +15,10 @@ import time
 
 from redis.exceptions import RedisError
 
-from service.background import stop_task
-from service.keys import DUE_INDEX_FILLED
-from service.queue import JobQueues, SweepReport
-from service.scripts import WriteNotConfirmed
+from echomq_http.background import stop_task
+from echomq_http.keys import DUE_INDEX_FILLED
+from echomq_http.queue import JobQueues, SweepReport
+from echomq_http.scripts import WriteNotConfirmed
 
 log = logging.getLogger(__name__)
 

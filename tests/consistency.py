@@ -8,7 +8,7 @@ from collections import Counter
 
 import redis
 
-from service.keys import HELD_SUFFIX, JOB_SUFFIX, QueueKeys
+from echomq_http.keys import HELD_SUFFIX, JOB_SUFFIX, QueueKeys
 
 
 def violations(client: redis.Redis, queue: str) -> list[str]:

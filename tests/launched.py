@@ -1,4 +1,4 @@
-"""`python -m service` in a process of its own, for what only the launcher does: its uvicorn
+"""`python -m echomq_http` in a process of its own, for what only the launcher does: its uvicorn
 settings (the connection cap), refusing to start, and what it logs."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def launched_service(redis_url: str, log_path: Path, **settings: str) -> Iterato
     env.update(EMQ_REDIS_URL=redis_url, EMQ_WORKERS="1", HOST="127.0.0.1", PORT=str(port), **settings)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "service"], env=env, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "echomq_http"], env=env, stdout=log, stderr=subprocess.STDOUT
         )
     try:
         yield LaunchedService(process, f"http://127.0.0.1:{port}", log_path)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from service.keys import QueueKeys
+from echomq_http.keys import QueueKeys
 
 
 @dataclass

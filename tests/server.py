@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import httpx
 import uvicorn
 
-from service.app import create_app
-from service.config import Settings
-from service.telemetry import Telemetry
+from echomq_http.app import create_app
+from echomq_http.config import Settings
+from echomq_http.telemetry import Telemetry
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 30.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.config import (
+from echomq_http.config import (
     DEFAULT_COMPLETED_MAX,
     DEFAULT_FAILED_MAX,
     MAX_SWEEP_BATCH,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.config import DEFAULT_WORKERS, Settings, cgroup_cpu_limit, usable_cpus
+from echomq_http.config import DEFAULT_WORKERS, Settings, cgroup_cpu_limit, usable_cpus
 
 V1_CPU = "sys/fs/cgroup/cpu,cpuacct"
 

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from service import deadlines as deadlines_module
-from service.deadlines import Deadlines
+from echomq_http import deadlines as deadlines_module
+from echomq_http.deadlines import Deadlines
 
 
 @pytest.fixture

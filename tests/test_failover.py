@@ -15,7 +15,7 @@ import httpx
 import pytest
 import redis
 
-from service.config import Settings
+from echomq_http.config import Settings
 from tests.replication import ProducerLog, assert_lost_only_unreplicated_writes, held_by
 from tests.sentinel import SentinelSet
 from tests.server import running_service

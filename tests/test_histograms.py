@@ -1,4 +1,4 @@
-"""service.histograms: the SDK's bucket rule, and histograms reaching an exporter with the rest."""
+"""echomq_http.histograms: the SDK's bucket rule, and histograms reaching an exporter with the rest."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
 )
 
-from service.histograms import LocalHistogram
-from service.telemetry import Telemetry
+from echomq_http.histograms import LocalHistogram
+from echomq_http.telemetry import Telemetry
 
 
 def only_point(histogram: LocalHistogram) -> Any:

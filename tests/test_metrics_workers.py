@@ -1,4 +1,4 @@
-"""/metrics of a replica with several uvicorn worker processes (`python -m service` with
+"""/metrics of a replica with several uvicorn worker processes (`python -m echomq_http` with
 EMQ_WORKERS=2): whichever process answers a scrape, it reports the replica's totals."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.__main__ import METRICS_DIR_PREFIX
-from service.replica_totals import SNAPSHOT_SUFFIX
+from echomq_http.__main__ import METRICS_DIR_PREFIX
+from echomq_http.replica_totals import SNAPSHOT_SUFFIX
 from tests.conftest import free_port
 
 START_TIMEOUT_S = 30.0
@@ -34,7 +34,7 @@ ENQUEUE_ROUTE = "/v1/queues/{queue}/jobs"
 
 @contextlib.contextmanager
 def service_processes(redis_url: str, workers: int, tmp: Path) -> Iterator[str]:
-    """`python -m service` with this many worker processes and its temporary files in ``tmp``;
+    """`python -m echomq_http` with this many worker processes and its temporary files in ``tmp``;
     yields its URL; SIGTERM at the end."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -42,7 +42,7 @@ def service_processes(redis_url: str, workers: int, tmp: Path) -> Iterator[str]:
     env.update(EMQ_REDIS_URL=redis_url, EMQ_WORKERS=str(workers), PORT=str(port), HOST="127.0.0.1")
     env.update(TMPDIR=str(tmp))
     process = subprocess.Popen(
-        [sys.executable, "-m", "service"],
+        [sys.executable, "-m", "echomq_http"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

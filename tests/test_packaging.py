@@ -49,10 +49,12 @@ def test_wheel_ships_the_lua_scripts(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("echomq_http-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     scripts = {path.relative_to(ROOT).as_posix() for path in (ROOT / "lua").rglob("*.lua")}
-    assert {f"service/{script}" for script in scripts} <= names
+    assert {f"echomq_http/{script}" for script in scripts} <= names
+    # The folder service/ installs under a name of its own: nothing named plain `service`.
+    assert not [name for name in names if name.startswith("service/")]
     # Installed from the wheel (unpacked here), the loader reads the packaged copy.
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
-    probe = "from service.scripts import lua_dir; print(lua_dir())"
+    probe = "from echomq_http.scripts import lua_dir; print(lua_dir())"
     found = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=tmp_path,
@@ -60,15 +62,16 @@ def test_wheel_ships_the_lua_scripts(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
     )
-    assert found.stdout.strip() == str(tmp_path / "site" / "service" / "lua"), found.stderr
+    assert found.stdout.strip() == str(tmp_path / "site" / "echomq_http" / "lua"), found.stderr
 
 
 def build(project: Path, kind: str, out: Path) -> Path:
-    """An sdist or wheel of project, by the installed hatchling (PEP 517 hooks, no isolation)."""
-    hook = f"import sys; from hatchling.build import build_{kind}; print(build_{kind}(sys.argv[1]))"
+    """An sdist or wheel of project, by its installed build backend (PEP 517 hooks, no isolation)."""
+    backend = tomllib.loads((project / "pyproject.toml").read_text())["build-system"]["build-backend"]
+    hook = f"import sys; from {backend} import build_{kind}; print(build_{kind}(sys.argv[1]))"
     done = subprocess.run([sys.executable, "-c", hook, str(out)], cwd=project, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    return out / done.stdout.strip()
+    return out / done.stdout.splitlines()[-1]  # setuptools says what it does before the name
 
 
 @pytest.mark.timeout(180)

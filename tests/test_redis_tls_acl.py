@@ -12,7 +12,7 @@ import httpx
 import pytest
 import redis
 
-from service.config import Settings
+from echomq_http.config import Settings
 from tests.conftest import free_port
 from tests.server import running_service
 

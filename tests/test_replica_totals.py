@@ -1,4 +1,4 @@
-"""service.replica_totals and service.totals: the processes of a replica sharing their totals
+"""echomq_http.replica_totals and echomq_http.totals: the processes of a replica sharing their totals
 through a directory (each ReplicaTotals here stands for one process), added up and cut down to
 a token's queues."""
 
@@ -9,16 +9,16 @@ from pathlib import Path
 
 import msgspec
 
-from service.exposition import Family, render
-from service.replica_totals import (
+from echomq_http.exposition import Family, render
+from echomq_http.replica_totals import (
     GAUGES_FRESH_FOR_S,
     SNAPSHOT_SUFFIX,
     WRITING_SUFFIX,
     ReplicaTotals,
     Snapshot,
 )
-from service.telemetry import Telemetry
-from service.totals import HistogramCounts, Totals, add_up, only_queues
+from echomq_http.telemetry import Telemetry
+from echomq_http.totals import HistogramCounts, Totals, add_up, only_queues
 
 Q1 = (("queue", "emails"),)
 Q2 = (("queue", "sms"),)

@@ -1,4 +1,4 @@
-"""`python -m service` as `make serve` runs it: the embedded Valkey, persistence across restarts,
+"""`python -m echomq_http` as `make serve` runs it: the embedded Valkey, persistence across restarts,
 a clean stop on SIGTERM, and adopting the server left behind by a SIGKILLed service."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.embedded import PID_NAME
+from echomq_http.embedded import PID_NAME
 from tests.conftest import free_port
 
 START_TIMEOUT_S = 30.0
@@ -32,7 +32,10 @@ class ServiceProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
         env.update(EMQ_DATA_DIR=str(self.data_dir), PORT=str(self.port), HOST="127.0.0.1")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "service"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [sys.executable, "-m", "echomq_http"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:

@@ -16,8 +16,8 @@ import httpx
 import pytest
 import redis
 
-from service import limits
-from service.keys import QueueKeys
+from echomq_http import limits
+from echomq_http.keys import QueueKeys
 from tests.conftest import ValkeyProcess, free_port
 from tests.consistency import violations
 from tests.support import wait_for_long_polls, wait_until
@@ -34,7 +34,7 @@ def start_service(redis_url: str, port: int, **settings: str) -> subprocess.Pope
     env.update(EMQ_REDIS_URL=redis_url, PORT=str(port), HOST="127.0.0.1", EMQ_SWEEP_INTERVAL_MS="200")
     env.update(settings)
     process = subprocess.Popen(
-        [sys.executable, "-m", "service"],
+        [sys.executable, "-m", "echomq_http"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

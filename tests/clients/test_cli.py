@@ -16,15 +16,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from echomq import Client
 
-from service import cli
-from service.config import Settings
+from echomq import Client
+from echomq_http import cli
+from echomq_http.config import Settings
 from tests.clients.support import ROOT, subprocess_env, wait_until
 from tests.conftest import free_port
 from tests.server import running_service
 
-EMQ = [sys.executable, "-m", "service.cli"]
+EMQ = [sys.executable, "-m", "echomq_http.cli"]
 
 
 @dataclass

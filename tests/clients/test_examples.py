@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 from echomq import Client
-
 from tests.clients.support import ROOT, subprocess_env, wait_until
 
 EXAMPLES = ROOT / "examples"
@@ -53,7 +52,7 @@ def test_emq_work_with_a_shell_script(service_url: str, sdk: Client, queue: str)
     sdk.enqueue(queue, "jumps over the lazy dog", id="dog")
     sdk.enqueue(queue, {"not": "a string"}, id="bad", max_attempts=1)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "work", queue, *FAST, "-c", "2", "--json", "--", WORDCOUNT],
+        [sys.executable, "-m", "echomq_http.cli", "work", queue, *FAST, "-c", "2", "--json", "--", WORDCOUNT],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

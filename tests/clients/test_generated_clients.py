@@ -16,9 +16,9 @@ from pathlib import Path
 
 import openapi_python_client  # a dev dependency: missing means a broken install, not a skip
 import pytest
-from echomq import Client
 
-from service.config import Settings
+from echomq import Client
+from echomq_http.config import Settings
 from tests.clients.support import ROOT, subprocess_env, wait_until
 from tests.server import running_service
 
@@ -66,7 +66,7 @@ def test_openapi_python_client_runs_a_job_cycle(
     try:
         package = importlib.import_module("emq_generated")
         models = importlib.import_module("emq_generated.models")
-        # One package per tag of the document (service.openapi.TAGS), a module per operation in it.
+        # One package per tag of the document (echomq_http.openapi.TAGS), a module per operation in it.
         jobs = importlib.import_module("emq_generated.api.jobs")
         working = importlib.import_module("emq_generated.api.working")
         for module in ("jobs.enqueue", "jobs.get_job", "working.lease", "working.heartbeat", "working.ack"):

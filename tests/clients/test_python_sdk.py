@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from echomq import (
     AckedMany,
     AckItem,
@@ -39,8 +40,7 @@ from echomq import (
     RetryPolicy,
     Unauthorized,
 )
-
-from service.config import Settings
+from echomq_http.config import Settings
 from tests.clients.support import ROOT
 from tests.conftest import ValkeyProcess, free_port
 from tests.server import running_service

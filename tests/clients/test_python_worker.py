@@ -9,7 +9,6 @@ import time
 from typing import Any
 
 from echomq import AsyncClient, JobContext, JobError, Worker
-
 from tests.clients.support import await_until
 
 FAST = {"wait_ms": 200}

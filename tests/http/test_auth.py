@@ -13,10 +13,10 @@ import httpx
 import pytest
 from redis.asyncio import Redis as AsyncRedis
 
-from service.__main__ import is_loopback
-from service.auth import Action, Authenticator, Forbidden, Unauthorized
-from service.config import ConfigError, Settings
-from service.keys import QUEUE_REGISTRY, queue_prefix
+from echomq_http.__main__ import is_loopback
+from echomq_http.auth import Action, Authenticator, Forbidden, Unauthorized
+from echomq_http.config import ConfigError, Settings
+from echomq_http.keys import QUEUE_REGISTRY, queue_prefix
 from tests.server import running_service
 from tests.support import assert_problem
 
@@ -220,7 +220,7 @@ def test_without_tokens_the_service_refuses_a_public_address(tmp_path: Path) -> 
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
     env.update(HOST="0.0.0.0", PORT="0", EMQ_DATA_DIR=str(tmp_path / "data"))
     done = subprocess.run(
-        [sys.executable, "-m", "service"], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "echomq_http"], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2
     assert "EMQ_AUTH_TOKENS" in done.stderr and "EMQ_ALLOW_INSECURE" in done.stderr

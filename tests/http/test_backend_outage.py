@@ -9,7 +9,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from service.config import Settings
+from echomq_http.config import Settings
 from tests.conftest import ValkeyProcess
 from tests.server import running_service
 from tests.support import (

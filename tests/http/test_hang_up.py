@@ -18,8 +18,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from service.config import Settings
-from service.keys import QueueKeys
+from echomq_http.config import Settings
+from echomq_http.keys import QueueKeys
 from tests.conftest import ValkeyProcess
 from tests.faultproxy import FaultProxy, fault_proxy
 from tests.server import running_service

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.config import Settings
+from echomq_http.config import Settings
 from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, get_job, lease, lease_one
 

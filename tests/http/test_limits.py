@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service import limits
-from service.config import Settings
+from echomq_http import limits
+from echomq_http.config import Settings
 from tests.launched import launched_service
 from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, job_call, lease_one

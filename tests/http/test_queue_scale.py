@@ -10,10 +10,10 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from service import limits
-from service.config import Settings
-from service.keys import REQUEST_SUFFIX, QueueKeys, queue_prefix
-from service.queue import REDRIVE_STEP
+from echomq_http import limits
+from echomq_http.config import Settings
+from echomq_http.keys import REQUEST_SUFFIX, QueueKeys, queue_prefix
+from echomq_http.queue import REDRIVE_STEP
 from tests.conftest import ValkeyProcess
 from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, get_job, job_call, lease, lease_one

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from service.config import Settings
+from echomq_http.config import Settings
 from tests.server import running_service
 from tests.support import (
     counts,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from service.config import Settings
+from echomq_http.config import Settings
 from tests.server import running_service
 
 DOCUMENT = Path(__file__).parents[2] / "openapi" / "openapi.json"

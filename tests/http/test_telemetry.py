@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from service.config import Settings
-from service.telemetry import JsonLogFormatter, Telemetry
+from echomq_http.config import Settings
+from echomq_http.telemetry import JsonLogFormatter, Telemetry
 from tests.conftest import HTTP_TIMEOUT_S, TEST_SWEEP_INTERVAL_MS
 from tests.server import running_service
 from tests.support import (

@@ -20,9 +20,9 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
-from service import limits
-from service.keys import DUE_INDEX, QueueKeys
-from service.scripts import Scripts, retention_placeholders
+from echomq_http import limits
+from echomq_http.keys import DUE_INDEX, QueueKeys
+from echomq_http.scripts import Scripts, retention_placeholders
 
 LEASE_MS = 30_000
 REQUEST_TTL_MS = 60_000
@@ -70,7 +70,7 @@ def spec(
         "backoff_type": backoff_type,
         "backoff_ms": backoff_ms,
     }
-    # The service always sends an id: the client's, or a random one it made (service.queue).
+    # The service always sends an id: the client's, or a random one it made (echomq_http.queue).
     options["id"] = job_id if job_id is not None else f"gen-{next(_GENERATED)}"
     return {"options": options, "payload": payload}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import random
 
-from service.keys import REQUEST_SUFFIX, queue_prefix
+from echomq_http.keys import REQUEST_SUFFIX, queue_prefix
 from tests.lua.conftest import REQUEST_TTL_MS, LuaQueue
 
 BATCH = 1000

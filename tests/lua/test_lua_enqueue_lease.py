@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from service import limits
+from echomq_http import limits
 
 LEASE_ID = re.compile(r"^[0-9a-f]{32}$")
 PAYLOAD = b'{"to":  "a@example.com",\n "n": [1, 2.50, null], "s": "\\u00e9"}'  # odd spacing on purpose

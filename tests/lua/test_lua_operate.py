@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from service.errors import ScriptCode
-from service.scripts import Scripts, lua_dir
+from echomq_http.errors import ScriptCode
+from echomq_http.scripts import Scripts, lua_dir
 
 NOT_FOUND, JOB_ACTIVE = ScriptCode.JOB_NOT_FOUND.value, ScriptCode.JOB_ACTIVE.value
 OPERATIONS = [

@@ -3,8 +3,8 @@ the keys each transition leaves."""
 
 from __future__ import annotations
 
-from service import limits
-from service.errors import ScriptCode
+from echomq_http import limits
+from echomq_http.errors import ScriptCode
 from tests.lua.conftest import LEASE_MS
 
 NOT_FOUND, LEASE_LOST = ScriptCode.JOB_NOT_FOUND.value, ScriptCode.LEASE_LOST.value

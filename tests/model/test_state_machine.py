@@ -35,9 +35,9 @@ from hypothesis.stateful import (
 )
 from redis.commands.core import Script
 
-from service.config import Settings
-from service.keys import QUEUE_REGISTRY, QueueKeys, queue_prefix
-from service.scripts import lua_dir, render
+from echomq_http.config import Settings
+from echomq_http.keys import QUEUE_REGISTRY, QueueKeys, queue_prefix
+from echomq_http.scripts import lua_dir, render
 from tests.server import running_service
 
 STATES = ("waiting", "delayed", "active", "completed", "failed")

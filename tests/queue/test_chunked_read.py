@@ -1,4 +1,4 @@
-"""The failed page read in chunks (service.chunked_read): how ids are grouped, and what a page
+"""The failed page read in chunks (echomq_http.chunked_read): how ids are grouped, and what a page
 answers for jobs that changed between the read of its ids and the read of their hashes."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 from msgspec import Raw
 from redis.asyncio import Redis
 
-from service.chunked_read import CHUNK_BYTES, CHUNK_JOBS, chunked, read_hashes
-from service.keys import keys_of
-from service.queue import JobQueues
-from service.schemas import EnqueueRequest
-from service.telemetry import Telemetry
+from echomq_http.chunked_read import CHUNK_BYTES, CHUNK_JOBS, chunked, read_hashes
+from echomq_http.keys import keys_of
+from echomq_http.queue import JobQueues
+from echomq_http.schemas import EnqueueRequest
+from echomq_http.telemetry import Telemetry
 
 HOUR_S = 3600
 CALLS_AT_ONCE = 8

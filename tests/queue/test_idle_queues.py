@@ -7,8 +7,8 @@ import asyncio
 import httpx
 from redis.asyncio import Redis
 
-from service.config import Settings
-from service.keys import DUE_INDEX
+from echomq_http.config import Settings
+from echomq_http.keys import DUE_INDEX
 from tests.conftest import ValkeyProcess
 from tests.server import running_service
 from tests.support import lease_one

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from service.config import Settings
+from echomq_http.config import Settings
 from tests.conftest import ValkeyProcess
 from tests.faultproxy import FaultProxy, fault_proxy
 from tests.server import running_service
