@@ -27,7 +27,7 @@ def test_python_sdk_worker_example(service_url: str, sdk: Client, queue: str) ->
         ],
     )
     worker = subprocess.Popen(
-        [sys.executable, EXAMPLES / "python_worker.py", queue, *FAST, "--concurrency", "3"],
+        [sys.executable, EXAMPLES / "python_worker.py", queue, *FAST, "--concurrency", "3", "--grace-s", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -15,7 +15,13 @@ class EchoMQError(Exception):
 
 
 class ConnectionFailed(EchoMQError):
-    """The request did not get an answer (connection refused, reset, timed out)."""
+    """The request did not get an answer (connection refused, reset, timed out). ``sent`` is
+    False when it cannot have reached the service (the connection was never opened), so that
+    trying it again is safe whatever the call."""
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 class APIError(EchoMQError):
