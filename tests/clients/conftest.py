@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -16,6 +17,8 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 from echomq import AsyncClient, Client
 
+from tests.faultproxy import FaultProxy
+
 
 @pytest.fixture
 def sdk(service_url: str) -> Iterator[Client]:
@@ -27,3 +30,14 @@ def sdk(service_url: str) -> Iterator[Client]:
 async def asdk(service_url: str) -> AsyncIterator[AsyncClient]:
     async with AsyncClient(service_url) as client:
         yield client
+
+
+@pytest.fixture
+def service_proxy(service_url: str) -> Iterator[FaultProxy]:
+    """A TCP proxy in front of the service that can lose or hold its answers."""
+    parts = urlsplit(service_url)
+    proxy = FaultProxy(parts.hostname or "127.0.0.1", parts.port or 80)
+    try:
+        yield proxy
+    finally:
+        proxy.close()

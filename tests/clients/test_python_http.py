@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterator
-from urllib.parse import urlsplit
 
 import pytest
 from echomq import NO_RETRIES, AsyncClient, ConnectionFailed, RetryPolicy
@@ -18,31 +16,21 @@ from tests.faultproxy import FaultProxy
 FAST_RETRIES = RetryPolicy(retries=2, base_delay_s=0.01, max_delay_s=0.05)
 
 
-@pytest.fixture
-def proxy(service_url: str) -> Iterator[FaultProxy]:
-    parts = urlsplit(service_url)
-    proxy = FaultProxy(parts.hostname or "127.0.0.1", parts.port or 80)
-    try:
-        yield proxy
-    finally:
-        proxy.close()
-
-
 async def test_a_lost_answer_is_asked_again_when_safe_and_reported_when_not(
-    proxy: FaultProxy, queue: str
+    service_proxy: FaultProxy, queue: str
 ) -> None:
-    async with AsyncClient(f"http://{proxy.host_port}", retry=FAST_RETRIES) as client:
+    async with AsyncClient(f"http://{service_proxy.host_port}", retry=FAST_RETRIES) as client:
         await client.enqueue_many(queue, [{"payload": n, "id": f"j{n}"} for n in range(2)])
         first, second = await client.lease(queue, "w1", max_jobs=2, request_id="r1")
 
-        proxy.lose_reply_to(b"/heartbeat")  # renewed, then the answer is lost: asked again
+        service_proxy.lose_reply_to(b"/heartbeat")  # renewed, then the answer is lost: asked again
         renewed = await client.heartbeat(queue, first.id, first.lease_id)
-        assert renewed.lease_expires_at >= first.lease_expires_at and proxy.dropped == 1
+        assert renewed.lease_expires_at >= first.lease_expires_at and service_proxy.dropped == 1
 
-        proxy.lose_reply_to(b"/fail")  # a fail is not repeated by the client
+        service_proxy.lose_reply_to(b"/fail")  # a fail is not repeated by the client
         with pytest.raises(ConnectionFailed) as lost:
             await client.fail(queue, second.id, second.lease_id, "boom")
-        assert lost.value.sent and proxy.dropped == 2
+        assert lost.value.sent and service_proxy.dropped == 2
         assert (await client.get_job(queue, second.id)).state in ("delayed", "waiting")
         assert (await client.ack(queue, first.id, first.lease_id, "ok")).state == "completed"
 
@@ -58,14 +46,14 @@ async def test_nothing_sent_when_the_service_cannot_be_reached() -> None:
 
 
 async def test_an_answer_past_the_deadline_fails_the_call_not_the_client(
-    proxy: FaultProxy, queue: str
+    service_proxy: FaultProxy, queue: str
 ) -> None:
-    async with AsyncClient(f"http://{proxy.host_port}", timeout=0.5, retry=NO_RETRIES) as client:
+    async with AsyncClient(f"http://{service_proxy.host_port}", timeout=0.5, retry=NO_RETRIES) as client:
         await client.enqueue(queue, 1, id="a")
-        proxy.hold_reply_holding(b'"counts"')  # the answer to GET /v1/queues/{queue}
+        service_proxy.hold_reply_holding(b'"counts"')  # the answer to GET /v1/queues/{queue}
         with pytest.raises(ConnectionFailed, match="no answer within"):
             await client.queue(queue)
-        proxy.let_replies_through()
+        service_proxy.let_replies_through()
         assert (await client.queue(queue)).counts.waiting == 1
 
 

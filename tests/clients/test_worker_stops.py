@@ -24,6 +24,7 @@ import pytest
 from echomq import AsyncClient, JobContext, Worker
 
 from tests.clients.support import await_until, subprocess_env
+from tests.faultproxy import FaultProxy
 
 DEADLINE_S = 30.0  # generous: a stopped worker must be done long before this
 LONG_WAIT_MS = 20_000  # the longest long poll: an in-flight lease does not end by itself
@@ -519,3 +520,30 @@ def test_sigterm_under_run_finishes_running_jobs_then_exits(
     after = sdk.get_job(queue, "after")
     assert (after.state, after.result) == ("waiting", None)
     assert sdk.ledger(queue) == [] and sdk.queue(queue).counts.active == 0
+
+
+# --- answers lost on the way -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lost", [b"/lease", b"/ack"], ids=["lease", "ack-many"])
+async def test_a_lost_answer_is_asked_for_again_and_nothing_happens_twice(
+    service_proxy: FaultProxy, asdk: AsyncClient, queue: str, lost: bytes
+) -> None:
+    """The service did the call and its answer was lost: the repeat (the same request_id, the
+    same lease ids) answers what the first did, so no job is leased twice or left held."""
+    ids = [f"j{n:02}" for n in range(30)]
+    runs = Runs()
+
+    async def handle(job: JobContext) -> str:
+        runs.start(job)
+        return f"done {job.id}"
+
+    await enqueue(asdk, queue, *ids)
+    service_proxy.lose_reply_to(lost)
+    worker = Worker(queue, handle, url=f"http://{service_proxy.host_port}", concurrency=5, wait_ms=200)
+    task = asyncio.create_task(worker.arun())
+    await await_until(lambda: completed(asdk, queue, len(ids)))
+    await stopped(worker, task)
+    assert service_proxy.dropped == 1
+    assert (worker.stats.acked, worker.stats.lost, worker.stats.errors) == (len(ids), 0, [])
+    await assert_ended_once(asdk, queue, runs, completed=set(ids), back=set())

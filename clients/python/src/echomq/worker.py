@@ -21,14 +21,22 @@
   and one with ``retry_after_ms`` sets the delay before the next attempt (see ``JobError``).
 - ``stop()`` (and SIGTERM/SIGINT under ``run()``) stops leasing and lets running handlers finish
   for up to ``grace_s`` seconds (default 30: what a deploy can wait), their leases still renewed.
-  A handler that returned is always acked (or failed, if it raised), never released: the acks
-  gathered are sent before ``stop()``'s ``run()``/``arun()`` returns. Handlers still running
-  after the grace are cancelled (async) or flagged (sync) and their jobs released: back to the
-  front of the queue without spending an attempt. A lease request in flight is waited for and
-  whatever it brings is released at once, never run. A second ``stop()`` skips the grace.
+  A handler that returned is always acked (or failed, if it raised), never released, and the
+  acks gathered are sent before ``run()``/``arun()`` returns. Handlers still running after the
+  grace are cancelled (async) or flagged (sync) and their jobs released: back to the front of
+  the queue without spending an attempt. A lease request in flight is waited for and whatever
+  it brings is released at once, never run. A second ``stop()`` skips the grace.
 - Lease requests always carry a ``request_id``, so a lease repeated after a lost answer never
   leases twice; acks, fails and releases are repeated on lost connections and 503s while the
   lease may still be alive (the service answers a repeat as it answered the first).
+
+How it works: a slot is taken from the moment a lease request asks for it (``_asked``) until
+its job's handler ends (``_running``), so leases never ask for more than is free. One driver
+coroutine (``_drive``) decides what to send next: the gathered acks when they are due (with a
+``lease_next`` for the free slots), else a lease when slots are free; every request runs as a
+task of its own and wakes the driver when it ends. Each job held is a ``_Held`` from its lease
+until its outcome is settled (acked, failed, released or lost); the heartbeat task renews all
+of them, and the wind-down (``_wind_down``) waits out the grace once stopped.
 """
 
 from __future__ import annotations
