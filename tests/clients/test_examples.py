@@ -53,7 +53,7 @@ def test_emq_work_with_a_shell_script(service_url: str, sdk: Client, queue: str)
     sdk.enqueue(queue, "jumps over the lazy dog", id="dog")
     sdk.enqueue(queue, {"not": "a string"}, id="bad", max_attempts=1)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "work", queue, *FAST, "-c", "2", "--json", "--", WORDCOUNT],
+        [sys.executable, "-m", "echomq.cli", "work", queue, *FAST, "-c", "2", "--json", "--", WORDCOUNT],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

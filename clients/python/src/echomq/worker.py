@@ -25,7 +25,12 @@
   acks gathered are sent before ``run()``/``arun()`` returns. Handlers still running after the
   grace are cancelled (async) or flagged (sync) and their jobs released: back to the front of
   the queue without spending an attempt. A lease request in flight is waited for and whatever
-  it brings is released at once, never run. A second ``stop()`` skips the grace.
+  it brings is released at once, never run. A second ``stop()`` skips the grace. A cancelled
+  async handler gets ``cancel_wait_s`` (default 5) to unwind (e.g. stop a child process) before
+  its job is released all the same.
+- ``on_outcome(job, outcome, detail)``, if given, is called once per job when its outcome is
+  settled: ``acked``, ``failed`` (detail: the job's state now), ``released``, ``lost`` or
+  ``error`` (the service did not take the outcome; detail says why).
 - Lease requests always carry a ``request_id``, so a lease repeated after a lost answer never
   leases twice; acks, fails and releases are repeated on lost connections and 503s while the
   lease may still be alive (the service answers a repeat as it answered the first).
@@ -101,7 +106,10 @@ def default_worker_id() -> str:
 
 
 def error_text(error: BaseException, limit: int = MAX_ERROR_BYTES) -> str:
-    """``Type: message`` first, then as much of the traceback's end as fits in ``limit`` bytes."""
+    """``Type: message`` first, then as much of the traceback's end as fits in ``limit`` bytes;
+    the message alone for an exception with ``plain = True`` (see ``JobError``)."""
+    if getattr(error, "plain", False) is True:
+        return str(error).encode()[:limit].decode(errors="ignore")
     head = f"{type(error).__name__}: {error}".encode()[: limit // 4].decode(errors="ignore")
     trace = "".join(traceback.format_exception(error)).encode()
     room = limit - len(head.encode()) - 2
@@ -235,6 +243,8 @@ class Worker:
         grace_s: float = DEFAULT_GRACE_S,
         heartbeat_s: float | None = None,
         ack_batch_s: float = DEFAULT_ACK_BATCH_S,
+        cancel_wait_s: float = CANCEL_WAIT_S,
+        on_outcome: Callable[[JobContext, str, str], None] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -247,6 +257,8 @@ class Worker:
         self.grace_s = grace_s
         self.heartbeat_s = heartbeat_s if heartbeat_s is not None else lease_ms / 3000
         self.ack_batch_s = ack_batch_s
+        self.cancel_wait_s = cancel_wait_s
+        self.on_outcome = on_outcome
         self.stats = WorkerStats()
         self._client = client
         self._url, self._token = url, token
@@ -568,6 +580,11 @@ class Worker:
         else:  # "error": the service did not take the outcome; the lease will run out
             self.stats.errors.append(f"{held.job.id}: {why}")
             log.error("job %s: %s; its lease will run out and it will come back", held.job.id, why)
+        if self.on_outcome is not None:
+            try:
+                self.on_outcome(held.context, outcome, why)
+            except Exception:  # an observer's bug must not stop the worker
+                log.exception("worker %s: on_outcome", self.worker_id)
 
     # --- acks, fails, releases -------------------------------------------------------------------
 
@@ -661,7 +678,7 @@ class Worker:
                 ),
                 [held],
             )
-            self._settle(held, "failed")
+            self._settle(held, "failed", failed.state)
             log.info("job %s: attempt %d failed (%s), now %s", job.id, failed.attempt, error, failed.state)
         except (LeaseLost, JobNotFound) as lost:
             self._settle(held, "lost", f"failure not recorded, {lost.code}")
@@ -779,7 +796,7 @@ class Worker:
                 held.task.cancel()  # released once it ends cancelled (acked if it returns all the same)
             else:  # a thread cannot be stopped: its job is released now, its outcome discarded
                 self._give_back(held)
-        await self._until_handlers_end(CANCEL_WAIT_S, interruptible=False)
+        await self._until_handlers_end(self.cancel_wait_s, interruptible=False)
         for held in self._running_jobs():
             log.warning("job %s: its handler ignores cancellation; released all the same", held.job.id)
             self._give_back(held)
