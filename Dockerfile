@@ -5,9 +5,11 @@ WORKDIR /src
 COPY requirements.lock pyproject.toml README.md LICENSE ./
 COPY service ./service
 COPY lua ./lua
-# The locked setuptools builds the wheel (no isolated build environment with whatever is newest).
-RUN pip install --no-cache-dir -c requirements.lock setuptools \
- && pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /dist .
+# The server's `emq` is the client package's (echomq-client, a dependency): both wheels, built
+# by the locked setuptools and hatchling (no isolated build environment with whatever is newest).
+COPY clients/python ./clients/python
+RUN pip install --no-cache-dir -c requirements.lock setuptools hatchling \
+ && pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /dist . ./clients/python
 
 FROM python:3.11-slim-trixie
 # tini is PID 1: it hands SIGTERM to the service (which stops its embedded Valkey last) and reaps

@@ -20,11 +20,13 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml $(LOCK)
 # Regenerates the lock after a change of dependencies (pins already there stay; LOCK_ARGS=--upgrade
 # moves them all to the newest). uv resolves once for every platform and Python >= 3.11, against
 # PyPI (it reads no pip.conf: UV_DEFAULT_INDEX names a mirror); the lock is a plain requirements
-# file, so installing from it needs pip only. `pip` on stdin: the bootstrap takes pip from the lock.
+# file, so installing from it needs pip only. `pip` on stdin: the bootstrap takes pip from the lock;
+# the client package from its folder (the server needs it; it is not on PyPI), never pinned.
 lock:
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet uv==$(UV_VERSION)
-	printf 'pip\n' | $(VENV)/bin/uv pip compile --quiet --universal --python-version 3.11 --extra dev \
+	printf 'pip\n-e ./clients/python\n' | $(VENV)/bin/uv pip compile --quiet --universal --python-version 3.11 \
+	  --extra dev --no-emit-package echomq-client \
 	  --custom-compile-command 'make lock' $(LOCK_ARGS) -o $(LOCK) - pyproject.toml clients/python/pyproject.toml
 
 serve: $(STAMP)

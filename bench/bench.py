@@ -12,6 +12,10 @@ that runs several uvicorn processes itself). Load comes from bench/loadgen.py pr
 repository) runs the same workloads through bench/bullmq_bench.mjs on the same Redis, each
 right after ours, with the database flushed before every workload.
 
+The Python SDK's own workloads (sdk_worker, sdk_next) run it in a load generator process of its
+own; sdk_worker is also compared with BullMQ's Python Worker (the pinned ``bullmq`` from PyPI,
+installed into a virtualenv in the same cache folder, run through bench/bullmq_py_bench.py).
+
 Prints a table (ours, BullMQ, ratio, target, met) and where the CPU went in each workload;
 ``--json`` also writes every figure. Every process it starts is stopped on exit, and the run
 has a hard deadline (exit 2).
@@ -49,7 +53,11 @@ sys.path.insert(0, str(REPO))
 from echomq_http.config import DEFAULT_WORKERS  # noqa: E402 - the repository is on the path now
 
 BULLMQ_VERSION = "5.81.5"  # pinned: the newest 5.x on the registry when this was written
+BULLMQ_PY_VERSION = "3.4.4"  # BullMQ for Python, pinned likewise
 DEFAULT_NODE_CACHE = Path.home() / ".cache" / "echomq-bench" / "node"
+DEFAULT_PY_CACHE = Path.home() / ".cache" / "echomq-bench" / "python"
+SDK_WORKER_JOBS = 20_000  # sdk_worker: the queue the workers drain, on both sides
+SDK_WORKER_DEADLINE_S = 120.0
 PAYLOAD = {"n": 123456}  # the small payload of every job: 12 bytes of JSON
 PAYLOAD_BYTES = len(json.dumps(PAYLOAD, separators=(",", ":")))
 LONG_LEASE_MS = 12 * 3600 * 1000  # the API's maximum: nothing expires during a run
@@ -441,6 +449,7 @@ class Bench:
         self.watch = {"service": service.pids(), "redis": [redis.process.pid]}  # type: ignore[union-attr]
         self.node: list[str] | None = None  # the command line that runs bullmq_bench.mjs
         self.node_modules: Path | None = None
+        self.bullmq_python: str | None = None  # the Python of the virtualenv with BullMQ for Python
         self.ledger_results: dict[str, Any] = {}  # bench/ledger_ops.py's figures, by workload
         self.ledger_tables: list[str] = []
 
@@ -464,6 +473,7 @@ class Bench:
             ).start()
             stack = Bench(self.args, self.plan, redis, service)
             stack.node, stack.node_modules = self.node, self.node_modules
+            stack.bullmq_python = self.bullmq_python
             yield stack
         except BaseException:
             show_logs(directory)
@@ -488,7 +498,8 @@ class Bench:
     # -- ours --------------------------------------------------------------------------------
 
     def loadgen(self, workload: str, concurrency: int, **extra: Any) -> Outcome:
-        procs = 1 if workload == "wakeup" else max(1, min(self.args.load_procs, concurrency))
+        alone = workload in ("wakeup", "sdk_worker")  # one process; no warm-up; ends when done
+        procs = 1 if alone else max(1, min(self.args.load_procs, concurrency))
         base = {
             "workload": workload,
             "client": extra.pop("client", self.args.client),
@@ -518,8 +529,10 @@ class Bench:
             line = process.stdout.readline()  # type: ignore[union-attr]
             if line.strip() != "ready":
                 raise RuntimeError(f"loadgen did not start ({workload}): {line!r}")
-        warmup_s = 0.0 if workload == "wakeup" else self.plan.warmup_s
-        duration_s = self.args.wakeup_timeout_s if workload == "wakeup" else self.plan.duration_s
+        warmup_s = 0.0 if alone else self.plan.warmup_s
+        duration_s = {"wakeup": self.args.wakeup_timeout_s, "sdk_worker": SDK_WORKER_DEADLINE_S}.get(
+            workload, self.plan.duration_s
+        )
         measure_from = time.time() + warmup_s
         go = f"go {measure_from} {measure_from + duration_s}\n"
         for process in processes:
@@ -534,6 +547,10 @@ class Bench:
             results.append(json.loads(out.strip().splitlines()[-1]))
             _children.remove(process)
         return outcome_of(results, rate=workload != "wakeup")
+
+    def sdk_worker(self) -> Outcome:
+        self.prefill("bench", SDK_WORKER_JOBS)
+        return self.loadgen("sdk_worker", 50, total=SDK_WORKER_JOBS)
 
     def flush(self) -> None:
         self.redis.client().flushall()
@@ -619,6 +636,36 @@ class Bench:
         if workload in ("memory", "ack_cost"):
             return Outcome(extra=result)
         return outcome_of([result], rate=workload != "latency")
+
+    def bullmq_py_worker(self) -> Outcome | None:
+        """BullMQ for Python's Worker (concurrency 50, no-op) drains SDK_WORKER_JOBS jobs."""
+        if self.bullmq_python is None:
+            return None
+        spec = {
+            "host": "127.0.0.1",
+            "port": self.redis.port,
+            "queue": "bench",
+            "payload": PAYLOAD,
+            "concurrency": 50,
+            "prefill": SDK_WORKER_JOBS,
+            "deadline_s": SDK_WORKER_DEADLINE_S,
+            "watch": {"redis": self.watch["redis"]},
+        }
+        script = str(BENCH_DIR / "bullmq_py_bench.py")
+        try:
+            done = subprocess.run(
+                [self.bullmq_python, script, json.dumps(spec)],
+                capture_output=True,
+                text=True,
+                timeout=SDK_WORKER_DEADLINE_S + 120,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return Outcome(note="timed out")
+        if done.returncode != 0:
+            print(f"  BullMQ Python failed: {done.stderr.strip()[-2000:]}", file=sys.stderr)
+            return Outcome(note=f"failed (exit {done.returncode})")
+        return outcome_of([json.loads(done.stdout.strip().splitlines()[-1])])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -923,6 +970,67 @@ def run_ledger_ops(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
     return rows
 
 
+def run_sdk(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
+    """The Python SDK: its Worker draining a queue (against BullMQ's Workers, Node and Python),
+    and single-job loops whose acks lease the next job."""
+    plan, rows = bench.plan, []
+    ours, bull = measure_pair(
+        bench,
+        "sdk_worker",
+        bench.sdk_worker,
+        lambda: bench.bullmq(
+            "worker",
+            concurrency=50,
+            prefill=SDK_WORKER_JOBS,
+            drain=True,
+            warmup_ms=0,
+            duration_ms=int(SDK_WORKER_DEADLINE_S * 1000),
+        ),
+        enabled,
+    )
+    if ours:
+        title = f"SDK Worker drains {SDK_WORKER_JOBS:,}, c=50, no-op"
+        rows.append(
+            Row("sdk_worker", title, "jobs/s", ours, bull, "Worker (Node), c=50, no-op", target=">= 1x")
+        )
+        python = None
+        if bench.bullmq_python is not None:
+            print("- sdk_worker: BullMQ Python ...", file=sys.stderr, flush=True)
+            bench.flush()
+            python = bench.bullmq_py_worker()
+            print(f"  {describe(python)}", file=sys.stderr, flush=True)
+        rows.append(
+            Row(
+                "sdk_worker_py", title, "jobs/s", ours, python, "Worker (Python), c=50, no-op", target=">= 3x"
+            )
+        )
+
+    def ours_next() -> Outcome:
+        bench.prefill("bench", plan.prefill_cycle)
+        return bench.loadgen("sdk_next", 50)
+
+    ours, bull = measure_pair(
+        bench,
+        "sdk_next",
+        ours_next,
+        lambda: bench.bullmq("fetch_next", concurrency=50, prefill=plan.prefill_bull_manual),
+        enabled,
+    )
+    if ours:
+        rows.append(
+            Row(
+                "sdk_next",
+                "SDK ack with lease_next (1 job), 50 loops",
+                "jobs/s",
+                ours,
+                bull,
+                "moveToCompleted(fetchNext), 50 loops",
+                target=">= 0.6x",
+            )
+        )
+    return rows
+
+
 def run_all(bench: Bench) -> list[Row]:
     args, plan = bench.args, bench.plan
     enabled = selection(args)
@@ -1020,6 +1128,8 @@ def run_all(bench: Bench) -> list[Row]:
                 target=">= 4x",
             )
         )
+
+    rows += run_sdk(bench, enabled)
 
     ours, bull = measure_pair(
         bench,
@@ -1194,7 +1304,7 @@ def judge(rows: list[Row], _duration_s: float) -> None:
         ours, bull = row.values()
         if not row.target or ours is None:
             continue
-        if row.key in ("enqueue_batch", "batch", "cycle_50"):
+        if row.key in ("enqueue_batch", "batch", "cycle_50", "sdk_worker", "sdk_worker_py", "sdk_next"):
             factor = float(row.target.split()[1].rstrip("x"))
             r = ratio(ours, bull)
             row.met = None if r is None else r >= factor
@@ -1328,6 +1438,7 @@ def machine(redis_version: str, node_version: str | None) -> dict[str, Any]:
         "redis": redis_version,
         "node": node_version,
         "bullmq": BULLMQ_VERSION if node_version else None,
+        "bullmq_python": BULLMQ_PY_VERSION,
         "loadavg_start": os.getloadavg(),
     }
 
@@ -1369,6 +1480,36 @@ def install_bullmq(cache: Path) -> tuple[list[str], Path, str] | None:
     return [node, str(BENCH_DIR / "bullmq_bench.mjs")], modules, node_version
 
 
+def install_bullmq_python(cache: Path) -> str | None:
+    """pip install the pinned bullmq (BullMQ for Python) into a virtualenv in cache, outside the
+    repository and the project's dependencies; that virtualenv's Python."""
+    python = cache / "bin" / "python"
+    version_of = [str(python), "-c", "import importlib.metadata as m; print(m.version('bullmq'))"]
+    if python.exists():
+        found = subprocess.run(version_of, capture_output=True, text=True, check=False).stdout.strip()
+        if found == BULLMQ_PY_VERSION:
+            return str(python)
+    print(f"installing bullmq {BULLMQ_PY_VERSION} (Python) into {cache} ...", file=sys.stderr, flush=True)
+    steps = [
+        [sys.executable, "-m", "venv", str(cache)],
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            f"bullmq=={BULLMQ_PY_VERSION}",
+        ],
+    ]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, timeout=NPM_TIMEOUT_S, check=False)
+        if done.returncode != 0:
+            print(f"{step[2]} failed; BullMQ Python is skipped:\n{done.stderr[-2000:]}", file=sys.stderr)
+            return None
+    return str(python)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1397,8 +1538,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--wakeup-timeout-s", type=float, default=60.0)
     parser.add_argument(
         "--only",
-        help="comma-separated: enqueue,enqueue_batch,cycle,cycle_50,batch,wakeup,ledger,memory,"
-        "idle_sweep,long_ops,ack_cost (a first word selects all its workloads: cycle, ack, ...)",
+        help="comma-separated: enqueue,enqueue_batch,cycle,cycle_50,batch,sdk_worker,sdk_next,wakeup,ledger,"
+        "memory,idle_sweep,long_ops,ack_cost (a first word selects all its workloads: cycle, sdk, ...)",
     )
     parser.add_argument(
         "--service-dir",
@@ -1413,6 +1554,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--redis-server", help="path of the redis-server (or valkey-server) binary")
     parser.add_argument("--bullmq-cache", type=Path, default=DEFAULT_NODE_CACHE)
+    parser.add_argument(
+        "--bullmq-py-cache", type=Path, default=DEFAULT_PY_CACHE, help="virtualenv for BullMQ for Python"
+    )
     parser.add_argument(
         "--profile-service",
         metavar="PREFIX",
@@ -1467,6 +1611,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     started = time.monotonic()
     node = None if args.no_bullmq else install_bullmq(args.bullmq_cache)
+    bullmq_python = None
+    if not args.no_bullmq and enabled("sdk_worker"):
+        bullmq_python = install_bullmq_python(args.bullmq_py_cache)
     workdir = Path(tempfile.mkdtemp(prefix="emq-bench-"))
     service: Service | None = None
     finished = False
@@ -1499,6 +1646,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench = Bench(args, plan, redis, service)
         if node:
             bench.node, bench.node_modules = node[0], node[1]
+        bench.bullmq_python = bullmq_python
         rows = run_all(bench)
         compare = None
         if args.client_compare:

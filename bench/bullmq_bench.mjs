@@ -6,9 +6,12 @@
 // this script once per workload; it prints one JSON object on stdout. Workloads (spec.workload):
 //   add          Queue.add, one job per call, spec.concurrency calls in flight
 //   addBulk      Queue.addBulk of spec.batch jobs, spec.concurrency calls in flight
-//   worker       a Worker (concurrency spec.concurrency, no-op processor) on a pre-filled queue
+//   worker       a Worker (concurrency spec.concurrency, no-op processor) on a pre-filled queue; with
+//                spec.drain the window (and the CPU's) ends when the last job is completed
 //   manual       spec.concurrency loops, each its own Worker (autorun off): getNextJob(token) then
 //                job.moveToCompleted(result, token, false), one job at a time
+//   fetch_next   the same loops, each completing its job with job.moveToCompleted(result, token, true),
+//                which fetches the next job in the same call (as BullMQ's Worker does)
 //   latency      a Worker (concurrency 1) waiting on an empty queue; the time from calling
 //                Queue.add to the processor being called, spec.samples times, one at a time
 //   memory       used_memory before and after adding spec.count jobs (addBulk) to a new queue
@@ -67,7 +70,13 @@ class Window {
     this.cpuStart = null;
     this.cpuEnd = null;
     setTimeout(() => { this.cpuStart = cpuSample(); }, warmupMs);
-    setTimeout(() => { this.cpuEnd = cpuSample(); }, warmupMs + durationMs);
+    setTimeout(() => { if (this.cpuEnd === null) this.cpuEnd = cpuSample(); }, warmupMs + durationMs);
+  }
+  // The work is done before the planned end (a drain): the window and its CPU end now.
+  closeNow() {
+    if (this.cpuEnd !== null) return;
+    this.end = Math.min(this.end, Date.now());
+    this.cpuEnd = cpuSample();
   }
   inside(now) { return now >= this.start && now < this.end && this.firstEmptyAt === null; }
   note(jobs, requests, latencyMs) {
@@ -182,7 +191,10 @@ const workloads = {
     worker.on('completed', () => {
       done += 1;
       window.note(1, 1, 0);
-      if (done === spec.prefill) window.empty();
+      if (done === spec.prefill) {
+        window.empty();
+        if (spec.drain) window.closeNow();
+      }
     });
     worker.on('error', () => { window.errors += 1; });
     while (!window.over() && done < spec.prefill) await sleep(20);
@@ -216,6 +228,41 @@ const workloads = {
         }
         await job.moveToCompleted('ok', token, false);
         window.note(1, 2, performance.now() - started);
+      }
+    };
+    await Promise.all(workers.map(loop));
+    await window.finished();
+    await Promise.all(workers.map((worker) => worker.close(true)));
+    window.errors += workerErrors;
+    return window.result();
+  },
+
+  async fetch_next(queue) {
+    await prefill(queue, spec.prefill);
+    const workers = [];
+    let workerErrors = 0;
+    for (let i = 0; i < spec.concurrency; i++) {
+      const worker = new Worker(spec.queue, null, { connection, autorun: false });
+      worker.on('error', () => { workerErrors += 1; });
+      await worker.waitUntilReady();
+      workers.push(worker);
+    }
+    const window = new Window(spec.warmup_ms, spec.duration_ms);
+    const loop = async (worker) => {
+      const token = randomUUID();
+      let job = await worker.getNextJob(token, { block: false });
+      while (!window.over()) {
+        if (!job) {
+          window.empty();
+          await sleep(5);
+          job = await worker.getNextJob(token, { block: false });
+          continue;
+        }
+        const started = performance.now();
+        const next = await job.moveToCompleted('ok', token, true);
+        window.note(1, 1, performance.now() - started);
+        // What BullMQ's Worker does with the answer (Worker.handleCompleted).
+        job = Array.isArray(next) ? await worker.nextJobFromJobData(next[0], next[1], token) : undefined;
       }
     };
     await Promise.all(workers.map(loop));

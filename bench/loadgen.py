@@ -22,6 +22,10 @@ Workloads (spec["workload"]):
   batch_cycle    POST /lease max_jobs=spec["batch"], then one POST /ack for the whole batch
   wakeup         one long-poll lease (wait_ms) waiting, then an enqueue on a second connection:
                  the time from sending the enqueue to receiving the lease response, spec["samples"] times
+  sdk_worker     the Python SDK's Worker (spec["concurrency"] slots, a no-op async handler) drains
+                 spec["total"] pre-filled jobs; the window ends once the last is acked
+  sdk_next       spec["concurrency"] loops over one SDK AsyncClient: each ack leases the next job
+                 (lease_next, max_jobs 1), one request per job
   paced          small requests at a fixed rate (spec["rate"] requests/s over all connections):
                  each connection in turn enqueues 1 job, leases 1, acks it; every request is
                  recorded with when it was due, sent and answered. Runs from measure_from until
@@ -32,20 +36,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
 import msgspec
+from proc_cpu import ProcWatch
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
 EMPTY_BACKOFF_S = 0.005  # a worker that found the queue empty waits this long before leasing again
 CONNECT_TIMEOUT_S = 10.0
+ACKED_POLL_S = 0.005  # how often sdk_worker looks whether the last job is acked
+OWN_CLIENTS = {"wakeup", "sdk_worker", "sdk_next"}  # workloads that open their connections themselves
 
 
 class RawConnection(asyncio.Protocol):
@@ -124,28 +131,6 @@ class HttpxConnection:
 
     def close(self) -> None:
         pass
-
-
-class ProcWatch:
-    """CPU seconds (user + system) of other processes, from /proc/<pid>/stat."""
-
-    def __init__(self, groups: dict[str, list[int]]) -> None:
-        self._groups = groups
-        self._ticks_per_s = os.sysconf("SC_CLK_TCK")
-
-    def sample(self) -> dict[str, float]:
-        totals: dict[str, float] = {}
-        for name, pids in self._groups.items():
-            total = 0
-            for pid in pids:
-                try:
-                    with open(f"/proc/{pid}/stat") as stat:
-                        fields = stat.read().rsplit(")", 1)[1].split()
-                    total += int(fields[11]) + int(fields[12])  # utime, stime
-                except (OSError, IndexError, ValueError):
-                    continue
-            totals[name] = total / self._ticks_per_s
-        return totals
 
 
 class Window:
@@ -230,6 +215,65 @@ async def cycle_loop(conn: Any, spec: dict[str, Any], window: Window, worker: st
         status, answer = await conn.request("POST", f"/v1/queues/{queue}/jobs/{job['id']}/ack", ack_body)
         if _check(status, answer, window, "ack"):
             window.note(1, 2, time.perf_counter() - started)
+
+
+def _sdk() -> Any:
+    """The Python SDK of this checkout, whichever the environment may have installed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python" / "src"))
+    import echomq
+
+    return echomq
+
+
+async def sdk_worker_drain(spec: dict[str, Any], window: Window) -> None:
+    """The SDK's Worker drains spec["total"] jobs; the window ends when the last one is acked."""
+    echomq = _sdk()
+    worker = echomq.Worker(
+        spec["queue"],
+        _no_op,
+        url=spec["urls"][0],
+        concurrency=spec["concurrency"],
+        lease_ms=spec["lease_ms"],
+        wait_ms=100,  # once drained it stops after the long poll in flight: soon
+    )
+    running = asyncio.ensure_future(worker.arun())
+    while worker.stats.acked < spec["total"] and not running.done():
+        await asyncio.sleep(ACKED_POLL_S)
+    window.first_empty_at = time.time()
+    window.jobs = worker.stats.acked
+    worker.stop()
+    await running
+    window.errors += len(worker.stats.errors)
+
+
+async def _no_op(job: Any) -> None:
+    return None
+
+
+async def sdk_next_loops(spec: dict[str, Any], window: Window, tag: str) -> None:
+    echomq = _sdk()
+    async with echomq.AsyncClient(spec["urls"][0]) as client:
+        loops = [
+            sdk_next_loop(echomq, client, spec, window, f"{tag}-{i}") for i in range(spec["concurrency"])
+        ]
+        await asyncio.gather(*loops)
+
+
+async def sdk_next_loop(echomq: Any, client: Any, spec: dict[str, Any], window: Window, worker: str) -> None:
+    """Each ack leases the next job (lease_next, max_jobs 1): one request per job."""
+    queue, lease_ms = spec["queue"], spec["lease_ms"]
+    next_lease = echomq.LeaseNext(worker=worker, lease_ms=lease_ms, max_jobs=1)
+    jobs = await client.lease(queue, worker, lease_ms=lease_ms)
+    while time.time() < window.end:
+        if not jobs:
+            window.note_empty()
+            await asyncio.sleep(EMPTY_BACKOFF_S)
+            jobs = await client.lease(queue, worker, lease_ms=lease_ms)
+            continue
+        started = time.perf_counter()
+        acked = await client.ack(queue, jobs[0].id, jobs[0].lease_id, "ok", lease_next=next_lease)
+        window.note(1, 1, time.perf_counter() - started)
+        jobs = acked.jobs or []
 
 
 async def batch_cycle_loop(conn: Any, spec: dict[str, Any], window: Window, worker: str) -> None:
@@ -363,7 +407,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     workload: str = spec["workload"]
     httpx_client = None
     conns: list[Any] = []
-    if workload != "wakeup":
+    if workload not in OWN_CLIENTS:
         if spec["client"] == "httpx":
             import httpx
 
@@ -396,6 +440,10 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         tasks = [batch_cycle_loop(conn, spec, window, f"{tag}-{i}") for i, conn in enumerate(conns)]
     elif workload == "wakeup":
         tasks = [wakeup_samples(spec, window)]
+    elif workload == "sdk_worker":
+        tasks = [sdk_worker_drain(spec, window)]
+    elif workload == "sdk_next":
+        tasks = [sdk_next_loops(spec, window, tag)]
     elif workload == "paced":
         paced_log: list[Any] = []
         spread_s = 1 / spec["rate"]  # the connections take turns: one request every 1/rate s
@@ -410,7 +458,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     if workload == "paced":
         stopper.cancel()  # the thread reading stdin ends with the process (stdin is closed)
         return {"requests": paced_log, "errors": window.errors, "ops": PACED_OPS}
-    if not end_sample.done():  # done before the window's end (the wake-up samples): end it now
+    if not end_sample.done():  # done before the window's end (wake-up samples, a drain): end it now
         end_sample.cancel()
         window.end = time.time()
         end_sample = asyncio.ensure_future(at(window.end))
@@ -429,7 +477,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         "planned_window_s": window.end - window.start,
         "latencies_ms": [round(s * 1000, 4) for s in window.latencies_s],
         "enqueue_latencies_ms": [round(s * 1000, 4) for s in window.enqueue_latencies_s],
-        "cpu_s": {"loadgen": cpu_end - cpu_start}
+        "cpu_s": {("sdk" if workload.startswith("sdk_") else "loadgen"): cpu_end - cpu_start}
         | {name: others_end[name] - others_start[name] for name in others_end},
     }
 
@@ -442,6 +490,8 @@ def main() -> None:
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
+    if spec["workload"].startswith("sdk_"):
+        runner = asyncio.run  # the SDK on the event loop its users get by default
     result = runner(run(spec))
     print(json.dumps(result), flush=True)
 

@@ -6,8 +6,9 @@
 
 Payload: ``{"numbers": [...], "sleep_s"?: float}``; result: ``{"sum": ...}``. A payload without
 a list of numbers is dead-lettered at once (``JobError(retry=False)``). ``sleep_s`` stands for
-slow work: it waits on ``job.wait_cancelled``, so a lost lease or a SIGTERM interrupts it.
-SIGTERM/SIGINT: take no more jobs and release the ones still running.
+slow work: it waits on ``job.wait_cancelled``, so a lost lease interrupts it, and so does a
+SIGTERM once the grace period is over. SIGTERM/SIGINT: take no more jobs, let the running ones
+finish for up to ``--grace-s`` seconds, then release the rest.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--lease-ms", type=int, default=30_000)
     parser.add_argument("--wait-ms", type=int, default=5_000)
+    parser.add_argument(
+        "--grace-s", type=float, default=30.0, help="time running jobs get to finish on SIGTERM"
+    )
     parser.add_argument("--worker", help="worker name (default: host-pid-random)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -46,6 +50,7 @@ def main() -> None:
         concurrency=args.concurrency,
         lease_ms=args.lease_ms,
         wait_ms=args.wait_ms,
+        grace_s=args.grace_s,
         worker_id=args.worker,
     )  # url and token: $EMQ_URL and $EMQ_TOKEN
     stats = worker.run()

@@ -1,6 +1,7 @@
 """A TCP proxy in front of a Redis server that can lose a reply: the command reaches Redis and
 runs, then its reply is dropped and the connection broken, as when a network fails at the worst
-moment. The service's multiplexer then re-sends the call (once), which must not act twice.
+moment. The service's multiplexer then re-sends the call (once), which must not act twice. (The
+SDK's tests put it in front of the HTTP service the same way: a request's answer lost.)
 
 It can also hold a reply back until the test lets it through (something else happens while a
 call is in flight), and make a real server answer INFO as an older Redis would.
@@ -38,8 +39,12 @@ class FaultProxy:
 
     @property
     def url(self) -> str:
+        return f"redis://{self.host_port}/0"
+
+    @property
+    def host_port(self) -> str:
         host, port = self._listener.getsockname()[:2]
-        return f"redis://{host}:{port}/0"
+        return f"{host}:{port}"
 
     def lose_reply_to(self, marker: bytes) -> None:
         """The reply to the next command whose bytes hold marker never reaches the client (nor

@@ -98,6 +98,8 @@ def test_the_lock_pins_everything_pyproject_asks_for() -> None:
     client = tomllib.loads((CLIENT / "pyproject.toml").read_text())["project"]
     for text in [*server["dependencies"], *server["optional-dependencies"]["dev"], *client["dependencies"]]:
         wanted = Requirement(text)
+        if canonicalize_name(wanted.name) == "echomq-client":
+            continue  # the SDK in clients/python, installed from its folder
         locked = pins.get(canonicalize_name(wanted.name))
         assert locked, f"{wanted.name} is not in requirements.lock: run make lock"
         assert wanted.specifier.contains(locked, prereleases=True), f"{wanted.name}=={locked} vs {wanted}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -14,6 +15,7 @@ from tests.clients.support import SDK_SRC
 sys.path.insert(0, str(SDK_SRC))
 
 from echomq import AsyncClient, Client
+from tests.faultproxy import FaultProxy
 
 
 @pytest.fixture
@@ -26,3 +28,14 @@ def sdk(service_url: str) -> Iterator[Client]:
 async def asdk(service_url: str) -> AsyncIterator[AsyncClient]:
     async with AsyncClient(service_url) as client:
         yield client
+
+
+@pytest.fixture
+def service_proxy(service_url: str) -> Iterator[FaultProxy]:
+    """A TCP proxy in front of the service that can lose or hold its answers."""
+    parts = urlsplit(service_url)
+    proxy = FaultProxy(parts.hostname or "127.0.0.1", parts.port or 80)
+    try:
+        yield proxy
+    finally:
+        proxy.close()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -22,6 +25,14 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
+
+
+def stop_work(process: subprocess.Popen[str]) -> tuple[list[dict[str, Any]], str]:
+    """SIGTERM to an `emq work --json`; its events (one JSON per line) and stderr, once it exited 0."""
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    return [json.loads(line) for line in out.splitlines()], err
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.05) -> Any:

@@ -1,4 +1,5 @@
-"""The `emq` command line (service/cli.py), run as a separate process against a real service."""
+"""The `emq` command line (echomq.cli, the client package's), in this process or as a process of its
+own, against a real service."""
 
 from __future__ import annotations
 
@@ -17,14 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from echomq import Client
-from echomq_http import cli
+from echomq import Client, cli
 from echomq_http.config import Settings
-from tests.clients.support import ROOT, subprocess_env, wait_until
+from tests.clients.support import ROOT, stop_work, subprocess_env, wait_until
 from tests.conftest import free_port
 from tests.server import running_service
 
-EMQ = [sys.executable, "-m", "echomq_http.cli"]
+EMQ = [sys.executable, "-m", "echomq.cli"]
 
 
 @dataclass
@@ -239,13 +239,6 @@ def start_work(url: str, queue: str, *args: str, command: list[str]) -> subproce
     )
 
 
-def stop(process: subprocess.Popen[str]) -> tuple[list[dict[str, object]], str]:
-    process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=20)
-    assert process.returncode == 0, err
-    return [json.loads(line) for line in out.splitlines()], err
-
-
 def test_work_turns_a_program_into_a_worker(service_url: str, sdk: Client, queue: str) -> None:
     sdk.enqueue_many(
         queue, [{"payload": p, "id": i} for i, p in [("j", {"a": 1}), ("t", "text"), ("f", "fail")]]
@@ -255,7 +248,7 @@ def test_work_turns_a_program_into_a_worker(service_url: str, sdk: Client, queue
         wait_until(lambda: sdk.queue(queue).counts.completed == 2 and sdk.get_job(queue, "f").attempt == 1)
         wait_until(lambda: sdk.get_job(queue, "f").state != "active")
     finally:
-        events, err = stop(worker)
+        events, err = stop_work(worker)
     result = sdk.get_job(queue, "j").result
     assert result["payload"] == {"a": 1}
     assert result["env"] == {
@@ -289,15 +282,17 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def test_work_sigterm_stops_commands_and_releases_their_jobs(
+def test_work_sigterm_without_grace_stops_commands_and_releases_their_jobs(
     service_url: str, sdk: Client, queue: str, tmp_path: Path
 ) -> None:
     pidfile = tmp_path / "pid"
     sdk.enqueue(queue, None, id="slow", max_attempts=1)
-    worker = start_work(service_url, queue, command=[sys.executable, "-c", SLOW, str(pidfile)])
+    worker = start_work(
+        service_url, queue, "--grace-s", "0", command=[sys.executable, "-c", SLOW, str(pidfile)]
+    )
     wait_until(lambda: pidfile.exists() and pidfile.read_text())
     started = time.monotonic()
-    events, _ = stop(worker)
+    events, _ = stop_work(worker)
     assert time.monotonic() - started < 5
     assert [event["event"] for event in events] == ["started", "released", "stopped"]
     assert not pid_alive(int(pidfile.read_text()))
@@ -326,10 +321,52 @@ def test_work_stops_the_command_when_the_lease_is_lost(
         assert sdk.release_worker(queue, "doomed") == ["j"]
         wait_until(lambda: not pid_alive(int(pidfile.read_text())), timeout=10)
     finally:
-        events, _ = stop(worker)
+        events, _ = stop_work(worker)
     assert [event["event"] for event in events] == ["started", "stopping-command", "lease-lost", "stopped"]
     job = sdk.get_job(queue, "j")
     assert (job.state, job.result, job.error) == ("waiting", None, None)
+
+
+GATED = (
+    "import json, os, sys, time; payload = json.load(sys.stdin); "
+    "open(os.path.join(sys.argv[1], os.environ['EMQ_JOB_ID']), 'w').close(); "
+    "exec('while not os.path.exists(sys.argv[2]): time.sleep(0.02)'); print(json.dumps({'n': payload}))"
+)
+
+
+def test_work_runs_on_the_sdk_worker_and_sigterm_lets_running_commands_finish(
+    service_url: str, sdk: Client, queue: str, tmp_path: Path
+) -> None:
+    started, go = tmp_path / "started", tmp_path / "go"
+    started.mkdir()
+    sdk.enqueue_many(queue, [{"payload": n, "id": f"j{n}"} for n in range(5)])
+    worker = start_work(
+        service_url, queue, "-c", "3", command=[sys.executable, "-c", GATED, str(started), str(go)]
+    )
+    try:
+        assert worker.stdout is not None
+        first = json.loads(worker.stdout.readline())
+        wait_until(lambda: len(list(started.iterdir())) == 3)
+        ledger = sdk.ledger(queue)
+    except BaseException:
+        worker.kill()
+        raise
+    # The Worker's id (host-pid-random of the emq process) holds all three, leased by one
+    # request for every free slot (one Redis time stamp).
+    assert first["event"] == "started" and first["worker"].split("-")[-2] == str(worker.pid)
+    assert {entry.worker for entry in ledger} == {first["worker"]}
+    assert len(ledger) == 3 and len({entry.leased_at for entry in ledger}) == 1
+    worker.send_signal(signal.SIGTERM)
+    time.sleep(1)  # the signal is handled (leasing stops) before the commands may finish
+    go.touch()
+    out, err = worker.communicate(timeout=20)
+    assert worker.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [event["event"] for event in events] == ["done", "done", "done", "stopped"]
+    assert events[-1] == {"event": "stopped", "done": 3, "failed": 0, "lost": 0, "released": 0}
+    ran = sorted(path.name for path in started.iterdir())
+    assert [sdk.get_job(queue, job_id).result for job_id in ran] == [{"n": int(i[1:])} for i in ran]
+    assert sdk.queue(queue).counts.waiting == 2  # nothing leased once stopping
 
 
 def test_serve_runs_the_service(redis_url: str, tmp_path: Path) -> None:

@@ -3,13 +3,12 @@ worker and `emq work` with a shell script (the Node worker: test_generated_clien
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
 
 from echomq import Client
-from tests.clients.support import ROOT, subprocess_env, wait_until
+from tests.clients.support import ROOT, stop_work, subprocess_env, wait_until
 
 EXAMPLES = ROOT / "examples"
 WORDCOUNT = EXAMPLES / "emq-work-wordcount.sh"
@@ -26,7 +25,7 @@ def test_python_sdk_worker_example(service_url: str, sdk: Client, queue: str) ->
         ],
     )
     worker = subprocess.Popen(
-        [sys.executable, EXAMPLES / "python_worker.py", queue, *FAST, "--concurrency", "3"],
+        [sys.executable, EXAMPLES / "python_worker.py", queue, *FAST, "--concurrency", "3", "--grace-s", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -52,7 +51,7 @@ def test_emq_work_with_a_shell_script(service_url: str, sdk: Client, queue: str)
     sdk.enqueue(queue, "jumps over the lazy dog", id="dog")
     sdk.enqueue(queue, {"not": "a string"}, id="bad", max_attempts=1)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "echomq_http.cli", "work", queue, *FAST, "-c", "2", "--json", "--", WORDCOUNT],
+        [sys.executable, "-m", "echomq.cli", "work", queue, *FAST, "-c", "2", "--json", "--", WORDCOUNT],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -62,10 +61,8 @@ def test_emq_work_with_a_shell_script(service_url: str, sdk: Client, queue: str)
     try:
         wait_until(lambda: sdk.queue(queue).counts.completed == 2 and sdk.queue(queue).counts.failed == 1)
     finally:
-        worker.send_signal(signal.SIGTERM)
-        out, err = worker.communicate(timeout=30)
-    assert worker.returncode == 0, err
-    assert json.loads(out.splitlines()[-1]) == {
+        events, _ = stop_work(worker)
+    assert events[-1] == {
         "event": "stopped",
         "done": 2,
         "failed": 1,

@@ -11,7 +11,7 @@ from typing import Any
 from echomq import AsyncClient, JobContext, JobError, Worker
 from tests.clients.support import await_until
 
-FAST = {"wait_ms": 200}
+FAST = {"wait_ms": 200, "grace_s": 0}
 
 
 async def completed(client: AsyncClient, queue: str, count: int) -> bool:
@@ -179,7 +179,7 @@ async def test_grace_lets_running_jobs_finish(asdk: AsyncClient, queue: str) -> 
         return "finished"
 
     await asdk.enqueue(queue, None, id="j")
-    worker = Worker(queue, handle, client=asdk, grace_s=5, **FAST)
+    worker = Worker(queue, handle, client=asdk, **FAST | {"grace_s": 5})
     task = asyncio.create_task(worker.arun())
     await asyncio.wait_for(started.wait(), 5)
     worker.stop()

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-import httpx
 import msgspec
 
 from echomq import models as m
-from echomq.errors import APIError, BackendUnavailable, TooManyRequests, error_for
+from echomq._http import Answer
+from echomq.errors import APIError, BackendUnavailable, ConnectionFailed, TooManyRequests, error_for
 
 T = TypeVar("T")
 
@@ -48,23 +48,12 @@ def headers(token: str | None) -> dict[str, str]:
 class Op(Generic[T]):
     method: str
     path: str
-    read: Callable[[httpx.Response], T]
+    read: Callable[[Answer], T]
     idempotent: bool
     body: bytes | None = None
     params: dict[str, Any] | None = None
     headers: dict[str, str] | None = None
     long_poll_s: float = 0.0  # added to the read timeout: the service may hold the answer this long
-
-    def request(self, client: httpx.Client | httpx.AsyncClient, timeout: float) -> httpx.Request:
-        extra = {"content-type": "application/json"} if self.body is not None else {}
-        return client.build_request(
-            self.method,
-            self.path,
-            content=self.body,
-            params=self.params,
-            headers={**extra, **(self.headers or {})},
-            timeout=timeout + self.long_poll_s,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +78,9 @@ class RetryPolicy:
     def should_retry(self, op: Op[Any], attempt: int, error: Exception) -> bool:
         if attempt >= self.retries:
             return False
-        if isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout, TooManyRequests)):
+        if isinstance(error, TooManyRequests) or (isinstance(error, ConnectionFailed) and not error.sent):
             return True  # the request was not processed
-        if isinstance(error, (httpx.TransportError, BackendUnavailable)):
+        if isinstance(error, (ConnectionFailed, BackendUnavailable)):
             return op.idempotent
         return False
 
@@ -102,8 +91,8 @@ NO_RETRIES = RetryPolicy(retries=0)
 # --- reading answers ---------------------------------------------------------------------------
 
 
-def raise_for_problem(response: httpx.Response) -> None:
-    if response.status_code < 400:
+def raise_for_problem(response: Answer) -> None:
+    if response.status < 400:
         return
     problem: dict[str, Any] | None = None
     try:
@@ -119,43 +108,43 @@ def raise_for_problem(response: httpx.Response) -> None:
             retry_after = float(raw)
         except ValueError:
             retry_after = None
-    raise error_for(response.status_code, problem, retry_after)
+    raise error_for(response.status, problem, retry_after)
 
 
-def reader(kind: type[T]) -> Callable[[httpx.Response], T]:
+def reader(kind: type[T]) -> Callable[[Answer], T]:
     decoder = msgspec.json.Decoder(kind)
 
-    def read(response: httpx.Response) -> T:
+    def read(response: Answer) -> T:
         raise_for_problem(response)
         try:
             return decoder.decode(response.content)
         except msgspec.DecodeError as error:
             raise APIError(
-                response.status_code, "unexpected_response", "Unexpected response", str(error)
+                response.status, "unexpected_response", "Unexpected response", str(error)
             ) from error
 
     return read
 
 
-def _read_nothing(response: httpx.Response) -> None:
+def _read_nothing(response: Answer) -> None:
     raise_for_problem(response)
 
 
-def _read_text(response: httpx.Response) -> str:
+def _read_text(response: Answer) -> str:
     raise_for_problem(response)
     return response.text
 
 
-def _read_json(response: httpx.Response) -> Any:
+def _read_json(response: Answer) -> Any:
     raise_for_problem(response)
-    return response.json()
+    return msgspec.json.decode(response.content)
 
 
-def _read_ok(response: httpx.Response) -> bool:
-    return response.status_code == 200
+def _read_ok(response: Answer) -> bool:
+    return response.status == 200
 
 
-def _field(kind: type[Any], name: str) -> Callable[[httpx.Response], Any]:
+def _field(kind: type[Any], name: str) -> Callable[[Answer], Any]:
     read = reader(kind)
     return lambda response: getattr(read(response), name)
 

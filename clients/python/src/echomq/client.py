@@ -4,6 +4,10 @@ Both take the service's base URL (default: ``$EMQ_URL``, else ``http://127.0.0.1
 bearer token (default: ``$EMQ_TOKEN``). Errors are raised as the exceptions of
 ``echomq.errors``; calls that are safe to repeat are retried on 503/429/lost connections
 according to ``retry`` (a ``RetryPolicy``; ``NO_RETRIES`` turns it off).
+
+``Client`` speaks HTTP through httpx; ``AsyncClient`` through a keep-alive pool of its own
+(``echomq._http``: a fraction of httpx's CPU per request), or through httpx when given an httpx
+``transport``.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ import msgspec
 
 from echomq import _ops
 from echomq import models as m
+from echomq._http import Answer, AsyncPool, HttpxAsyncPool, httpx_answer, httpx_failure, json_headers
 from echomq._ops import DEFAULT_TIMEOUT_S, Op, RetryPolicy
-from echomq.errors import ConnectionFailed
 
 T = TypeVar("T")
 UNSET: Any = msgspec.UNSET
@@ -72,17 +76,26 @@ class Client(_Base):
         attempt = 0
         while True:
             try:
-                try:
-                    response = self._http.send(op.request(self._http, self.timeout))
-                except httpx.TransportError as error:
-                    raise ConnectionFailed(f"{op.method} {op.path}: {error!r}") from error
-                return op.read(response)
+                return op.read(self._send(op))
             except Exception as error:
-                cause = error.__cause__ if isinstance(error, ConnectionFailed) else error
-                if not isinstance(cause, Exception) or not self.retry.should_retry(op, attempt, cause):
+                if not self.retry.should_retry(op, attempt, error):
                     raise
-                time.sleep(self.retry.delay(attempt, cause))
+                time.sleep(self.retry.delay(attempt, error))
                 attempt += 1
+
+    def _send(self, op: Op[Any]) -> Answer:
+        try:
+            response = self._http.request(
+                op.method,
+                op.path,
+                content=op.body,
+                params=op.params,
+                headers=json_headers(op.body, op.headers),
+                timeout=self.timeout + op.long_poll_s,
+            )
+        except httpx.TransportError as error:
+            raise httpx_failure(error, f"{op.method} {op.path}") from error
+        return httpx_answer(response)
 
     # --- producing -----------------------------------------------------------------------------
 
@@ -292,8 +305,11 @@ class AsyncClient(_Base):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         super().__init__(url, token, timeout, retry)
-        self._http = httpx.AsyncClient(
-            base_url=self.url, headers=_ops.headers(self.token), timeout=timeout, transport=transport
+        headers = _ops.headers(self.token)
+        self._http: AsyncPool | HttpxAsyncPool = (
+            AsyncPool(self.url, headers)
+            if transport is None
+            else HttpxAsyncPool(self.url, headers, transport)
         )
 
     async def __aenter__(self) -> Self:
@@ -311,16 +327,19 @@ class AsyncClient(_Base):
         attempt = 0
         while True:
             try:
-                try:
-                    response = await self._http.send(op.request(self._http, self.timeout))
-                except httpx.TransportError as error:
-                    raise ConnectionFailed(f"{op.method} {op.path}: {error!r}") from error
-                return op.read(response)
+                answer = await self._http.send(
+                    op.method,
+                    op.path,
+                    body=op.body,
+                    params=op.params,
+                    headers=op.headers,
+                    timeout=self.timeout + op.long_poll_s,
+                )
+                return op.read(answer)
             except Exception as error:
-                cause = error.__cause__ if isinstance(error, ConnectionFailed) else error
-                if not isinstance(cause, Exception) or not self.retry.should_retry(op, attempt, cause):
+                if not self.retry.should_retry(op, attempt, error):
                     raise
-                await asyncio.sleep(self.retry.delay(attempt, cause))
+                await asyncio.sleep(self.retry.delay(attempt, error))
                 attempt += 1
 
     # --- producing -----------------------------------------------------------------------------

@@ -15,7 +15,13 @@ class EchoMQError(Exception):
 
 
 class ConnectionFailed(EchoMQError):
-    """The request did not get an answer (connection refused, reset, timed out)."""
+    """The request did not get an answer (connection refused, reset, timed out). ``sent`` is
+    False when it cannot have reached the service (the connection was never opened), so that
+    trying it again is safe whatever the call."""
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 class APIError(EchoMQError):
@@ -138,11 +144,15 @@ class JobError(Exception):
     """Raise from a handler to fail the job with a hint: ``retry=False`` sends it straight to
     the dead letter; ``retry_after_ms`` sets the delay before the next attempt.
 
-    Any exception works as a failure; the worker reads the same two attributes
-    (``retry``, ``retry_after_ms``) from any exception that has them.
+    ``plain=True`` records the message alone as the job's error (no type, no traceback).
+    Any exception works as a failure; the worker reads the same attributes
+    (``retry``, ``retry_after_ms``, ``plain``) from any exception that has them.
     """
 
-    def __init__(self, message: str, *, retry: bool = True, retry_after_ms: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, retry: bool = True, retry_after_ms: int | None = None, plain: bool = False
+    ) -> None:
         super().__init__(message)
         self.retry = retry
         self.retry_after_ms = retry_after_ms
+        self.plain = plain  # the job's error is the message alone, without type and traceback

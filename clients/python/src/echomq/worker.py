@@ -1,4 +1,4 @@
-"""``Worker``: lease jobs (long poll), run a handler on each, heartbeat, ack or fail.
+"""``Worker``: lease jobs, run a handler on each, keep their leases, ack or fail them, in batches.
 
     def handle(job: echomq.JobContext) -> dict:
         send_email(**job.payload)
@@ -8,17 +8,40 @@
 
 - The handler may be a plain function (run in a thread of its own) or a coroutine function
   (run as a task). At most ``concurrency`` run at once.
-- While it runs, the lease is renewed every ``lease_ms / 3``. If the service answers that the
-  lease is lost (or it could not be renewed before it ran out), the job is not ours any more: an
-  async handler is cancelled, a sync handler sees ``job.cancelled`` / ``job.lease_lost`` become
-  true, and its outcome is discarded - never acked or failed.
+- Requests are batched. A lease asks for every free slot at once (``max_jobs``, a long poll of
+  ``wait_ms`` when the queue is empty). Finished jobs' acks are gathered for ``ack_batch_s``
+  (or until no handler is running) into one ack-many whose ``lease_next`` leases the jobs for
+  the slots they free: one request per batch of finished jobs. One heartbeat-many every
+  ``heartbeat_s`` (default ``lease_ms / 3``) renews the leases of every job held.
+- If the service answers that a lease is lost (or it could not be renewed before it ran out),
+  the job is not ours any more: an async handler is cancelled, a sync handler sees
+  ``job.cancelled`` / ``job.lease_lost`` become true, and its outcome is discarded - never acked.
 - Returning acks with the return value as the result (any JSON-encodable value). Raising fails
   the attempt with the exception's text; an exception with ``retry = False`` dead-letters the job
   and one with ``retry_after_ms`` sets the delay before the next attempt (see ``JobError``).
-- ``stop()`` (and SIGTERM/SIGINT under ``run()``) stops leasing, lets running handlers finish for
-  up to ``grace_s`` seconds, then cancels the rest and releases their leases (the jobs go back
-  to the front of the queue without spending an attempt). A lease request in flight is waited
-  for (at most ``wait_ms``) and whatever it brings is released too.
+- ``stop()`` (and SIGTERM/SIGINT under ``run()``) stops leasing and lets running handlers finish
+  for up to ``grace_s`` seconds (default 30: what a deploy can wait), their leases still renewed.
+  A handler that returned is always acked (or failed, if it raised), never released, and the
+  acks gathered are sent before ``run()``/``arun()`` returns. Handlers still running after the
+  grace are cancelled (async) or flagged (sync) and their jobs released: back to the front of
+  the queue without spending an attempt. A lease request in flight is waited for and whatever
+  it brings is released at once, never run. A second ``stop()`` skips the grace. A cancelled
+  async handler gets ``cancel_wait_s`` (default 5) to unwind (e.g. stop a child process) before
+  its job is released all the same.
+- ``on_outcome(job, outcome, detail)``, if given, is called once per job when its outcome is
+  settled: ``acked``, ``failed`` (detail: the job's state now), ``released``, ``lost`` or
+  ``error`` (the service did not take the outcome; detail says why).
+- Lease requests always carry a ``request_id``, so a lease repeated after a lost answer never
+  leases twice; acks, fails and releases are repeated on lost connections and 503s while the
+  lease may still be alive (the service answers a repeat as it answered the first).
+
+How it works: a slot is taken from the moment a lease request asks for it (``_asked``) until
+its job's handler ends (``_running``), so leases never ask for more than is free. One driver
+coroutine (``_drive``) decides what to send next: the gathered acks when they are due (with a
+``lease_next`` for the free slots), else a lease when slots are free; every request runs as a
+task of its own and wakes the driver when it ends. Each job held is a ``_Held`` from its lease
+until its outcome is settled (acked, failed, released or lost); the heartbeat task renews all
+of them, and the wind-down (``_wind_down``) waits out the grace once stopped.
 """
 
 from __future__ import annotations
@@ -35,15 +58,15 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from echomq.client import AsyncClient
 from echomq.errors import (
-    APIError,
+    BackendUnavailable,
     ConnectionFailed,
     EchoMQError,
     Forbidden,
@@ -52,16 +75,26 @@ from echomq.errors import (
     LeaseLost,
     NotFound,
     PayloadTooLarge,
+    TooManyRequests,
     Unauthorized,
 )
-from echomq.models import LeasedJob
+from echomq.models import AckItem, HeartbeatItem, LeasedJob, LeaseNext
 
 log = logging.getLogger("echomq.worker")
+
+T = TypeVar("T")
 
 MAX_ERROR_BYTES = 8 * 1024
 DEFAULT_LEASE_MS = 30_000
 DEFAULT_WAIT_MS = 5_000
+DEFAULT_GRACE_S = 30.0
+DEFAULT_ACK_BATCH_S = 0.005
+MAX_LEASE_JOBS = 100  # the API's limit per lease
+MAX_BATCH = 1000  # the API's limit per ack-many and heartbeat-many
+MAX_BATCH_RESULT_BYTES = 256 * 1024  # well under the service's 1 MiB body limit
+CANCEL_WAIT_S = 5.0  # how long cancelled async handlers get to unwind before their jobs are released
 _FATAL = (Unauthorized, Forbidden, InvalidRequest, NotFound)  # retrying cannot help
+_TRANSIENT = (ConnectionFailed, BackendUnavailable, TooManyRequests)  # a later try may succeed
 
 Handler = Callable[["JobContext"], Any] | Callable[["JobContext"], Awaitable[Any]]
 
@@ -73,13 +106,21 @@ def default_worker_id() -> str:
 
 
 def error_text(error: BaseException, limit: int = MAX_ERROR_BYTES) -> str:
-    """``Type: message`` first, then as much of the traceback's end as fits in ``limit`` bytes."""
+    """``Type: message`` first, then as much of the traceback's end as fits in ``limit`` bytes;
+    the message alone for an exception with ``plain = True`` (see ``JobError``)."""
+    if getattr(error, "plain", False) is True:
+        return str(error).encode()[:limit].decode(errors="ignore")
     head = f"{type(error).__name__}: {error}".encode()[: limit // 4].decode(errors="ignore")
     trace = "".join(traceback.format_exception(error)).encode()
     room = limit - len(head.encode()) - 2
     if len(trace) > room:
         trace = b"..." + trace[-(room - 3) :]
     return head + "\n\n" + trace.decode(errors="ignore")
+
+
+def backoff_s(attempt: int) -> float:
+    """Exponential from 0.2 s up to 5 s, with jitter."""
+    return min(5.0, 0.2 * 2**attempt) * random.uniform(0.5, 1.0)
 
 
 class JobContext:
@@ -89,7 +130,6 @@ class JobContext:
         self.job = job
         self._cancel = threading.Event()
         self._reason: str | None = None
-        self._future: asyncio.Future[Any] | None = None
 
     @property
     def id(self) -> str:
@@ -134,7 +174,8 @@ class JobContext:
 
     @property
     def cancelled(self) -> bool:
-        """Stop working on this job: its lease was lost, or the worker is stopping."""
+        """Stop working on this job: its lease was lost, or the worker stopped and the grace
+        period is over."""
         return self._cancel.is_set()
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
@@ -145,8 +186,6 @@ class JobContext:
         if self._reason is None:
             self._reason = reason
         self._cancel.set()
-        if self._future is not None and not self._future.done():
-            self._future.cancel()
 
     def __repr__(self) -> str:
         return f"<JobContext {self.queue}/{self.id} attempt {self.attempt}>"
@@ -159,6 +198,31 @@ class WorkerStats:
     lost: int = 0  # lease lost: outcome discarded
     released: int = 0
     errors: list[str] = field(default_factory=list)  # acks/fails the service did not take
+
+
+@dataclass(eq=False, slots=True)
+class _Held:
+    """A job whose lease this worker holds, from its lease until its outcome is settled."""
+
+    context: JobContext
+    renewed_at: float  # monotonic: when the request that leased or last renewed it was sent
+    expires_at: float  # monotonic, by this machine's clock: renewed_at + the lease's length
+    running: bool = True  # the handler has not finished (its slot is taken)
+    settled: bool = False  # acked, failed, released or lost: nothing more to do
+    task: asyncio.Task[Any] | None = None  # an async handler's task
+
+    @property
+    def job(self) -> LeasedJob:
+        return self.context.job
+
+
+@dataclass(eq=False, slots=True)
+class _Lease:
+    """One lease request; repeated with the same request_id after a lost answer."""
+
+    request_id: str
+    max_jobs: int
+    wait_ms: int
 
 
 class Worker:
@@ -176,8 +240,11 @@ class Worker:
         concurrency: int = 1,
         lease_ms: int = DEFAULT_LEASE_MS,
         wait_ms: int = DEFAULT_WAIT_MS,
-        grace_s: float = 0.0,
+        grace_s: float = DEFAULT_GRACE_S,
         heartbeat_s: float | None = None,
+        ack_batch_s: float = DEFAULT_ACK_BATCH_S,
+        cancel_wait_s: float = CANCEL_WAIT_S,
+        on_outcome: Callable[[JobContext, str, str], None] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -189,6 +256,9 @@ class Worker:
         self.wait_ms = wait_ms
         self.grace_s = grace_s
         self.heartbeat_s = heartbeat_s if heartbeat_s is not None else lease_ms / 3000
+        self.ack_batch_s = ack_batch_s
+        self.cancel_wait_s = cancel_wait_s
+        self.on_outcome = on_outcome
         self.stats = WorkerStats()
         self._client = client
         self._url, self._token = url, token
@@ -196,171 +266,254 @@ class Worker:
             getattr(handler, "__call__", None)  # noqa: B004 - an object with an async __call__
         )
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
         self._stop_requested = False
-        self._running: dict[str, tuple[JobContext, asyncio.Task[None]]] = {}
-        self._slot_freed: asyncio.Event | None = None
-        self._poll_settled: asyncio.Event | None = None  # no lease request in flight
+        self._hurry_requested = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self._held: dict[str, _Held] = {}
+        self._running = 0  # handlers running: slots taken
+        self._asked = 0  # slots promised to lease requests in flight
+        self._outbox: list[tuple[_Held, AckItem]] = []  # acks gathered, not sent yet
+        self._outbox_bytes = 0
+        self._outbox_since = 0.0
+        self._requests: set[asyncio.Task[Any]] = set()  # every request of ours in flight
+        self._leasing = False  # a lease (alone or as an ack's lease_next) is in flight
+        self._no_lease = asyncio.Event()  # set while none is
+        self._no_lease.set()
+        self._lease_retry: _Lease | None = None  # a lease whose answer was lost
+        self._lease_failures = 0
+        self._lease_after = 0.0  # monotonic: no lease before (backing off)
+        self._fatal: EchoMQError | None = None
+        self._request_ids = (f"{os.urandom(6).hex()}-{n}" for n in range(1 << 62))
+        self._wake: asyncio.Event | None = None
+        self._stopping: asyncio.Event | None = None
+        self._handler_ended = asyncio.Event()  # a slot was freed, or a second stop() came
+        self._wound_down = False
 
     # --- control -------------------------------------------------------------------------------
 
     def run(self) -> WorkerStats:
-        """Work until ``stop()`` or SIGTERM/SIGINT; then give back what is still held."""
+        """Work until ``stop()`` or SIGTERM/SIGINT; then finish or give back what is still held."""
         return asyncio.run(self.arun(handle_signals=True))
 
     def stop(self) -> None:
         """Stop taking jobs (safe from any thread and from signal handlers). A second call
         skips the grace period."""
         if self._stop_requested:
-            self.grace_s = 0.0
+            self._hurry_requested = True
         self._stop_requested = True
-        loop, stopping = self._loop, self._stopping
-        if loop is None or stopping is None or loop.is_closed():
+        loop = self._loop
+        if loop is None or loop.is_closed():
             return
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is loop:
-            stopping.set()
+            self._begin_stop()
         else:
-            loop.call_soon_threadsafe(stopping.set)
+            with contextlib.suppress(RuntimeError):  # the loop closed in between
+                loop.call_soon_threadsafe(self._begin_stop)
+
+    def _begin_stop(self) -> None:
+        if self._stopping is None:
+            return
+        if not self._stopping.is_set():
+            self._stopping.set()
+            log.info("worker %s: stopping; %d job(s) running", self.worker_id, self._running)
+        if self._hurry_requested:
+            self._handler_ended.set()  # wakes the grace period's wait
+        self._poke()
 
     async def arun(self, *, handle_signals: bool = False) -> WorkerStats:
         """The worker as a coroutine; with ``handle_signals`` SIGTERM/SIGINT call ``stop()``."""
         self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
-        self._slot_freed = asyncio.Event()
-        self._poll_settled = asyncio.Event()
-        self._poll_settled.set()
-        if self._stop_requested:
-            self._stopping.set()
-        client = self._client or AsyncClient(self._url, token=self._token)
-        installed: list[int] = []
-        if handle_signals:
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
-                    self._loop.add_signal_handler(signum, self.stop)
-                    installed.append(signum)
+        self._reset()
+        self._wake, self._stopping = asyncio.Event(), asyncio.Event()
+        self._api = self._client or AsyncClient(self._url, token=self._token)
+        installed = self._install_signals() if handle_signals else []
         log.info(
             "worker %s: working on queue %s (concurrency %d)", self.worker_id, self.queue, self.concurrency
         )
+        if self._stop_requested:
+            self._begin_stop()
+        beats = asyncio.create_task(self._heartbeats(), name="emq-heartbeats")
+        winding = asyncio.create_task(self._wind_down(), name="emq-wind-down")
         try:
-            await self._lease_loop(client)
+            await self._drive()
+        except asyncio.CancelledError:
+            # Cancelled from outside: no grace, but still settle what is held before going.
+            self._hurry_requested = self._stop_requested = True
+            self._begin_stop()
+            await self._drive()
+            raise
         finally:
+            winding.cancel()
+            beats.cancel()
+            for task in (winding, beats):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             for signum in installed:
                 self._loop.remove_signal_handler(signum)
-            await self._give_back_running(client)
             if self._client is None:
-                await client.aclose()
+                await self._api.aclose()
             log.info("worker %s: stopped (%s)", self.worker_id, self.stats)
+        if self._fatal is not None:
+            raise self._fatal
         return self.stats
 
-    # --- the loop ------------------------------------------------------------------------------
+    def _install_signals(self) -> list[int]:
+        assert self._loop is not None
+        installed = []
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+                self._loop.add_signal_handler(signum, self.stop)
+                installed.append(signum)
+        return installed
 
-    async def _lease_loop(self, client: AsyncClient) -> None:
-        assert self._stopping is not None and self._slot_freed is not None
-        stop_wait = asyncio.ensure_future(self._stopping.wait())
-        failures = 0
-        try:
-            while not self._stopping.is_set():
-                free = self.concurrency - len(self._running)
-                if free <= 0:
-                    self._slot_freed.clear()
-                    slot = asyncio.ensure_future(self._slot_freed.wait())
-                    await asyncio.wait({slot, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-                    slot.cancel()
-                    continue
-                poll = asyncio.ensure_future(
-                    client.lease(
-                        self.queue,
-                        self.worker_id,
-                        lease_ms=self.lease_ms,
-                        max_jobs=free,
-                        wait_ms=self.wait_ms,
-                    )
-                )
-                polled_at = time.monotonic()
-                await asyncio.wait({poll, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-                if not poll.done():
-                    # Stopping while the long poll waits: cancelling it could lose jobs the
-                    # service leases at that instant, so let it answer while the running jobs
-                    # are wound down, and give back whatever it brings. Running jobs are released
-                    # only once it has answered, or it could lease them again.
-                    self._poll_settled.clear()
-                    await asyncio.gather(self._give_back_running(client), self._give_back_poll(client, poll))
+    # --- the driver: what to send next -----------------------------------------------------------
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _free_slots(self) -> int:
+        return self.concurrency - self._running - self._asked
+
+    @property
+    def _is_stopping(self) -> bool:
+        return self._stopping is not None and self._stopping.is_set()
+
+    async def _drive(self) -> None:
+        """Sends batches of acks and leases as slots free up, until stopped and settled."""
+        assert self._wake is not None
+        while True:
+            self._wake.clear()
+            if self._flush_in() == 0:
+                self._flush()
+            if self._may_lease():
+                self._spawn(self._lease(self._reserve_lease(self.wait_ms)))
+            if self._is_stopping and self._wound_down:
+                if self._lease_retry is not None and not self._leasing:
+                    self._spawn(self._collect_lost_lease())
+                if not self._outbox and not self._requests:
                     return
-                try:
-                    jobs = poll.result()
-                except _FATAL:
-                    raise
-                except EchoMQError as error:
-                    failures += 1
-                    delay = min(10.0, 0.2 * 2**failures) * random.uniform(0.5, 1.0)
-                    log.warning("lease failed (%s); trying again in %.1f s", error, delay)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(stop_wait), delay)
-                    continue
-                failures = 0
-                for job in jobs:
-                    if self._stopping.is_set():
-                        await self._release(client, job)
-                    else:
-                        self._start(client, job, polled_at)
-        finally:
-            stop_wait.cancel()
+            await self._sleep(self._flush_in(), self._backing_off_for())
 
-    def _start(self, client: AsyncClient, job: LeasedJob, leased_at: float) -> None:
-        context = JobContext(job)
-        task = asyncio.create_task(self._process(client, context, leased_at), name=f"emq-job-{job.id}")
-        self._running[job.id] = (context, task)
-
-    async def _give_back_poll(self, client: AsyncClient, poll: asyncio.Future[list[LeasedJob]]) -> None:
-        assert self._poll_settled is not None
-        try:
-            jobs = await poll
-        except EchoMQError:
+    async def _sleep(self, *delays: float | None) -> None:
+        assert self._wake is not None
+        timeout = min((delay for delay in delays if delay is not None), default=None)
+        if timeout is None:
+            await self._wake.wait()
             return
-        finally:
-            self._poll_settled.set()
-        for job in jobs:
-            await self._release(client, job)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, timeout)):
+                await self._wake.wait()
 
-    async def _give_back_running(self, client: AsyncClient) -> None:
-        """Let running jobs finish within the grace period, then cancel and release the rest."""
-        if not self._running:
-            return
-        tasks = [task for _, task in self._running.values()]
-        if self.grace_s > 0:
-            log.info("waiting up to %.1f s for %d running job(s)", self.grace_s, len(tasks))
-            await asyncio.wait(tasks, timeout=self.grace_s)
-        for context, _ in list(self._running.values()):
-            context._cancel_with("stopped")
-        await asyncio.gather(*tasks, return_exceptions=True)
+    def _flush_in(self) -> float | None:
+        """Seconds until the gathered acks are sent (0: now); None when there are none."""
+        if not self._outbox:
+            return None
+        full = len(self._outbox) >= MAX_BATCH or self._outbox_bytes >= MAX_BATCH_RESULT_BYTES
+        if full or self._running == 0 or self._is_stopping:
+            return 0.0  # nothing else will finish soon, or nothing may wait
+        return max(0.0, self._outbox_since + self.ack_batch_s - time.monotonic())
 
-    async def _release(self, client: AsyncClient, job: LeasedJob) -> None:
+    def _backing_off_for(self) -> float | None:
+        left = self._lease_after - time.monotonic()
+        return left if left > 0 and self._wants_lease() else None
+
+    def _wants_lease(self) -> bool:
+        return not self._is_stopping and self._fatal is None and not self._leasing and self._free_slots() > 0
+
+    def _may_lease(self) -> bool:
+        # Gathered acks carry the next lease themselves (lease_next) when they are sent.
+        return self._wants_lease() and not self._outbox and time.monotonic() >= self._lease_after
+
+    def _reserve_lease(self, wait_ms: int) -> _Lease:
+        """The next lease request, its slots taken from now until it is answered."""
+        lease, self._lease_retry = self._lease_retry, None
+        if lease is None:
+            lease = _Lease(next(self._request_ids), min(self._free_slots(), MAX_LEASE_JOBS), wait_ms)
+        # else the same request_id again: it answers what that lease took, never more
+        self._leasing = True
+        self._no_lease.clear()
+        self._asked += lease.max_jobs
+        return lease
+
+    def _unreserve(self, lease: _Lease) -> None:
+        self._leasing = False
+        self._no_lease.set()
+        self._asked -= lease.max_jobs
+
+    def _spawn(self, request: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(request)
+        self._requests.add(task)
+        task.add_done_callback(self._request_done)
+
+    def _request_done(self, task: asyncio.Task[Any]) -> None:
+        self._requests.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("worker %s: request failed", self.worker_id, exc_info=task.exception())
+        self._poke()
+
+    # --- leasing ---------------------------------------------------------------------------------
+
+    async def _lease(self, lease: _Lease) -> None:
+        sent_at = time.monotonic()
         try:
-            await client.release(job.queue, job.id, job.lease_id)
-            self.stats.released += 1
-            log.info("released job %s", job.id)
+            jobs = await self._api.lease(
+                self.queue,
+                self.worker_id,
+                lease_ms=self.lease_ms,
+                max_jobs=lease.max_jobs,
+                wait_ms=lease.wait_ms,
+                request_id=lease.request_id,
+            )
+        except _FATAL as error:
+            log.error("worker %s: lease refused (%s); stopping", self.worker_id, error)
+            self._fatal = error
+            self.stop()
+            return
         except EchoMQError as error:
-            log.warning("could not release job %s (%s); its lease will run out", job.id, error)
+            self._lease_failed(lease, error)
+            return
+        finally:
+            self._unreserve(lease)
+        self._lease_failures = 0
+        self._take(jobs, sent_at)
 
-    # --- one job -------------------------------------------------------------------------------
+    def _lease_failed(self, lease: _Lease, error: EchoMQError) -> None:
+        # The answer may be lost after the service leased: the next lease repeats this one.
+        self._lease_retry = lease
+        self._lease_failures += 1
+        delay = backoff_s(self._lease_failures)
+        self._lease_after = time.monotonic() + delay
+        log.warning("worker %s: lease failed (%s); trying again in %.1f s", self.worker_id, error, delay)
 
-    def _begin(self, context: JobContext) -> asyncio.Future[Any]:
-        if self._is_async:
-            return asyncio.ensure_future(self.handler(context))  # type: ignore[arg-type]
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-
-        def settle(result: Any, error: BaseException | None) -> None:
-            if future.done():
-                return
-            if error is not None:
-                future.set_exception(error)
+    def _take(self, jobs: Iterable[LeasedJob], sent_at: float) -> None:
+        """Jobs a lease brought: started, or released at once when the worker is stopping."""
+        expires_at = sent_at + self.lease_ms / 1000
+        for job in jobs:
+            held = _Held(JobContext(job), sent_at, expires_at, running=not self._is_stopping)
+            self._held[job.id] = held
+            if held.running:
+                self._running += 1
+                self._start(held)
             else:
-                future.set_result(result)
+                self._give_back(held)
+
+    # --- running handlers ------------------------------------------------------------------------
+
+    def _start(self, held: _Held) -> None:
+        context = held.context
+        if self._is_async:
+            task = asyncio.ensure_future(self.handler(context))  # type: ignore[arg-type]
+            task.add_done_callback(lambda done: self._async_finished(held, done))
+            held.task = task
+            return
+        loop = asyncio.get_running_loop()
 
         def run() -> None:
             try:
@@ -368,110 +521,320 @@ class Worker:
             except BaseException as raised:
                 result, error = None, raised
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
-                loop.call_soon_threadsafe(settle, result, error)
+                loop.call_soon_threadsafe(self._sync_finished, held, result, error)
 
         # A daemon thread: a handler that ignores cancellation cannot hold the process open.
         threading.Thread(target=run, name=f"emq-job-{context.id}", daemon=True).start()
-        return future
 
-    async def _process(self, client: AsyncClient, context: JobContext, leased_at: float) -> None:
-        job = context.job
-        future = context._future = self._begin(context)
-        beats = asyncio.create_task(self._heartbeats(client, context, leased_at))
-        outcome: tuple[str, Any] | None = None
-        try:
-            try:
-                result = await future
-                if inspect.isawaitable(result):  # a plain function that returned a coroutine
-                    result = await result
-                outcome = ("ack", result)
-            except asyncio.CancelledError:
-                if context._reason is None:
-                    raise  # this task itself was cancelled
-            except Exception as error:
-                outcome = ("fail", error)
-        finally:
-            beats.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beats
-            self._running.pop(job.id, None)
-            if self._slot_freed is not None:
-                self._slot_freed.set()
-        # Never ack blindly: a lease found lost while the handler ran means another worker may
-        # hold the job now, whatever the handler returned.
-        if context.lease_lost:
-            self.stats.lost += 1
-            log.warning("job %s: lease lost; outcome discarded", job.id)
-            return
-        if outcome is None:  # cancelled because the worker is stopping
-            if self._poll_settled is not None:
-                await self._poll_settled.wait()
-            await self._release(client, job)
-            return
-        kind, value = outcome
-        if kind == "ack":
-            await self._ack(client, job, value)
+    def _async_finished(self, held: _Held, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            self._finished(held, None, asyncio.CancelledError("the handler was cancelled"))
         else:
-            await self._fail(client, job, value)
+            error = task.exception()
+            self._finished(held, task.result() if error is None else None, error)
 
-    async def _ack(self, client: AsyncClient, job: LeasedJob, result: Any) -> None:
-        try:
-            msgspec.json.encode(result)
-        except (TypeError, ValueError, msgspec.EncodeError) as error:
-            await self._fail(client, job, TypeError(f"the handler's result is not JSON: {error}"))
+    def _sync_finished(self, held: _Held, result: Any, error: BaseException | None) -> None:
+        if inspect.isawaitable(result):  # a plain function that returned a coroutine
+            task = asyncio.ensure_future(result)
+            task.add_done_callback(lambda done: self._async_finished(held, done))
+            held.task = task
             return
-        try:
-            await client.ack(job.queue, job.id, job.lease_id, result)
-            self.stats.acked += 1
-            log.info("job %s: done", job.id)
-        except (LeaseLost, JobNotFound) as error:
-            self.stats.lost += 1
-            log.warning("job %s: not acked, %s", job.id, error.code)
-        except (InvalidRequest, PayloadTooLarge) as error:
-            await self._fail(client, job, ValueError(f"the service refused the result: {error.detail}"))
-        except EchoMQError as error:
-            self.stats.errors.append(f"ack {job.id}: {error}")
-            log.error("job %s: ack failed (%s); the lease will run out and the job come back", job.id, error)
+        self._finished(held, result, error)
 
-    async def _fail(self, client: AsyncClient, job: LeasedJob, error: BaseException) -> None:
+    def _finished(self, held: _Held, result: Any, error: BaseException | None) -> None:
+        """A handler ended: its outcome is gathered (ack) or sent (fail), or discarded."""
+        if held.settled:
+            return  # released or lost already (a sync handler that ended after the grace)
+        self._free_slot(held)
+        reason = held.context._reason
+        if reason == "lease_lost":
+            self._settle(held, "lost", "lease lost while the handler ran; outcome discarded")
+        elif isinstance(error, asyncio.CancelledError) and reason == "stopped":
+            self._give_back(held)
+        elif error is not None:
+            self._spawn(self._fail(held, error))
+        else:
+            self._gather(held, result)
+        self._poke()
+
+    def _free_slot(self, held: _Held) -> None:
+        if held.running:
+            held.running = False
+            self._running -= 1
+            self._handler_ended.set()
+
+    def _settle(self, held: _Held, outcome: str, why: str = "") -> None:
+        held.settled = True
+        self._free_slot(held)
+        if self._held.get(held.job.id) is held:
+            del self._held[held.job.id]
+        if outcome == "acked":
+            self.stats.acked += 1
+        elif outcome == "failed":
+            self.stats.failed += 1
+        elif outcome == "released":
+            self.stats.released += 1
+        elif outcome == "lost":
+            self.stats.lost += 1
+            log.warning("job %s: %s", held.job.id, why)
+        else:  # "error": the service did not take the outcome; the lease will run out
+            self.stats.errors.append(f"{held.job.id}: {why}")
+            log.error("job %s: %s; its lease will run out and it will come back", held.job.id, why)
+        if self.on_outcome is not None:
+            try:
+                self.on_outcome(held.context, outcome, why)
+            except Exception:  # an observer's bug must not stop the worker
+                log.exception("worker %s: on_outcome", self.worker_id)
+
+    # --- acks, fails, releases -------------------------------------------------------------------
+
+    def _gather(self, held: _Held, result: Any) -> None:
+        job = held.job
+        if result is None:
+            item = AckItem(id=job.id, lease_id=job.lease_id, result=None)
+        else:
+            try:
+                encoded = msgspec.json.encode(result)
+            except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as error:
+                self._spawn(self._fail(held, TypeError(f"the handler's result is not JSON: {error}")))
+                return
+            item = AckItem(id=job.id, lease_id=job.lease_id, result=msgspec.Raw(encoded))
+            self._outbox_bytes += len(encoded)
+        if not self._outbox:
+            self._outbox_since = time.monotonic()
+        self._outbox.append((held, item))
+
+    def _flush(self) -> None:
+        """Send the gathered acks in one ack-many; its lease_next takes the free slots."""
+        batch, self._outbox, self._outbox_bytes = self._outbox[:MAX_BATCH], self._outbox[MAX_BATCH:], 0
+        lease = self._reserve_lease(wait_ms=0) if self._wants_lease() else None
+        self._spawn(self._send_acks(batch, lease))
+
+    async def _send_acks(self, batch: list[tuple[_Held, AckItem]], lease: _Lease | None) -> None:
+        items = [item for _, item in batch]
+        holds = [held for held, _ in batch]
+        sent_at = time.monotonic()
+        try:
+            if lease is None:
+                outcomes, jobs = await self._persist(lambda: self._api.ack_many(self.queue, items), holds), []
+            else:
+                next_lease = LeaseNext(
+                    worker=self.worker_id,
+                    lease_ms=self.lease_ms,
+                    max_jobs=lease.max_jobs,
+                    wait_ms=0,
+                    request_id=lease.request_id,
+                )
+                both = await self._persist(
+                    lambda: self._api.ack_many(self.queue, items, lease_next=next_lease), holds
+                )
+                outcomes, jobs = both.results, both.jobs
+        except (InvalidRequest, PayloadTooLarge):
+            # The batch as a whole was refused (nothing was done): each ack on its own.
+            for held, item in batch:
+                self._spawn(self._ack_alone(held, item))
+            return
+        except EchoMQError as error:
+            if lease is not None:
+                self._lease_retry = lease  # it may have leased: the next lease repeats it
+            for held, _ in batch:
+                self._settle(held, "error", f"ack not taken ({error})")
+            return
+        finally:
+            if lease is not None:
+                self._unreserve(lease)
+        for (held, _), outcome in zip(batch, outcomes, strict=True):
+            if outcome.ok:
+                self._settle(held, "acked")
+            else:
+                self._settle(held, "lost", f"not acked, {outcome.code}")
+        self._take(jobs, sent_at)
+
+    async def _ack_alone(self, held: _Held, item: AckItem) -> None:
+        job = held.job
+        try:
+            await self._persist(lambda: self._api.ack(self.queue, job.id, job.lease_id, item.result), [held])
+            self._settle(held, "acked")
+        except (LeaseLost, JobNotFound) as error:
+            self._settle(held, "lost", f"not acked, {error.code}")
+        except (InvalidRequest, PayloadTooLarge) as error:
+            await self._fail(held, ValueError(f"the service refused the result: {error.detail}"))
+        except EchoMQError as error:
+            self._settle(held, "error", f"ack not taken ({error})")
+
+    async def _fail(self, held: _Held, error: BaseException) -> None:
+        job = held.job
         retry = getattr(error, "retry", None)
         retry_after = getattr(error, "retry_after_ms", None)
         try:
-            failed = await client.fail(
-                job.queue,
-                job.id,
-                job.lease_id,
-                error_text(error),
-                retry=False if retry is False else None,
-                retry_after_ms=int(retry_after) if isinstance(retry_after, (int, float)) else None,
+            failed = await self._persist(
+                lambda: self._api.fail(
+                    self.queue,
+                    job.id,
+                    job.lease_id,
+                    error_text(error),
+                    retry=False if retry is False else None,
+                    retry_after_ms=int(retry_after) if isinstance(retry_after, (int, float)) else None,
+                ),
+                [held],
             )
-            self.stats.failed += 1
+            self._settle(held, "failed", failed.state)
             log.info("job %s: attempt %d failed (%s), now %s", job.id, failed.attempt, error, failed.state)
         except (LeaseLost, JobNotFound) as lost:
-            self.stats.lost += 1
-            log.warning("job %s: failure not recorded, %s", job.id, lost.code)
+            self._settle(held, "lost", f"failure not recorded, {lost.code}")
         except EchoMQError as problem:
-            self.stats.errors.append(f"fail {job.id}: {problem}")
-            log.error("job %s: fail not recorded (%s); the lease will run out", job.id, problem)
+            self._settle(held, "error", f"fail not taken ({problem})")
 
-    async def _heartbeats(self, client: AsyncClient, context: JobContext, leased_at: float) -> None:
-        job = context.job
-        expires = leased_at + self.lease_ms / 1000  # by this machine's clock, conservatively
+    def _give_back(self, held: _Held) -> None:
+        """Release the job; whatever its handler does from now on is discarded."""
+        held.settled = True
+        self._free_slot(held)
+        self._spawn(self._release(held))
+
+    async def _release(self, held: _Held) -> None:
+        job = held.job
+        await self._no_lease.wait()  # else the lease in flight could take the job straight back
+        try:
+            await self._persist(lambda: self._api.release(self.queue, job.id, job.lease_id), [held])
+            self._settle(held, "released")
+            log.info("job %s: released", job.id)
+        except (LeaseLost, JobNotFound) as lost:
+            self._settle(held, "lost", f"not released, {lost.code}")
+        except EchoMQError as problem:
+            self._settle(held, "error", f"release not taken ({problem})")
+
+    async def _persist(self, call: Callable[[], Awaitable[T]], holds: Iterable[_Held]) -> T:
+        """call(), again after transient errors while a lease of the batch may still be alive
+        (the client has retried already). Safe: the service answers a repeated ack, fail or
+        release (same lease) as it answered the first, and a lease_next repeats by request_id."""
+        attempt = 0
+        while True:
+            try:
+                return await call()
+            except _TRANSIENT as error:
+                if not any(time.monotonic() < held.expires_at for held in holds):
+                    raise
+                delay = backoff_s(attempt)
+                attempt += 1
+                log.warning("worker %s: %s; trying again in %.1f s", self.worker_id, error, delay)
+                await asyncio.sleep(delay)
+
+    # --- leases: renewals --------------------------------------------------------------------------
+
+    async def _heartbeats(self) -> None:
+        """One heartbeat-many every heartbeat_s renews every lease held; sooner after a failure."""
         delay = self.heartbeat_s
         while True:
             await asyncio.sleep(delay)
-            sent = time.monotonic()
-            try:
-                await client.heartbeat(job.queue, job.id, job.lease_id, lease_ms=self.lease_ms)
-                expires, delay = sent + self.lease_ms / 1000, self.heartbeat_s
-            except (LeaseLost, JobNotFound) as error:
-                log.warning("job %s: heartbeat answered %s; stopping its handler", job.id, error.code)
-                context._cancel_with("lease_lost")
+            self._lose_expired()
+            due = [held for held in self._held.values() if not held.settled and self._renewal_due(held)]
+            delay = self.heartbeat_s
+            for start in range(0, len(due), MAX_BATCH):
+                try:
+                    renewed = await self._renew(due[start : start + MAX_BATCH])
+                except Exception:  # a bug must not end the renewals of every lease
+                    log.exception("worker %s: heartbeat", self.worker_id)
+                    renewed = False
+                if not renewed:
+                    delay = self._retry_delay()
+
+    def _renewal_due(self, held: _Held) -> bool:
+        return time.monotonic() - held.renewed_at >= self.heartbeat_s / 2
+
+    async def _renew(self, due: list[_Held]) -> bool:
+        sent_at = time.monotonic()
+        leases = [HeartbeatItem(id=held.job.id, lease_id=held.job.lease_id) for held in due]
+        try:
+            outcomes = await self._api.heartbeat_many(self.queue, leases)
+        except EchoMQError as error:
+            log.warning("worker %s: heartbeat failed (%s)", self.worker_id, error)
+            return False
+        for held, outcome in zip(due, outcomes, strict=True):
+            if outcome.ok:
+                held.renewed_at, held.expires_at = sent_at, sent_at + self.lease_ms / 1000
+            elif held.running:  # a finished job's ack or fail will say what became of it
+                self._lose(held, f"heartbeat answered {outcome.code}")
+        return True
+
+    def _retry_delay(self) -> float:
+        soonest = min((held.expires_at for held in self._held.values()), default=None)
+        if soonest is None:
+            return self.heartbeat_s
+        return min(self.heartbeat_s, max(0.2, (soonest - time.monotonic()) / 4))
+
+    def _lose_expired(self) -> None:
+        now = time.monotonic()
+        for held in list(self._held.values()):
+            if held.running and now >= held.expires_at:
+                self._lose(held, "the lease ran out without a renewal")
+
+    def _lose(self, held: _Held, why: str) -> None:
+        """The job is not ours any more: stop its handler; its outcome will be discarded."""
+        log.warning("job %s: %s; stopping its handler", held.job.id, why)
+        held.context._cancel_with("lease_lost")
+        if held.task is not None:
+            held.task.cancel()  # settled as lost when the task ends
+        else:
+            self._settle(held, "lost", f"{why}; outcome discarded")  # a thread cannot be stopped
+        self._poke()
+
+    # --- stopping --------------------------------------------------------------------------------
+
+    async def _wind_down(self) -> None:
+        """Once stopped: let handlers finish within the grace, then cancel the rest and release
+        their jobs."""
+        assert self._stopping is not None
+        await self._stopping.wait()
+        if self._running:
+            log.info(
+                "worker %s: waiting up to %.1f s for %d job(s)", self.worker_id, self.grace_s, self._running
+            )
+        await self._until_handlers_end(self.grace_s, interruptible=True)
+        for held in self._running_jobs():
+            held.context._cancel_with("stopped")
+            if held.task is not None:
+                held.task.cancel()  # released once it ends cancelled (acked if it returns all the same)
+            else:  # a thread cannot be stopped: its job is released now, its outcome discarded
+                self._give_back(held)
+        await self._until_handlers_end(self.cancel_wait_s, interruptible=False)
+        for held in self._running_jobs():
+            log.warning("job %s: its handler ignores cancellation; released all the same", held.job.id)
+            self._give_back(held)
+        self._wound_down = True
+        self._poke()
+
+    def _running_jobs(self) -> list[_Held]:
+        return [held for held in self._held.values() if held.running]
+
+    async def _until_handlers_end(self, timeout: float, *, interruptible: bool) -> None:
+        """Until no handler runs or timeout passes; if interruptible, also until a second stop()."""
+        deadline = time.monotonic() + timeout
+        while self._running > 0 and not (interruptible and self._hurry_requested):
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return
-            except (APIError, ConnectionFailed) as error:
-                if time.monotonic() >= expires:
-                    log.warning("job %s: lease ran out without a renewal (%s)", job.id, error)
-                    context._cancel_with("lease_lost")
-                    return
-                delay = min(self.heartbeat_s, max(0.2, (expires - time.monotonic()) / 4))
-                log.warning("job %s: heartbeat failed (%s); again in %.1f s", job.id, error, delay)
+            self._handler_ended.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self._handler_ended.wait()
+
+    async def _collect_lost_lease(self) -> None:
+        """A lease whose answer was lost may hold jobs: the same request_id answers them, to be
+        released now instead of when their leases run out."""
+        lease, self._lease_retry = self._lease_retry, None
+        if lease is None:
+            return
+        sent_at = time.monotonic()
+        try:
+            jobs = await self._api.lease(
+                self.queue,
+                self.worker_id,
+                lease_ms=self.lease_ms,
+                max_jobs=lease.max_jobs,
+                wait_ms=0,
+                request_id=lease.request_id,
+            )
+        except EchoMQError as error:
+            log.warning("worker %s: could not collect a lost lease (%s)", self.worker_id, error)
+            return
+        self._take(jobs, sent_at)

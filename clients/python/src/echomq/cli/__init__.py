@@ -1,0 +1,216 @@
+"""`emq`: operate the queues of an EchoMQ HTTP service from a shell, and run commands as workers.
+
+    emq enqueue QUEUE '{"to": "ada"}'          # one job; or --file jobs.jsonl (batches of 1000)
+    emq stats [QUEUE]                          # counts of every queue, or of one
+    emq ledger QUEUE                           # who holds what, and the lease time left
+    emq failed QUEUE                           # the dead letter
+    emq retry QUEUE [IDS...]                   # send dead-lettered jobs back to waiting
+    emq pause QUEUE / emq resume QUEUE
+    emq delete-queue QUEUE [--force]           # the queue and every job in it
+    emq job QUEUE ID                           # one job
+    emq work QUEUE -- COMMAND ARGS...          # run COMMAND for each job (an echomq.Worker)
+    emq serve                                  # the service itself, when echomq-http is installed
+
+Every command but `serve` talks to the service through ``echomq.Client`` (or the ``Worker``):
+`--url` (default $EMQ_URL, else http://127.0.0.1:8080), `--token` (default $EMQ_TOKEN),
+`--json` for output meant for scripts. `serve` belongs to the server package: it registers
+itself under the entry point group ``echomq.cli`` and this parser hands its arguments over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from typing import NoReturn
+
+from echomq._ops import DEFAULT_URL
+from echomq.cli._commands import COMMANDS, EXIT_FAILED, EXIT_USAGE, MAX_BATCH, Failed, UsageError
+from echomq.client import Client
+from echomq.errors import ConnectionFailed, EchoMQError
+from echomq.worker import DEFAULT_GRACE_S, DEFAULT_LEASE_MS, DEFAULT_WAIT_MS
+
+__all__ = ["main"]
+
+DEFAULT_KILL_GRACE_S = 5.0
+PLUGINS = "echomq.cli"  # entry point group: commands other packages add (the server's `serve`)
+
+
+def _plugin(name: str) -> Callable[[list[str]], int] | None:
+    found = entry_points()
+    group = found.select(group=PLUGINS) if hasattr(found, "select") else found.get(PLUGINS, [])  # 3.9
+    for entry in group:
+        if entry.name == name:
+            return entry.load()
+    return None
+
+
+def _serve(argv: list[str]) -> int:
+    serve = _plugin("serve")
+    if serve is None:
+        _fail("the server is not installed (pip install echomq-http)", EXIT_USAGE)
+    return serve(argv)
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--url",
+        default=os.environ.get("EMQ_URL") or DEFAULT_URL,
+        help=f"the service's base URL (default: $EMQ_URL, else {DEFAULT_URL})",
+    )
+    common.add_argument(
+        "--token", default=os.environ.get("EMQ_TOKEN") or None, help="bearer token (default: $EMQ_TOKEN)"
+    )
+    common.add_argument("--json", action="store_true", help="print JSON (for scripts) instead of text")
+
+    parser = argparse.ArgumentParser(prog="emq", description="EchoMQ HTTP: operate its queues, run workers.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    # Listed for --help only: main() hands `serve ...` to the server package before parsing.
+    commands.add_parser("serve", help="run the service (needs the server package, echomq-http)")
+
+    enqueue = commands.add_parser("enqueue", parents=[common], help="add one job, or a file of jobs")
+    enqueue.add_argument("queue")
+    enqueue.add_argument("payload", nargs="?", help="the job's payload, as JSON")
+    enqueue.add_argument("--file", "-f", help="one payload (JSON) per line; - reads standard input")
+    enqueue.add_argument(
+        "--requests",
+        action="store_true",
+        help='each line of --file is a whole enqueue request: {"payload": ..., "id": ...}',
+    )
+    enqueue.add_argument("--id", help="the job's id (makes the enqueue idempotent)")
+    enqueue.add_argument("--name", help="the job's name")
+    enqueue.add_argument("--priority", type=int, help="0..1000, higher first (default 0)")
+    enqueue.add_argument("--delay-ms", type=int, help="wait this long before it can be leased")
+    enqueue.add_argument("--max-attempts", type=int, help="1..1000 (default 3)")
+    enqueue.add_argument(
+        "--batch-size",
+        type=int,
+        default=MAX_BATCH,
+        choices=range(1, MAX_BATCH + 1),
+        metavar="N",
+        help="jobs per request with --file (1..1000, default 1000)",
+    )
+    bar = enqueue.add_mutually_exclusive_group()
+    bar.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=None,
+        help="show a progress bar (default: when stderr is a terminal)",
+    )
+    bar.add_argument("--no-progress", dest="progress", action="store_false")
+
+    stats = commands.add_parser("stats", parents=[common], help="counts of every queue, or of one")
+    stats.add_argument("queue", nargs="?")
+
+    ledger = commands.add_parser(
+        "ledger", parents=[common], help="jobs in flight: who holds what, lease time left"
+    )
+    ledger.add_argument("queue")
+    ledger.add_argument("--worker", help="only this worker's jobs")
+    ledger.add_argument("--limit", type=int, help="at most this many (default 1000)")
+
+    failed = commands.add_parser("failed", parents=[common], help="dead-lettered jobs, most recent first")
+    failed.add_argument("queue")
+    failed.add_argument("--limit", type=int, help="at most this many (default 100, at most 1000)")
+    failed.add_argument("--offset", type=int, help="skip this many")
+
+    retry = commands.add_parser(
+        "retry", parents=[common], help="send dead-lettered jobs (all, or these) back to waiting"
+    )
+    retry.add_argument("queue")
+    retry.add_argument("ids", nargs="*")
+
+    for action in ("pause", "resume"):
+        paused = commands.add_parser(
+            action, parents=[common], help=f"{action} a queue (a paused queue leases nothing)"
+        )
+        paused.add_argument("queue")
+
+    delete_queue = commands.add_parser(
+        "delete-queue", parents=[common], help="delete a queue with all its jobs and keys"
+    )
+    delete_queue.add_argument("queue")
+    delete_queue.add_argument(
+        "--force", action="store_true", help="even with jobs in flight (their workers' calls then fail)"
+    )
+
+    job = commands.add_parser("job", parents=[common], help="show one job")
+    job.add_argument("queue")
+    job.add_argument("id")
+
+    work = commands.add_parser(
+        "work",
+        parents=[common],
+        usage="emq work [options] QUEUE -- COMMAND [ARGS...]",
+        help="run a command for each job: emq work QUEUE -- COMMAND ARGS...",
+        description=(
+            "Lease jobs and run COMMAND for each: the payload (JSON) on its stdin, EMQ_JOB_ID, "
+            "EMQ_ATTEMPT, EMQ_MAX_ATTEMPTS, EMQ_FENCE and EMQ_QUEUE in its environment. Exit 0 acks "
+            "with its stdout as the result (JSON if it parses, else a string); another exit status "
+            "fails the attempt with the end of its stderr. Leases are renewed while it runs; a "
+            "command whose lease is lost is stopped. SIGTERM or SIGINT: take no more jobs, let the "
+            "commands running finish for up to --grace-s seconds, then stop the rest and release "
+            "their jobs (a second signal skips the wait). It runs on echomq.Worker."
+        ),
+    )
+    work.add_argument("queue")
+    work.add_argument("--concurrency", "-c", type=int, default=1, help="commands at once (default 1)")
+    work.add_argument(
+        "--lease-ms", type=int, default=DEFAULT_LEASE_MS, help="lease length (default %(default)s)"
+    )
+    work.add_argument(
+        "--wait-ms",
+        type=int,
+        default=DEFAULT_WAIT_MS,
+        help="long poll per lease request (default %(default)s)",
+    )
+    work.add_argument("--worker", help="worker name (default: host-pid-random)")
+    work.add_argument(
+        "--grace-s",
+        type=float,
+        default=DEFAULT_GRACE_S,
+        help="on SIGTERM/SIGINT, how long running commands may finish (default %(default)s)",
+    )
+    work.add_argument(
+        "--kill-grace-s",
+        type=float,
+        default=DEFAULT_KILL_GRACE_S,
+        help="SIGTERM to SIGKILL delay when a command must stop (default %(default)s)",
+    )
+    return parser
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    print(f"emq: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        return _serve(argv[1:])
+    command: list[str] = []
+    if argv[:1] == ["work"] and "--" in argv:  # everything after -- is the command, untouched
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1 :]
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "work":
+            from echomq.cli._work import cmd_work  # asyncio and subprocesses: only for `work`
+
+            return cmd_work(args, command)
+        with Client(args.url, token=args.token) as client:
+            return COMMANDS[args.command](args, client)
+    except UsageError as error:
+        _fail(str(error), EXIT_USAGE)
+    except ConnectionFailed as error:
+        _fail(f"no answer from the service ({error})", EXIT_FAILED)
+    except (EchoMQError, Failed, OSError) as error:
+        _fail(str(error), EXIT_FAILED)
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,5 @@
+import sys
+
+from echomq.cli import main
+
+sys.exit(main())

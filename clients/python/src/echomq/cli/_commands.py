@@ -1,0 +1,270 @@
+"""The one-shot commands of `emq`: each is a call or a few of ``echomq.Client``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+from echomq.cli._output import Progress, duration, now_ms, print_json, summary, table, when
+from echomq.client import Client
+from echomq.errors import EchoMQError
+from echomq.models import NewJob
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+MAX_BATCH = 1000
+JOB_OPTIONS = ("name", "priority", "delay_ms", "max_attempts")
+
+
+class UsageError(Exception):
+    """Wrong arguments or input: exit status 2, nothing sent."""
+
+
+class Failed(Exception):
+    """A command that could not be done: exit status 1."""
+
+
+def parse_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise UsageError(f"{where} is not JSON: {error}") from None
+
+
+def _job_defaults(args: argparse.Namespace) -> dict[str, Any]:
+    return {name: getattr(args, name) for name in JOB_OPTIONS if getattr(args, name) is not None}
+
+
+def cmd_enqueue(args: argparse.Namespace, client: Client) -> int:
+    if (args.payload is None) == (args.file is None):
+        raise UsageError("give a JSON payload or --file FILE (one JSON value per line), not both")
+    if args.file is None:
+        payload = parse_json(args.payload, "the payload")
+        answer = client.enqueue(args.queue, payload, id=args.id, **_job_defaults(args))
+        if args.json:
+            print_json(answer.to_dict())
+        elif answer.created:
+            print(f"enqueued job {answer.id} into {answer.queue} ({answer.state})")
+        else:
+            print(f"job {answer.id} already exists in {answer.queue} ({answer.state}); left as it is")
+        return EXIT_OK
+    if args.id is not None:
+        raise UsageError("--id applies to a single job; in a file, give ids per line with --requests")
+    return _enqueue_file(args, client)
+
+
+def _lines(path: str) -> Iterator[tuple[int, str]]:
+    stream: IO[str] = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    try:
+        for number, line in enumerate(stream, 1):
+            if line.strip():
+                yield number, line
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+
+
+def _job_of_line(args: argparse.Namespace, number: int, line: str) -> NewJob:
+    value = parse_json(line, f"line {number}")
+    defaults = _job_defaults(args)
+    if not args.requests:
+        return NewJob(payload=value, **defaults)
+    if not isinstance(value, dict) or "payload" not in value:
+        raise UsageError(f"line {number}: with --requests each line is an object with a 'payload'")
+    try:
+        return msgspec.convert({**defaults, **value}, NewJob)
+    except msgspec.ValidationError as error:
+        raise UsageError(f"line {number}: {error}") from None
+
+
+def _enqueue_file(args: argparse.Namespace, client: Client) -> int:
+    total: int | None = None
+    if args.file != "-":
+        if not Path(args.file).is_file():
+            raise UsageError(f"no such file: {args.file}")
+        total = 0
+        for number, line in _lines(args.file):  # all lines valid before the first is sent
+            _job_of_line(args, number, line)
+            total += 1
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    progress = Progress(total, sys.stderr, show)
+    created = existing = 0
+    batch: list[NewJob] = []
+    first_line = 0
+
+    def send() -> None:
+        nonlocal created, existing
+        try:
+            answers = client.enqueue_many(args.queue, batch)
+        except EchoMQError as error:
+            raise Failed(
+                f"the batch from line {first_line} was refused ({error}); "
+                f"{progress.done} job(s) before it were enqueued"
+            ) from error
+        made = sum(1 for answer in answers if answer.created)
+        created += made
+        existing += len(answers) - made
+        progress.advance(len(batch))
+        batch.clear()
+
+    try:
+        for number, line in _lines(args.file):
+            if not batch:
+                first_line = number
+            batch.append(_job_of_line(args, number, line))
+            if len(batch) >= args.batch_size:
+                send()
+        if batch:
+            send()
+    finally:
+        progress.finish()
+    elapsed = time.monotonic() - progress.started
+    done = {"queue": args.queue, "enqueued": progress.done, "created": created, "existing": existing}
+    if args.json:
+        print_json(done)
+    else:
+        print(
+            f"enqueued {progress.done} job(s) into {args.queue} in {elapsed:.1f} s "
+            f"({created} new, {existing} already there)"
+        )
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace, client: Client) -> int:
+    if args.queue:
+        views = [client.queue(args.queue)]
+        answer: Any = views[0].to_dict()
+    else:
+        views = client.queues()
+        answer = {"queues": [view.to_dict() for view in views]}
+    if args.json:
+        print_json(answer)
+        return EXIT_OK
+    if not views:
+        print("no queues")
+        return EXIT_OK
+    states = ("waiting", "delayed", "active", "completed", "failed")
+    rows = [
+        [view.name, "yes" if view.paused else "no", *(getattr(view.counts, state) for state in states)]
+        for view in sorted(views, key=lambda view: view.name)
+    ]
+    table(["QUEUE", "PAUSED", *(state.upper() for state in states)], rows)
+    return EXIT_OK
+
+
+def cmd_ledger(args: argparse.Namespace, client: Client) -> int:
+    jobs = client.ledger(args.queue, worker=args.worker or None, limit=args.limit or None)
+    if args.json:
+        print_json({"jobs": [job.to_dict() for job in jobs]})
+        return EXIT_OK
+    if not jobs:
+        print(f"nothing in flight in {args.queue}")
+        return EXIT_OK
+    now = now_ms()
+    rows = []
+    for job in jobs:
+        left = job.lease_expires_at - now
+        rows.append(
+            [
+                job.id,
+                job.worker,
+                job.attempt,
+                duration(now - job.leased_at),
+                duration(left) if left >= 0 else f"expired {duration(left)} ago",
+            ]
+        )
+    table(["JOB", "WORKER", "ATTEMPT", "HELD FOR", "LEASE LEFT"], rows)
+    holders: dict[str, int] = {}
+    for job in jobs:
+        holders[job.worker] = holders.get(job.worker, 0) + 1
+    print()
+    print(f"{len(jobs)} job(s) in flight, held by {len(holders)} worker(s): ", end="")
+    print(", ".join(f"{worker} ({count})" for worker, count in sorted(holders.items())))
+    return EXIT_OK
+
+
+def cmd_failed(args: argparse.Namespace, client: Client) -> int:
+    page = client.failed(args.queue, limit=args.limit, offset=args.offset)
+    if args.json:
+        print_json(page.to_dict())
+        return EXIT_OK
+    if not page.total:
+        print(f"no dead-lettered jobs in {args.queue}")
+        return EXIT_OK
+    offset = args.offset or 0
+    shown = f"{offset + 1}-{offset + len(page.jobs)}" if page.jobs else "none"
+    print(f"{page.total} dead-lettered job(s) in {args.queue}, most recent first (showing {shown})")
+    rows = [
+        [job.id, f"{job.attempt}/{job.max_attempts}", when(job.updated_at), summary(job.error)]
+        for job in page.jobs
+    ]
+    table(["JOB", "ATTEMPTS", "FAILED AT", "ERROR"], rows)
+    return EXIT_OK
+
+
+def cmd_retry(args: argparse.Namespace, client: Client) -> int:
+    retried = client.retry_failed(args.queue, args.ids or None)
+    if args.json:
+        print_json({"retried": retried})
+    elif retried:
+        print(f"retried {len(retried)} job(s): {' '.join(retried)}")
+    else:
+        print("nothing to retry" + (" (none of those ids is dead-lettered)" if args.ids else ""))
+    return EXIT_OK
+
+
+def cmd_pause(args: argparse.Namespace, client: Client) -> int:
+    answer = client.pause(args.queue) if args.command == "pause" else client.resume(args.queue)
+    if args.json:
+        print_json(answer.to_dict())
+    else:
+        print(f"queue {answer.name} {'paused' if answer.paused else 'running'}")
+    return EXIT_OK
+
+
+def cmd_delete_queue(args: argparse.Namespace, client: Client) -> int:
+    client.delete_queue(args.queue, force=args.force)
+    if args.json:
+        print_json({"deleted": args.queue})
+    else:
+        print(f"queue {args.queue} deleted")
+    return EXIT_OK
+
+
+def cmd_job(args: argparse.Namespace, client: Client) -> int:
+    job = client.get_job(args.queue, args.id)
+    if args.json:
+        print_json(job.to_dict())
+        return EXIT_OK
+    shown = job.to_dict()
+    for key in ("id", "queue", "name", "state", "attempt", "max_attempts", "priority", "worker"):
+        print(f"{key + ':':14}{shown.get(key)}")
+    print(f"{'created:':14}{when(job.created_at)}")
+    print(f"{'updated:':14}{when(job.updated_at)}")
+    if job.lease_expires_at:
+        print(f"{'lease left:':14}{duration(job.lease_expires_at - now_ms())}")
+    print(f"{'payload:':14}{json.dumps(job.payload, ensure_ascii=False)}")
+    print(f"{'result:':14}{json.dumps(job.result, ensure_ascii=False)}")
+    if job.error:
+        print("error:")
+        print(job.error)
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Client], int]] = {
+    "enqueue": cmd_enqueue,
+    "stats": cmd_stats,
+    "ledger": cmd_ledger,
+    "failed": cmd_failed,
+    "retry": cmd_retry,
+    "pause": cmd_pause,
+    "resume": cmd_pause,
+    "delete-queue": cmd_delete_queue,
+    "job": cmd_job,
+}

@@ -1,0 +1,88 @@
+"""How `emq` prints: JSON lines for scripts, aligned tables, durations, a progress bar."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, TextIO
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    cells = [[str(cell) for cell in row] for row in rows]
+    widths = [
+        max(len(h), *(len(row[i]) for row in cells)) if cells else len(h) for i, h in enumerate(headers)
+    ]
+    for row in [list(headers), *cells]:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip(), file=out)
+
+
+def duration(ms: float) -> str:
+    seconds = abs(ms) / 1000
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def when(epoch_ms: int | None) -> str:
+    if epoch_ms is None:
+        return "-"
+    return datetime.fromtimestamp(epoch_ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def now_ms() -> float:
+    # The service's times come from the Redis server's clock; this machine's clock is assumed
+    # close to it (NTP). Lease times left are estimates to that precision.
+    return time.time() * 1000
+
+
+def summary(text: str | None, width: int = 72) -> str:
+    """An error in one line: its first line, and its last when that says something more."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[0] if len(lines) == 1 or lines[-1] in lines[0] else f"{lines[0]}: {lines[-1]}"
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+class Progress:
+    """A progress bar on stderr: ``[#####-----] 4000/10000  40%  3512 jobs/s``."""
+
+    def __init__(self, total: int | None, out: TextIO, enabled: bool) -> None:
+        self.total, self.out, self.enabled = total, out, enabled
+        self.done = 0
+        self.width = 0
+        self.started = time.monotonic()
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        if not self.enabled:
+            return
+        rate = self.done / max(time.monotonic() - self.started, 1e-6)
+        if self.total:
+            filled = int(30 * self.done / self.total)
+            bar = "#" * filled + "-" * (30 - filled)
+            line = f"[{bar}] {self.done}/{self.total} {100 * self.done // self.total:3d}%  {rate:.0f} jobs/s"
+        else:
+            line = f"{self.done} jobs  {rate:.0f} jobs/s"
+        self.out.write("\r" + line.ljust(self.width))  # spaces over a longer previous frame
+        self.width = len(line)
+        self.out.flush()
+
+    def finish(self) -> None:
+        if self.enabled and self.done:
+            self.out.write("\n")
+            self.out.flush()
