@@ -1,22 +1,26 @@
 """Client CPU per request of the HTTP clients AsyncClient could use, on the worker's workloads.
 
-    python bench/http_clients.py http://127.0.0.1:8080 [--jobs 20000] [--loop-jobs 3000]
+    python bench/http_clients.py http://127.0.0.1:8080 [--jobs 20000] [--loop-jobs 5000]
 
-For each client (httpx, and aiohttp: AsyncClient's) against a running service: the SDK Worker
-(c=50, no-op handler) drains ``--jobs`` pre-filled jobs, then one single-job loop acks each job
-with ``lease_next``. It prints this process's CPU (user + system) per request and per job, and
-jobs/s. The service runs elsewhere, so only the client's CPU is counted. (The third row of the
-table in echomq/_http.py, a pool of the SDK's own on asyncio + httptools, was measured by this
-script at commit e166360, before that pool was replaced by aiohttp.)
+For each client (httpx; aiohttp, AsyncClient's) against a running service: the SDK Worker (c=50,
+no-op handler) drains ``--jobs`` pre-filled jobs, then 50 single-job loops over one client ack
+each job with ``lease_next`` (bench.py's sdk_next). It prints this process's CPU (user + system)
+per request and per job, and jobs/s; the service runs elsewhere, so only the client's CPU counts.
+
+``--own-pool FILE`` adds the pool of the SDK's own that aiohttp replaced (asyncio + httptools):
+``git show e166360:clients/python/src/echomq/_http.py > FILE``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
+import sys
 import time
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,7 +42,12 @@ class Counted:
         await self.pool.aclose()
 
 
+OWN_POOL: Any = None  # the module --own-pool loaded
+
+
 def make_pool(kind: str, url: str, headers: Mapping[str, str]) -> Any:
+    if kind == "own":
+        return OWN_POOL.AsyncPool(url, headers)
     if kind == "httpx":
         transport = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=100))
         return HttpxAsyncPool(url, headers, transport)
@@ -78,18 +87,24 @@ async def worker_run(kind: str, url: str, jobs: int) -> dict[str, float]:
     return {"cpu_us_req": cpu / counted.requests * 1e6, "cpu_us_job": cpu / jobs * 1e6, "jobs_s": jobs / wall}
 
 
-async def loop_run(kind: str, url: str, jobs: int) -> dict[str, float]:
+async def loop_run(kind: str, url: str, jobs: int, loops: int = 50) -> dict[str, float]:
+    """``loops`` single-job loops over one client (as bench.py's sdk_next): each ack leases the
+    next job."""
     queue = f"hc-{uuid.uuid4().hex[:8]}"
     await fill(url, queue, jobs)
     client, counted = client_with(kind, url)
-    following = LeaseNext(worker="w", lease_ms=30_000, max_jobs=1)
+
+    async def loop(worker: str) -> int:
+        following = LeaseNext(worker=worker, lease_ms=30_000, max_jobs=1)
+        leased, done = await client.lease(queue, worker), 0
+        while leased:
+            acked = await client.ack(queue, leased[0].id, leased[0].lease_id, "ok", lease_next=following)
+            done += 1
+            leased = acked.jobs or []
+        return done
+
     cpu, wall = time.process_time(), time.perf_counter()
-    leased = await client.lease(queue, "w")
-    done = 0
-    while leased:
-        acked = await client.ack(queue, leased[0].id, leased[0].lease_id, "ok", lease_next=following)
-        done += 1
-        leased = acked.jobs or []
+    done = sum(await asyncio.gather(*(loop(f"w{n}") for n in range(loops))))
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     await client.aclose()
     return {"cpu_us_req": cpu / counted.requests * 1e6, "cpu_us_job": cpu / done * 1e6, "jobs_s": done / wall}
@@ -101,15 +116,23 @@ async def main() -> None:
     )
     parser.add_argument("url")
     parser.add_argument("--jobs", type=int, default=20_000)
-    parser.add_argument("--loop-jobs", type=int, default=3_000)
+    parser.add_argument("--loop-jobs", type=int, default=5_000)
     parser.add_argument("--clients", default="httpx,aiohttp")
+    parser.add_argument("--own-pool", type=Path, help="a file with the own pool (see above)")
     args = parser.parse_args()
+    if args.own_pool:
+        global OWN_POOL
+        spec = importlib.util.spec_from_file_location("own_pool", args.own_pool)
+        assert spec is not None and spec.loader is not None
+        OWN_POOL = sys.modules["own_pool"] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+        spec.loader.exec_module(OWN_POOL)
+        args.clients += ",own"
     print("| client | workload | client CPU µs/request | µs/job | jobs/s |")
     print("|---|---|---:|---:|---:|")
     for kind in args.clients.split(","):
         for name, run, count in (
             ("worker c=50", worker_run, args.jobs),
-            ("ack+lease_next loop", loop_run, args.loop_jobs),
+            ("ack+lease_next, 50 loops", loop_run, args.loop_jobs),
         ):
             figures = await run(kind, args.url, count)
             print(

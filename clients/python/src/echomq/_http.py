@@ -1,17 +1,20 @@
 """How the clients speak HTTP: ``Answer`` (what every reader gets), the ``AsyncClient``'s
 aiohttp session, and adapters to httpx.
 
-Why aiohttp for ``AsyncClient`` (and so the ``Worker``): measured on a worker's workloads
-(bench/http_clients.py: the Worker at c=50 draining 20,000 no-op jobs, and a single-job loop
-acking with ``lease_next``), client CPU per job, two runs on a shared 2-core machine:
+Why aiohttp for ``AsyncClient`` (and so the ``Worker``): client CPU per job measured by
+bench/http_clients.py (three runs on a shared 2-core machine; the Worker at c=50 draining 20,000
+no-op jobs, and 50 single-job loops acking with ``lease_next``):
 
-    client                         Worker c=50     ack+lease_next loop
-    httpx.AsyncClient              82-91 us/job    1,700-1,860 us/request
-    aiohttp ClientSession          44-49 us/job      570-680 us/request
-    asyncio + httptools, own pool  41-50 us/job      240-260 us/request
+    client                          Worker c=50       ack+lease_next, 50 loops
+    httpx.AsyncClient               82-91 us/job      ~4,100 us/job
+    aiohttp ClientSession           44-49 us/job      ~270 us/job
+    asyncio + httptools, own pool   41-50 us/job      ~80 us/job
 
-The Worker batches (about 50 jobs a request), so its cost is its own work, not HTTP: aiohttp is
-within 10% of a pool of our own there, and a library made for the job beats code to keep up.
+The Worker batches (about 50 jobs a request), so its CPU is its own work more than HTTP, and
+aiohttp stays within 15% of a pool of our own there: a well-kept library beats code to keep up.
+Single-job loops pay aiohttp's per-request cost in full, but the service's own CPU per request
+is larger still (bench.py's sdk_next: 0.31x BullMQ with the own pool, 0.13-0.36x with aiohttp).
+
 The blocking ``Client`` keeps httpx, and an ``AsyncClient`` given an httpx ``transport`` goes
 through httpx too.
 """
@@ -25,6 +28,7 @@ from typing import Any, Optional
 import aiohttp
 import httpx
 from msgspec import Struct
+from yarl import URL
 
 from echomq.errors import ConnectionFailed
 
@@ -32,6 +36,7 @@ from echomq.errors import ConnectionFailed
 # so a request is never written on a connection the service is closing at that instant.
 IDLE_CONNECTION_S = 4.0
 MAX_CONNECTIONS = 100
+_JSON = {"content-type": "application/json"}
 
 
 class Answer(Struct, frozen=True):
@@ -89,13 +94,16 @@ class AiohttpPool:
         deadline = self._timeouts.get(timeout)
         if deadline is None:  # a few distinct values: the client's, plus each long poll's
             deadline = self._timeouts[timeout] = aiohttp.ClientTimeout(total=timeout)
+        # The paths come percent-encoded (echomq._ops): yarl need not encode them again.
+        url = URL(self._base + path, encoded=True)
+        if params:
+            url = url.with_query(params)
         try:
             async with session.request(
                 method,
-                self._base + path,
+                url,
                 data=body,
-                params=params,
-                headers=json_headers(body, headers),
+                headers=_JSON if headers is None and body is not None else json_headers(body, headers),
                 timeout=deadline,
             ) as response:
                 return Answer(response.status, await response.read(), response.headers)
