@@ -102,7 +102,11 @@ def default_worker_id() -> str:
 
 def error_text(error: BaseException, limit: int = MAX_ERROR_BYTES) -> str:
     """``Type: message`` first, then as much of the traceback's end as fits in ``limit`` bytes."""
-    head = f"{type(error).__name__}: {error}".encode()[: limit // 4].decode(errors="ignore")
+    try:
+        head = f"{type(error).__name__}: {error}"
+    except Exception:  # an exception whose __str__ raises still fails its job
+        head = f"{type(error).__name__}: <str() failed>"
+    head = head.encode()[: limit // 4].decode(errors="ignore")
     trace = "".join(traceback.format_exception(type(error), error, error.__traceback__)).encode()
     room = limit - len(head.encode()) - 2
     if len(trace) > room:
@@ -684,6 +688,9 @@ class Worker:
             self._settle(held, "lost", f"failure not recorded, {lost.code}")
         except EchoMQError as problem:
             self._settle(held, "error", f"fail not taken ({problem})")
+        except Exception as bug:  # say an exception whose __str__ raises: never hold (and renew) it for ever
+            log.exception("job %s: could not report its failure", job.id)
+            self._settle(held, "error", f"fail not sent ({bug!r})")
 
     def _give_back(self, held: _Held) -> None:
         """Release the job; whatever its handler does from now on is discarded."""
