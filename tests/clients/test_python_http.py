@@ -1,16 +1,14 @@
-"""The AsyncClient's own HTTP connections (echomq._http) against the real service, through a TCP
+"""The AsyncClient's HTTP (aiohttp, through echomq._http) against the real service, through a TCP
 proxy that loses or holds answers: a broken connection is never used again, calls that are safe
-to repeat are repeated on a new one, others report ConnectionFailed; deadlines; the pool's cap."""
+to repeat are repeated on a new one, others report ConnectionFailed; deadlines."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 
 import pytest
 
 from echomq import NO_RETRIES, AsyncClient, ConnectionFailed, RetryPolicy
-from echomq._http import AsyncPool
 from tests.faultproxy import FaultProxy
 
 FAST_RETRIES = RetryPolicy(retries=2, base_delay_s=0.01, max_delay_s=0.05)
@@ -55,13 +53,3 @@ async def test_an_answer_past_the_deadline_fails_the_call_not_the_client(
             await client.queue(queue)
         service_proxy.let_replies_through()
         assert (await client.queue(queue)).counts.waiting == 1
-
-
-async def test_calls_beyond_the_connection_cap_wait_for_a_connection(service_url: str) -> None:
-    pool = AsyncPool(service_url, {"accept": "application/json"}, max_connections=2)
-    try:
-        answers = await asyncio.gather(*(pool.send("GET", "/healthz", timeout=30) for _ in range(20)))
-        assert [answer.status for answer in answers] == [200] * 20
-        assert pool._open <= 2
-    finally:
-        await pool.aclose()

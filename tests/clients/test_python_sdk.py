@@ -316,7 +316,7 @@ def test_sdk_wheel(tmp_path: Path) -> None:
     requires = [
         line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist")
     ]
-    assert sorted(line.split()[1].split(">")[0] for line in requires) == ["httptools", "httpx", "msgspec"]
+    assert sorted(line.split()[1].split(">")[0] for line in requires) == ["aiohttp", "httpx", "msgspec"]
 
 
 def test_a_lease_with_a_request_id_repeats_safely_and_a_queue_can_be_deleted(sdk: Client, queue: str) -> None:

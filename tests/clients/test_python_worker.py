@@ -45,20 +45,26 @@ async def test_exceptions_fail_with_their_text_and_retry_hints(asdk: AsyncClient
     class Throttled(Exception):
         retry_after_ms = 60_000
 
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
     def handle(job: JobContext) -> None:  # sync: runs in a thread
         if job.payload == "fatal":
             raise JobError("bad input", retry=False)
         if job.payload == "later":
             raise Throttled("slow down")
+        if job.payload == "unprintable":
+            raise Unprintable()
         raise ValueError("plain failure")
 
-    for name in ("fatal", "later", "plain"):
+    for name in ("fatal", "later", "plain", "unprintable"):
         await asdk.enqueue(queue, name, id=name)
-    worker = Worker(queue, handle, client=asdk, concurrency=3, **FAST)
+    worker = Worker(queue, handle, client=asdk, concurrency=4, **FAST)
     task = asyncio.create_task(worker.arun())
 
     async def all_failed_once() -> bool:
-        return worker.stats.failed >= 3
+        return worker.stats.failed >= 4
 
     await await_until(all_failed_once)
     worker.stop()
@@ -69,6 +75,8 @@ async def test_exceptions_fail_with_their_text_and_retry_hints(asdk: AsyncClient
     assert later.state == "delayed" and later.error.startswith("Throttled: slow down")
     assert plain.state in ("delayed", "waiting") and plain.error.startswith("ValueError: plain failure")
     assert plain.attempt == 1
+    unprintable = await asdk.get_job(queue, "unprintable")
+    assert unprintable.state in ("delayed", "waiting") and unprintable.error.startswith("Unprintable: <str")
 
 
 async def test_heartbeats_keep_a_short_lease(asdk: AsyncClient, queue: str) -> None:

@@ -80,6 +80,9 @@ class HookedClient(AsyncClient):
     async def heartbeat_many(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         return await self._through("heartbeat_many", *args, **kwargs)
 
+    async def fail(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return await self._through("fail", *args, **kwargs)
+
 
 class Runs:
     """What handlers did: how often each job ran, and events tests wait on."""
@@ -103,7 +106,8 @@ async def hooked(service_url: str) -> Any:
 
 
 async def enqueue(client: AsyncClient, queue: str, *ids: str) -> None:
-    await client.enqueue_many(queue, [{"payload": job_id, "id": job_id} for job_id in ids])
+    # One attempt: a job whose handler raised is failed for good, so it cannot come back unseen.
+    await client.enqueue_many(queue, [{"payload": job_id, "id": job_id, "max_attempts": 1} for job_id in ids])
 
 
 async def stopped(worker: Worker, task: asyncio.Task[Any]) -> None:
@@ -119,20 +123,31 @@ async def assert_ended_once(
     completed: set[str],
     back: set[str],
     ran: set[str] | None = None,
+    failed: frozenset[str] = frozenset(),
 ) -> None:
-    """completed: done once, by one run of the handler, the result that run returned; back:
-    waiting again with the attempt unspent (ran: of those, the ones whose handler had started
-    and did not finish within the grace); nothing in the ledger."""
+    """completed: done once, by one run of the handler, the result that run returned; failed:
+    failed once, by one run that raised (its error recorded); back: waiting again with the
+    attempt unspent (ran: of those, the ones whose handler had started and did not finish within
+    the grace); nothing in the ledger."""
     for job_id in completed:
         job = await client.get_job(queue, job_id)
         assert (job.state, job.result, runs.count[job_id]) == ("completed", f"done {job_id}", 1), job_id
+    for job_id in failed:
+        job = await client.get_job(queue, job_id)
+        assert (job.state, runs.count[job_id]) == ("failed", 1), job_id
+        assert job.error is not None and f"broken {job_id}" in job.error, job_id
     for job_id in back:
         job = await client.get_job(queue, job_id)
         assert (job.state, job.result) == ("waiting", None), job_id
         assert runs.count[job_id] == (1 if job_id in (ran or set()) else 0), job_id
     assert await client.ledger(queue) == []
     counts = (await client.queue(queue)).counts
-    assert (counts.active, counts.completed, counts.waiting) == (0, len(completed), len(back))
+    assert (counts.active, counts.completed, counts.waiting, counts.failed) == (
+        0,
+        len(completed),
+        len(back),
+        len(failed),
+    )
     again: list[Any] = []  # the release did not count as a delivery: the next lease is attempt 1
     while len(again) < len(back):
         again += await client.lease(queue, "checker", max_jobs=100)
@@ -312,13 +327,21 @@ async def test_a_second_stop_skips_the_grace(asdk: AsyncClient, queue: str) -> N
 # --- as handlers return ----------------------------------------------------------------------------
 
 
+def outcome(job: JobContext) -> str:
+    """A handler's end: "bad…" jobs raise (failed), the others return (acked)."""
+    if job.id.startswith("bad"):
+        raise RuntimeError(f"broken {job.id}")
+    return f"done {job.id}"
+
+
 @pytest.mark.parametrize("kind", ["async", "sync"])
-async def test_stop_as_the_handlers_return_acks_every_one(
+async def test_stop_as_the_handlers_return_or_raise_acks_or_fails_every_one(
     asdk: AsyncClient, service_url: str, queue: str, kind: str
 ) -> None:
-    """The issue's case: stop() called as the last handlers return. Once all have started, one
-    of them calls it just before they all return."""
-    ids = [f"j{n}" for n in range(10)]
+    """The issue's case: stop() called as the last handlers return (or raise). Once all have
+    started, one of them calls it just before they all end."""
+    good, bad = [f"j{n}" for n in range(6)], [f"bad{n}" for n in range(4)]
+    ids = good + bad
     runs = Runs()
     all_in = threading.Barrier(len(ids))
     loop = asyncio.get_running_loop()
@@ -327,22 +350,23 @@ async def test_stop_as_the_handlers_return_acks_every_one(
         loop.call_soon_threadsafe(runs.start, job)
         if all_in.wait(DEADLINE_S) == 0:
             worker.stop()
-        return f"done {job.id}"
+        return outcome(job)
 
     async def handle_async(job: JobContext) -> str:
         runs.start(job)
         await runs.all_started(*ids)
         if job.id == "j0":
             worker.stop()
-        return f"done {job.id}"
+        return outcome(job)
 
     await enqueue(asdk, queue, *ids)
     handler = handle_async if kind == "async" else handle_sync
     # A client of its own, closed when the worker returns: nothing may still be on its way.
     worker = Worker(queue, handler, url=service_url, concurrency=len(ids), grace_s=30)
     await asyncio.wait_for(worker.arun(), DEADLINE_S)
-    assert (worker.stats.acked, worker.stats.released, worker.stats.lost) == (len(ids), 0, 0)
-    await assert_ended_once(asdk, queue, runs, completed=set(ids), back=set())
+    stats = worker.stats
+    assert (stats.acked, stats.failed, stats.released, stats.lost) == (len(good), len(bad), 0, 0)
+    await assert_ended_once(asdk, queue, runs, completed=set(good), back=set(), failed=frozenset(bad))
 
 
 @pytest.mark.parametrize("stop_at", [150, 300], ids=["mid-stream", "as-the-last-return"])
@@ -351,22 +375,26 @@ async def test_stop_in_a_stream_of_jobs(
 ) -> None:
     """Stopped at full speed (handlers returning, acks gathered and on their way, leases
     bringing more), or as the last jobs of the queue return (a lease waits on the empty queue).
-    Every job ends once: done by one run, or back untouched."""
-    ids = [f"j{n:03}" for n in range(300)]
+    Every job ends once: done (or failed: one in ten raises) by one run, or back untouched."""
+    ids = [f"bad{n:03}" if n % 10 == 3 else f"j{n:03}" for n in range(300)]
     runs = Runs()
 
     async def handle(job: JobContext) -> str:
         runs.start(job)
         if sum(runs.count.values()) == stop_at:
             worker.stop()
-        return f"done {job.id}"
+        return outcome(job)
 
     await enqueue(asdk, queue, *ids)
     worker = Worker(queue, handle, url=service_url, concurrency=20)
     await asyncio.wait_for(worker.arun(), DEADLINE_S)
-    done = {job_id for job_id in ids if runs.count[job_id]}
-    assert len(done) >= stop_at and worker.stats.acked == len(done) and worker.stats.lost == 0
-    await assert_ended_once(asdk, queue, runs, completed=done, back=set(ids) - done)
+    ran = {job_id for job_id in ids if runs.count[job_id]}
+    bad = {job_id for job_id in ran if job_id.startswith("bad")}
+    assert len(ran) >= stop_at and worker.stats.lost == 0
+    assert (worker.stats.acked, worker.stats.failed) == (len(ran - bad), len(bad))
+    await assert_ended_once(
+        asdk, queue, runs, completed=ran - bad, back=set(ids) - ran, failed=frozenset(bad)
+    )
 
 
 async def test_an_ack_gathered_but_not_sent_is_sent_before_stop_returns(
@@ -441,6 +469,28 @@ async def test_stop_while_an_ack_answer_is_on_its_way_releases_what_its_lease_ne
     await asyncio.wait_for(task, DEADLINE_S)
     assert (worker.stats.acked, worker.stats.released) == (1, 1)
     await assert_ended_once(asdk, queue, runs, completed={"a"}, back={"b", "c"})
+
+
+@pytest.mark.parametrize("when", ["before", "after"], ids=["fail-on-its-way", "fail-answer-on-its-way"])
+async def test_stop_while_a_fail_is_in_flight_fails_the_job_once(
+    asdk: AsyncClient, hooked: HookedClient, queue: str, when: str
+) -> None:
+    runs = Runs()
+
+    async def handle(job: JobContext) -> str:
+        runs.start(job)
+        return outcome(job)
+
+    await enqueue(asdk, queue, "bad", "j1")
+    failing = hooked.hold("fail", when)
+    worker = Worker(queue, handle, client=hooked, concurrency=2, grace_s=30)
+    task = asyncio.create_task(worker.arun())
+    await asyncio.wait_for(failing.reached.wait(), DEADLINE_S)
+    worker.stop()
+    failing.go()
+    await asyncio.wait_for(task, DEADLINE_S)
+    assert (worker.stats.failed, worker.stats.acked, worker.stats.released) == (1, 1, 0)
+    await assert_ended_once(asdk, queue, runs, completed={"j1"}, back=set(), failed=frozenset({"bad"}))
 
 
 async def test_stop_after_the_ack(asdk: AsyncClient, hooked: HookedClient, queue: str) -> None:

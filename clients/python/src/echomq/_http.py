@@ -1,43 +1,46 @@
-"""How the clients speak HTTP: ``Answer`` (what every reader gets), the ``AsyncClient``'s own
-keep-alive connection pool on asyncio and httptools, and adapters to httpx.
+"""How the clients speak HTTP: ``Answer`` (what every reader gets), the ``AsyncClient``'s
+aiohttp session, and adapters to httpx.
 
-Why a pool of our own: a worker makes thousands of small requests a second, and the client's
-CPU per request decides how many. On that workload httpx.AsyncClient spends about 0.9 ms of CPU
-per request and aiohttp about 0.2 ms; asyncio's own transports with httptools' parser (the C
-parser uvicorn uses, maintained by the uvloop authors) about 0.1 ms. What is left to this module
-is small: one request at a time per connection, a pool of idle connections, deadlines.
+Why aiohttp for ``AsyncClient`` (and so the ``Worker``): client CPU per job measured by
+bench/http_clients.py (three runs on a shared 2-core machine; the Worker at c=50 draining 20,000
+no-op jobs, and 50 single-job loops acking with ``lease_next``):
 
-The blocking ``Client`` keeps httpx (its cost matters little there), and an ``AsyncClient`` given
-an httpx ``transport`` goes through httpx too.
+    client                          Worker c=50       ack+lease_next, 50 loops
+    httpx.AsyncClient               82-91 us/job      ~4,100 us/job
+    aiohttp ClientSession           44-49 us/job      ~270 us/job
+    asyncio + httptools, own pool   41-50 us/job      ~80 us/job
+
+The Worker batches (about 50 jobs a request), so its CPU is its own work more than HTTP, and
+aiohttp stays within 15% of a pool of our own there: a well-kept library beats code to keep up.
+Single-job loops pay aiohttp's per-request cost in full, but the service's own CPU per request
+is larger still (bench.py's sdk_next: 0.31x BullMQ with the own pool, 0.13-0.36x with aiohttp).
+
+The blocking ``Client`` keeps httpx, and an ``AsyncClient`` given an httpx ``transport`` goes
+through httpx too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-import ssl
-import time
-from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlencode, urlsplit
+from typing import Any, Optional
 
-import httptools
+import aiohttp
 import httpx
+from msgspec import Struct
+from yarl import URL
 
 from echomq.errors import ConnectionFailed
 
-# uvicorn closes a connection idle for 5 s; one idle for longer than this is not used again, so
-# a request is never written on a connection the service is closing at that instant.
+# uvicorn closes a connection idle for 5 s; one idle for longer than this is closed by us first,
+# so a request is never written on a connection the service is closing at that instant.
 IDLE_CONNECTION_S = 4.0
 MAX_CONNECTIONS = 100
+_JSON = {"content-type": "application/json"}
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A response: status, body and headers (names in lower case)."""
+class Answer(Struct, frozen=True):
+    """A response: status, body and headers (looked up by lower-case name)."""
 
     status: int
     content: bytes
@@ -48,218 +51,73 @@ class Answer:
         return self.content.decode("utf-8", errors="replace")
 
 
-def target(base_path: str, path: str, params: Mapping[str, Any] | None) -> str:
-    query = f"?{urlencode(params)}" if params else ""
-    return f"{base_path}{path}{query}"
+def json_headers(body: Optional[bytes], headers: Optional[Mapping[str, str]]) -> dict[str, str]:
+    """A request's own headers, with the content type of its JSON body."""
+    found = dict(headers or {})
+    if body is not None:
+        found["content-type"] = "application/json"
+    return found
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection; one request at a time."""
-
-    def __init__(self) -> None:
-        self._parser = httptools.HttpResponseParser(self)
-        self._transport: asyncio.Transport | None = None
-        self._waiter: asyncio.Future[Answer] | None = None
-        self._headers: dict[str, str] = {}
-        self._body: list[bytes] = []
-        self.closed = False
-        self.idle_since = time.monotonic()
-
-    # asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as error:
-            self._fail(ConnectionFailed(f"malformed response: {error}"))
-
-    def eof_received(self) -> bool:
-        self._fail(ConnectionFailed("the service closed the connection"))
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(ConnectionFailed(f"connection lost: {exc or 'closed'}"))
-
-    # httptools
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-
-    def on_body(self, body: bytes) -> None:
-        self._body.append(body)
-
-    def on_message_complete(self) -> None:
-        answer = Answer(self._parser.get_status_code(), b"".join(self._body), self._headers)
-        self._headers, self._body = {}, []
-        if not self._parser.should_keep_alive():
-            self.close()
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(answer)
-
-    # use
-    def send(self, request: bytes) -> asyncio.Future[Answer]:
-        assert self._transport is not None
-        self._waiter = asyncio.get_running_loop().create_future()
-        self._transport.write(request)
-        return self._waiter
-
-    def close(self) -> None:
-        self.closed = True
-        if self._transport is not None:
-            self._transport.close()
-
-    def _fail(self, error: ConnectionFailed) -> None:
-        self.close()
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(error)
-
-
-class AsyncPool:
-    """Requests to one service over up to ``max_connections`` keep-alive connections."""
+class AiohttpPool:
+    """Requests to one service over an aiohttp session: keep-alive connections, up to
+    ``max_connections`` at once."""
 
     def __init__(
-        self,
-        base_url: str,
-        headers: Mapping[str, str],
-        *,
-        max_connections: int = MAX_CONNECTIONS,
-        ssl_context: ssl.SSLContext | None = None,
+        self, base_url: str, headers: Mapping[str, str], *, max_connections: int = MAX_CONNECTIONS
     ) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {base_url!r}")
-        self._host = parts.hostname
-        self._port = parts.port or (443 if parts.scheme == "https" else 80)
-        self._ssl = (ssl_context or ssl.create_default_context()) if parts.scheme == "https" else None
-        self.base_path = parts.path.rstrip("/")
-        host = parts.netloc.rsplit("@", 1)[-1]
-        self._head = "".join(f"{name}: {value}\r\n" for name, value in {"host": host, **headers}.items())
+        self._base = base_url.rstrip("/")
+        self._headers = dict(headers)
         self._max = max_connections
-        self._idle: list[_Connection] = []
-        self._open = 0
-        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._session: Optional[aiohttp.ClientSession] = None  # made on first use: it needs a loop
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._closed = False
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise ConnectionFailed("the client is closed", sent=False)
+        connector = aiohttp.TCPConnector(limit=self._max, keepalive_timeout=IDLE_CONNECTION_S)
+        self._session = aiohttp.ClientSession(headers=self._headers, connector=connector)
+        return self._session
 
     async def send(
         self,
         method: str,
         path: str,
         *,
-        body: bytes | None = None,
-        params: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
+        body: Optional[bytes] = None,
+        params: Optional[Mapping[str, Any]] = None,
+        headers: Optional[Mapping[str, str]] = None,
         timeout: float,
     ) -> Answer:
-        request = self._request(method, target(self.base_path, path, params), body, headers)
-        connection = await self._acquire(timeout)
+        session = self._session or self._open()
+        deadline = self._timeouts.get(timeout)
+        if deadline is None:  # a few distinct values: the client's, plus each long poll's
+            deadline = self._timeouts[timeout] = aiohttp.ClientTimeout(total=timeout)
+        # The paths come percent-encoded (echomq._ops): yarl need not encode them again.
+        url = URL(self._base + path, encoded=True)
+        if params:
+            url = url.with_query(params)
         try:
-            async with asyncio.timeout(timeout):
-                answer = await connection.send(request)
-        except TimeoutError:
-            connection.close()
+            async with session.request(
+                method,
+                url,
+                data=body,
+                headers=_JSON if headers is None and body is not None else json_headers(body, headers),
+                timeout=deadline,
+            ) as response:
+                return Answer(response.status, await response.read(), response.headers)
+        except asyncio.TimeoutError:
             raise ConnectionFailed(f"no answer within {timeout:.1f} s") from None
-        except BaseException:
-            connection.close()  # an answer may still come: the connection cannot be reused
-            raise
-        finally:
-            self._give_back(connection)
-        return answer
-
-    def _request(
-        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str] | None
-    ) -> bytes:
-        extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items()) if headers else ""
-        if body is not None:
-            extra += "content-type: application/json\r\n"
-        head = f"{method} {path} HTTP/1.1\r\n{self._head}{extra}content-length: {len(body or b'')}\r\n\r\n"
-        return head.encode("latin-1") + (body or b"")
-
-    async def _acquire(self, timeout: float) -> _Connection:
-        while True:
-            if self._closed:
-                raise ConnectionFailed("the client is closed", sent=False)
-            now = time.monotonic()
-            while self._idle:
-                connection = self._idle.pop()
-                if not connection.closed and now - connection.idle_since < IDLE_CONNECTION_S:
-                    return connection
-                connection.close()
-                self._forget()
-            if self._open < self._max:
-                self._open += 1
-                try:
-                    return await self._connect(timeout)
-                except BaseException:
-                    self._open -= 1
-                    self._wake_one()
-                    raise
-            slot = asyncio.get_running_loop().create_future()
-            self._waiting.append(slot)
-            try:
-                async with asyncio.timeout(timeout):
-                    await slot
-            except TimeoutError:
-                raise ConnectionFailed(f"no free connection within {timeout:.1f} s", sent=False) from None
-            finally:
-                with contextlib.suppress(ValueError):
-                    self._waiting.remove(slot)
-
-    async def _connect(self, timeout: float) -> _Connection:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                _, connection = await loop.create_connection(
-                    _Connection, self._host, self._port, ssl=self._ssl
-                )
-        except (OSError, TimeoutError) as error:
-            raise ConnectionFailed(
-                f"cannot connect to {self._host}:{self._port}: {error!r}", sent=False
-            ) from error
-        return connection
-
-    def _give_back(self, connection: _Connection) -> None:
-        if connection.closed or self._closed:
-            connection.close()
-            self._forget()
-            return
-        connection.idle_since = time.monotonic()
-        self._idle.append(connection)
-        self._wake_one()
-
-    def _forget(self) -> None:
-        self._open -= 1
-        self._wake_one()
-
-    def _wake_one(self) -> None:
-        while self._waiting:
-            slot = self._waiting.popleft()
-            if not slot.done():
-                slot.set_result(None)
-                return
+        except aiohttp.ClientConnectorError as error:  # could not connect: nothing was sent
+            raise ConnectionFailed(f"cannot connect: {error}", sent=False) from error
+        except aiohttp.ClientError as error:
+            raise ConnectionFailed(f"{method} {path}: {error!r}") from error
 
     async def aclose(self) -> None:
         self._closed = True
-        while self._idle:
-            self._idle.pop().close()
-            self._forget()
-        while self._waiting:
-            slot = self._waiting.popleft()
-            if not slot.done():
-                slot.set_result(None)
-
-
-def json_headers(body: bytes | None, headers: Mapping[str, str] | None) -> dict[str, str]:
-    """A request's own headers, with the content type of its JSON body."""
-    found = dict(headers or {})
-    if body is not None:
-        found["content-type"] = "application/json"
-    return found
+        if self._session is not None:
+            await self._session.close()
 
 
 def httpx_failure(error: httpx.TransportError, what: str) -> ConnectionFailed:
@@ -287,9 +145,9 @@ class HttpxAsyncPool:
         method: str,
         path: str,
         *,
-        body: bytes | None = None,
-        params: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
+        body: Optional[bytes] = None,
+        params: Optional[Mapping[str, Any]] = None,
+        headers: Optional[Mapping[str, str]] = None,
         timeout: float,
     ) -> Answer:
         try:

@@ -11,7 +11,7 @@ import os
 import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Optional, TypeVar, Union
 from urllib.parse import quote
 
 import msgspec
@@ -29,34 +29,34 @@ USER_AGENT = "echomq-client/0.1.0"
 _encoder = msgspec.json.Encoder()
 
 
-def default_url(url: str | None) -> str:
+def default_url(url: Optional[str]) -> str:
     return (url or os.environ.get("EMQ_URL") or DEFAULT_URL).rstrip("/")
 
 
-def default_token(token: str | None) -> str | None:
+def default_token(token: Optional[str]) -> Optional[str]:
     return token if token is not None else (os.environ.get("EMQ_TOKEN") or None)
 
 
-def headers(token: str | None) -> dict[str, str]:
+def headers(token: Optional[str]) -> dict[str, str]:
     found = {"user-agent": USER_AGENT, "accept": "application/json"}
     if token:
         found["authorization"] = f"Bearer {token}"
     return found
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Op(Generic[T]):
     method: str
     path: str
     read: Callable[[Answer], T]
     idempotent: bool
-    body: bytes | None = None
-    params: dict[str, Any] | None = None
-    headers: dict[str, str] | None = None
+    body: Optional[bytes] = None
+    params: Optional[dict[str, Any]] = None
+    headers: Optional[dict[str, str]] = None
     long_poll_s: float = 0.0  # added to the read timeout: the service may hold the answer this long
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RetryPolicy:
     """Retries of calls that are safe to repeat: GETs, enqueue with a client-chosen id,
     heartbeat, ack with the same lease, pause/resume... on 503, 429 and lost connections.
@@ -94,14 +94,14 @@ NO_RETRIES = RetryPolicy(retries=0)
 def raise_for_problem(response: Answer) -> None:
     if response.status < 400:
         return
-    problem: dict[str, Any] | None = None
+    problem: Optional[dict[str, Any]] = None
     try:
         decoded = msgspec.json.decode(response.content)
         if isinstance(decoded, dict):
             problem = decoded
     except msgspec.DecodeError:
         problem = {"detail": response.text[:500]}
-    retry_after: float | None = None
+    retry_after: Optional[float] = None
     raw = response.headers.get("retry-after")
     if raw:
         try:
@@ -190,35 +190,35 @@ def _body(fields: Mapping[str, Any]) -> bytes:
     return _encoder.encode({k: v for k, v in fields.items() if v is not None and v is not msgspec.UNSET})
 
 
-def _trace(traceparent: str | None) -> dict[str, str] | None:
+def _trace(traceparent: Optional[str]) -> Optional[dict[str, str]]:
     return {"traceparent": traceparent} if traceparent else None
 
 
-def _new_job(job: m.NewJob | Mapping[str, Any]) -> m.NewJob:
+def _new_job(job: Union[m.NewJob, Mapping[str, Any]]) -> m.NewJob:
     if isinstance(job, m.NewJob):
         return job
     return msgspec.convert(dict(job), m.NewJob)
 
 
-def _ack_item(item: m.AckItem | Mapping[str, Any]) -> m.AckItem:
+def _ack_item(item: Union[m.AckItem, Mapping[str, Any]]) -> m.AckItem:
     if isinstance(item, m.AckItem):
         return item
     return msgspec.convert(dict(item), m.AckItem)
 
 
-def _heartbeat_item(item: m.HeartbeatItem | Mapping[str, Any]) -> m.HeartbeatItem:
+def _heartbeat_item(item: Union[m.HeartbeatItem, Mapping[str, Any]]) -> m.HeartbeatItem:
     if isinstance(item, m.HeartbeatItem):
         return item
     return msgspec.convert(dict(item), m.HeartbeatItem)
 
 
-def _lease_next(lease_next: m.LeaseNext | Mapping[str, Any] | None) -> m.LeaseNext | None:
+def _lease_next(lease_next: Optional[Union[m.LeaseNext, Mapping[str, Any]]]) -> Optional[m.LeaseNext]:
     if lease_next is None or isinstance(lease_next, m.LeaseNext):
         return lease_next
     return msgspec.convert(dict(lease_next), m.LeaseNext)
 
 
-def _with_lease_next(fields: dict[str, Any], lease_next: m.LeaseNext | None) -> tuple[bytes, bool, float]:
+def _with_lease_next(fields: dict[str, Any], lease_next: Optional[m.LeaseNext]) -> tuple[bytes, bool, float]:
     """An ack's body with its lease_next; whether the call is safe to repeat (the ack is; the
     lease only with a request_id, as a lease call); how long the service may hold the answer."""
     if lease_next is None:
@@ -231,13 +231,13 @@ def enqueue(
     queue: str,
     payload: Any,
     *,
-    id: str | None,
-    name: str | None,
-    priority: int | None,
-    delay_ms: int | None,
-    max_attempts: int | None,
-    backoff: m.Backoff | None,
-    traceparent: str | None,
+    id: Optional[str],
+    name: Optional[str],
+    priority: Optional[int],
+    delay_ms: Optional[int],
+    max_attempts: Optional[int],
+    backoff: Optional[m.Backoff],
+    traceparent: Optional[str],
 ) -> Op[m.Enqueued]:
     job = m.NewJob(
         payload=payload,
@@ -259,7 +259,7 @@ def enqueue(
 
 
 def enqueue_many(
-    queue: str, jobs: Iterable[m.NewJob | Mapping[str, Any]], traceparent: str | None
+    queue: str, jobs: Iterable[Union[m.NewJob, Mapping[str, Any]]], traceparent: Optional[str]
 ) -> Op[list[m.Enqueued]]:
     items = [_new_job(job) for job in jobs]
     return Op(
@@ -276,10 +276,10 @@ def lease(
     queue: str,
     worker: str,
     *,
-    lease_ms: int | None,
-    max_jobs: int | None,
-    wait_ms: int | None,
-    request_id: str | None = None,
+    lease_ms: Optional[int],
+    max_jobs: Optional[int],
+    wait_ms: Optional[int],
+    request_id: Optional[str] = None,
 ) -> Op[list[m.LeasedJob]]:
     # Idempotent only with a request_id: a lease repeated without one, after its first answer
     # was lost, would leave those jobs held by nobody until their lease expires; with one, the
@@ -295,7 +295,7 @@ def lease(
     )
 
 
-def heartbeat(queue: str, job_id: str, lease_id: str, lease_ms: int | None) -> Op[m.Heartbeat]:
+def heartbeat(queue: str, job_id: str, lease_id: str, lease_ms: Optional[int]) -> Op[m.Heartbeat]:
     return Op(
         "POST",
         f"{_job(queue, job_id)}/heartbeat",
@@ -306,7 +306,7 @@ def heartbeat(queue: str, job_id: str, lease_id: str, lease_ms: int | None) -> O
 
 
 def heartbeat_many(
-    queue: str, leases: Iterable[m.HeartbeatItem | Mapping[str, Any]]
+    queue: str, leases: Iterable[Union[m.HeartbeatItem, Mapping[str, Any]]]
 ) -> Op[list[m.HeartbeatOutcome]]:
     return Op(
         "POST",
@@ -318,7 +318,11 @@ def heartbeat_many(
 
 
 def ack(
-    queue: str, job_id: str, lease_id: str, result: Any, lease_next: m.LeaseNext | Mapping[str, Any] | None
+    queue: str,
+    job_id: str,
+    lease_id: str,
+    result: Any,
+    lease_next: Optional[Union[m.LeaseNext, Mapping[str, Any]]],
 ) -> Op[m.Acked]:
     # The same ack (same lease) repeated after it succeeded answers 200 again.
     fields = {"lease_id": lease_id} if result is msgspec.UNSET else {"lease_id": lease_id, "result": result}
@@ -333,7 +337,7 @@ def ack(
     )
 
 
-def ack_many(queue: str, acks: Iterable[m.AckItem | Mapping[str, Any]]) -> Op[list[m.AckOutcome]]:
+def ack_many(queue: str, acks: Iterable[Union[m.AckItem, Mapping[str, Any]]]) -> Op[list[m.AckOutcome]]:
     return Op(
         "POST",
         f"{_q(queue)}/ack",
@@ -344,7 +348,9 @@ def ack_many(queue: str, acks: Iterable[m.AckItem | Mapping[str, Any]]) -> Op[li
 
 
 def ack_many_and_lease(
-    queue: str, acks: Iterable[m.AckItem | Mapping[str, Any]], lease_next: m.LeaseNext | Mapping[str, Any]
+    queue: str,
+    acks: Iterable[Union[m.AckItem, Mapping[str, Any]]],
+    lease_next: Union[m.LeaseNext, Mapping[str, Any]],
 ) -> Op[m.AckedMany]:
     fields = {"acks": [_ack_item(item) for item in acks]}
     body, idempotent, long_poll_s = _with_lease_next(fields, _lease_next(lease_next))
@@ -359,7 +365,13 @@ def ack_many_and_lease(
 
 
 def fail(
-    queue: str, job_id: str, lease_id: str, error: str, *, retry: bool | None, retry_after_ms: int | None
+    queue: str,
+    job_id: str,
+    lease_id: str,
+    error: str,
+    *,
+    retry: Optional[bool],
+    retry_after_ms: Optional[int],
 ) -> Op[m.Failed]:
     # Not repeated on an ambiguous failure: once it succeeded, the same call answers lease_lost.
     return Op(
@@ -405,7 +417,7 @@ def get_queue(queue: str) -> Op[m.QueueInfo]:
 
 
 def ledger(
-    queue: str, *, worker: str | None, limit: int | None, offset: int | None
+    queue: str, *, worker: Optional[str], limit: Optional[int], offset: Optional[int]
 ) -> Op[list[m.LedgerEntry]]:
     params = {k: v for k, v in {"worker": worker, "limit": limit, "offset": offset}.items() if v is not None}
     return Op("GET", f"{_q(queue)}/active", _read_ledger, idempotent=True, params=params or None)
@@ -415,12 +427,12 @@ def workers(queue: str) -> Op[list[m.WorkerHoldings]]:
     return Op("GET", f"{_q(queue)}/workers", _read_workers, idempotent=True)
 
 
-def failed(queue: str, *, limit: int | None, offset: int | None) -> Op[m.FailedPage]:
+def failed(queue: str, *, limit: Optional[int], offset: Optional[int]) -> Op[m.FailedPage]:
     params = {k: v for k, v in {"limit": limit, "offset": offset}.items() if v is not None}
     return Op("GET", f"{_q(queue)}/failed", _read_failed_page, idempotent=True, params=params or None)
 
 
-def retry_failed(queue: str, ids: Iterable[str] | None) -> Op[list[str]]:
+def retry_failed(queue: str, ids: Optional[Iterable[str]]) -> Op[list[str]]:
     listed = None if ids is None else list(ids)
     return Op(
         "POST",

@@ -5,8 +5,8 @@ bearer token (default: ``$EMQ_TOKEN``). Errors are raised as the exceptions of
 ``echomq.errors``; calls that are safe to repeat are retried on 503/429/lost connections
 according to ``retry`` (a ``RetryPolicy``; ``NO_RETRIES`` turns it off).
 
-``Client`` speaks HTTP through httpx; ``AsyncClient`` through a keep-alive pool of its own
-(``echomq._http``: a fraction of httpx's CPU per request), or through httpx when given an httpx
+``Client`` speaks HTTP through httpx; ``AsyncClient`` through aiohttp (about half httpx's CPU
+per job for a worker; figures in ``echomq._http``), or through httpx when given an httpx
 ``transport``.
 """
 
@@ -16,14 +16,14 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any, Self, TypeVar, overload
+from typing import Any, Optional, TypeVar, Union, overload
 
 import httpx
 import msgspec
 
 from echomq import _ops
 from echomq import models as m
-from echomq._http import Answer, AsyncPool, HttpxAsyncPool, httpx_answer, httpx_failure, json_headers
+from echomq._http import AiohttpPool, Answer, HttpxAsyncPool, httpx_answer, httpx_failure, json_headers
 from echomq._ops import DEFAULT_TIMEOUT_S, Op, RetryPolicy
 
 T = TypeVar("T")
@@ -35,10 +35,10 @@ __all__ = ["AsyncClient", "Client", "RetryPolicy"]
 class _Base:
     def __init__(
         self,
-        url: str | None,
-        token: str | None,
+        url: Optional[str],
+        token: Optional[str],
         timeout: float,
-        retry: RetryPolicy | None,
+        retry: Optional[RetryPolicy],
     ) -> None:
         self.url = _ops.default_url(url)
         self.token = _ops.default_token(token)
@@ -51,19 +51,19 @@ class Client(_Base):
 
     def __init__(
         self,
-        url: str | None = None,
+        url: Optional[str] = None,
         *,
-        token: str | None = None,
+        token: Optional[str] = None,
         timeout: float = DEFAULT_TIMEOUT_S,
-        retry: RetryPolicy | None = None,
-        transport: httpx.BaseTransport | None = None,
+        retry: Optional[RetryPolicy] = None,
+        transport: Optional[httpx.BaseTransport] = None,
     ) -> None:
         super().__init__(url, token, timeout, retry)
         self._http = httpx.Client(
             base_url=self.url, headers=_ops.headers(self.token), timeout=timeout, transport=transport
         )
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -104,13 +104,13 @@ class Client(_Base):
         queue: str,
         payload: Any,
         *,
-        id: str | None = None,
-        name: str | None = None,
-        priority: int | None = None,
-        delay_ms: int | None = None,
-        max_attempts: int | None = None,
-        backoff: m.Backoff | None = None,
-        traceparent: str | None = None,
+        id: Optional[str] = None,
+        name: Optional[str] = None,
+        priority: Optional[int] = None,
+        delay_ms: Optional[int] = None,
+        max_attempts: Optional[int] = None,
+        backoff: Optional[m.Backoff] = None,
+        traceparent: Optional[str] = None,
     ) -> m.Enqueued:
         """Add a job. With ``id`` the call is idempotent: an existing job with that id is left
         as it is and answered with ``created=False``."""
@@ -131,9 +131,9 @@ class Client(_Base):
     def enqueue_many(
         self,
         queue: str,
-        jobs: Iterable[m.NewJob | Mapping[str, Any]],
+        jobs: Iterable[Union[m.NewJob, Mapping[str, Any]]],
         *,
-        traceparent: str | None = None,
+        traceparent: Optional[str] = None,
     ) -> list[m.Enqueued]:
         """Add 1..1000 jobs in one request, all or none (a malformed item rejects them all)."""
         return self._call(_ops.enqueue_many(queue, jobs, traceparent))
@@ -145,10 +145,10 @@ class Client(_Base):
         queue: str,
         worker: str,
         *,
-        lease_ms: int | None = None,
-        max_jobs: int | None = None,
-        wait_ms: int | None = None,
-        request_id: str | None = None,
+        lease_ms: Optional[int] = None,
+        max_jobs: Optional[int] = None,
+        wait_ms: Optional[int] = None,
+        request_id: Optional[str] = None,
     ) -> list[m.LeasedJob]:
         """Take up to ``max_jobs`` jobs; with ``wait_ms`` wait (long poll) until one comes. With
         ``request_id`` the call is safe to repeat (and is retried): a repeat answers what the
@@ -159,12 +159,12 @@ class Client(_Base):
             )
         )
 
-    def heartbeat(self, queue: str, id: str, lease_id: str, *, lease_ms: int | None = None) -> m.Heartbeat:
+    def heartbeat(self, queue: str, id: str, lease_id: str, *, lease_ms: Optional[int] = None) -> m.Heartbeat:
         """Renew a lease (by its own length unless ``lease_ms``); ``LeaseLost`` if it is gone."""
         return self._call(_ops.heartbeat(queue, id, lease_id, lease_ms))
 
     def heartbeat_many(
-        self, queue: str, leases: Iterable[m.HeartbeatItem | Mapping[str, Any]]
+        self, queue: str, leases: Iterable[Union[m.HeartbeatItem, Mapping[str, Any]]]
     ) -> list[m.HeartbeatOutcome]:
         """Renew 1..1000 leases in one request: an outcome per lease, in order (a lost one does
         not fail the others)."""
@@ -177,7 +177,7 @@ class Client(_Base):
         lease_id: str,
         result: Any = UNSET,
         *,
-        lease_next: m.LeaseNext | Mapping[str, Any] | None = None,
+        lease_next: Optional[Union[m.LeaseNext, Mapping[str, Any]]] = None,
     ) -> m.Acked:
         """Complete a job; ``LeaseLost`` when the lease is no longer this one. With
         ``lease_next`` (a lease call's fields) the same request then leases, and the answer's
@@ -186,25 +186,25 @@ class Client(_Base):
 
     @overload
     def ack_many(
-        self, queue: str, acks: Iterable[m.AckItem | Mapping[str, Any]], *, lease_next: None = None
+        self, queue: str, acks: Iterable[Union[m.AckItem, Mapping[str, Any]]], *, lease_next: None = None
     ) -> list[m.AckOutcome]: ...
 
     @overload
     def ack_many(
         self,
         queue: str,
-        acks: Iterable[m.AckItem | Mapping[str, Any]],
+        acks: Iterable[Union[m.AckItem, Mapping[str, Any]]],
         *,
-        lease_next: m.LeaseNext | Mapping[str, Any],
+        lease_next: Union[m.LeaseNext, Mapping[str, Any]],
     ) -> m.AckedMany: ...
 
     def ack_many(
         self,
         queue: str,
-        acks: Iterable[m.AckItem | Mapping[str, Any]],
+        acks: Iterable[Union[m.AckItem, Mapping[str, Any]]],
         *,
-        lease_next: m.LeaseNext | Mapping[str, Any] | None = None,
-    ) -> list[m.AckOutcome] | m.AckedMany:
+        lease_next: Optional[Union[m.LeaseNext, Mapping[str, Any]]] = None,
+    ) -> Union[list[m.AckOutcome], m.AckedMany]:
         """Complete 1..1000 jobs: an outcome per ack, in order. With ``lease_next`` the same
         request then leases, and answers both (``AckedMany``)."""
         if lease_next is None:
@@ -218,8 +218,8 @@ class Client(_Base):
         lease_id: str,
         error: str,
         *,
-        retry: bool | None = None,
-        retry_after_ms: int | None = None,
+        retry: Optional[bool] = None,
+        retry_after_ms: Optional[int] = None,
     ) -> m.Failed:
         """Report a failed attempt: retried later, or dead-lettered (no attempts left or
         ``retry=False``). ``error`` is at most 8 KiB."""
@@ -241,7 +241,12 @@ class Client(_Base):
         return self._call(_ops.get_queue(queue))
 
     def ledger(
-        self, queue: str, *, worker: str | None = None, limit: int | None = None, offset: int | None = None
+        self,
+        queue: str,
+        *,
+        worker: Optional[str] = None,
+        limit: Optional[int] = None,
+        offset: Optional[int] = None,
     ) -> list[m.LedgerEntry]:
         """The in-flight ledger, oldest lease first."""
         return self._call(_ops.ledger(queue, worker=worker, limit=limit, offset=offset))
@@ -249,7 +254,9 @@ class Client(_Base):
     def workers(self, queue: str) -> list[m.WorkerHoldings]:
         return self._call(_ops.workers(queue))
 
-    def failed(self, queue: str, *, limit: int | None = None, offset: int | None = None) -> m.FailedPage:
+    def failed(
+        self, queue: str, *, limit: Optional[int] = None, offset: Optional[int] = None
+    ) -> m.FailedPage:
         """Dead-lettered jobs, most recently failed first."""
         return self._call(_ops.failed(queue, limit=limit, offset=offset))
 
@@ -262,7 +269,7 @@ class Client(_Base):
         """Delete a queue with all its jobs; ``JobActive`` while jobs are in flight, unless ``force``."""
         return self._call(_ops.delete_queue(queue, force))
 
-    def retry_failed(self, queue: str, ids: Iterable[str] | None = None) -> list[str]:
+    def retry_failed(self, queue: str, ids: Optional[Iterable[str]] = None) -> list[str]:
         """Send dead-lettered jobs (all, or these) back to waiting with attempts reset."""
         return self._call(_ops.retry_failed(queue, ids))
 
@@ -297,26 +304,26 @@ class AsyncClient(_Base):
 
     def __init__(
         self,
-        url: str | None = None,
+        url: Optional[str] = None,
         *,
-        token: str | None = None,
+        token: Optional[str] = None,
         timeout: float = DEFAULT_TIMEOUT_S,
-        retry: RetryPolicy | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        retry: Optional[RetryPolicy] = None,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> None:
         super().__init__(url, token, timeout, retry)
         headers = _ops.headers(self.token)
-        self._http: AsyncPool | HttpxAsyncPool = (
-            AsyncPool(self.url, headers)
+        self._http: Union[AiohttpPool, HttpxAsyncPool] = (
+            AiohttpPool(self.url, headers)
             if transport is None
             else HttpxAsyncPool(self.url, headers, transport)
         )
 
-    async def __aenter__(self) -> Self:
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+        self, kind: Optional[type[BaseException]], error: Optional[BaseException], tb: Optional[TracebackType]
     ) -> None:
         await self.aclose()
 
@@ -349,13 +356,13 @@ class AsyncClient(_Base):
         queue: str,
         payload: Any,
         *,
-        id: str | None = None,
-        name: str | None = None,
-        priority: int | None = None,
-        delay_ms: int | None = None,
-        max_attempts: int | None = None,
-        backoff: m.Backoff | None = None,
-        traceparent: str | None = None,
+        id: Optional[str] = None,
+        name: Optional[str] = None,
+        priority: Optional[int] = None,
+        delay_ms: Optional[int] = None,
+        max_attempts: Optional[int] = None,
+        backoff: Optional[m.Backoff] = None,
+        traceparent: Optional[str] = None,
     ) -> m.Enqueued:
         return await self._call(
             _ops.enqueue(
@@ -374,9 +381,9 @@ class AsyncClient(_Base):
     async def enqueue_many(
         self,
         queue: str,
-        jobs: Iterable[m.NewJob | Mapping[str, Any]],
+        jobs: Iterable[Union[m.NewJob, Mapping[str, Any]]],
         *,
-        traceparent: str | None = None,
+        traceparent: Optional[str] = None,
     ) -> list[m.Enqueued]:
         return await self._call(_ops.enqueue_many(queue, jobs, traceparent))
 
@@ -387,10 +394,10 @@ class AsyncClient(_Base):
         queue: str,
         worker: str,
         *,
-        lease_ms: int | None = None,
-        max_jobs: int | None = None,
-        wait_ms: int | None = None,
-        request_id: str | None = None,
+        lease_ms: Optional[int] = None,
+        max_jobs: Optional[int] = None,
+        wait_ms: Optional[int] = None,
+        request_id: Optional[str] = None,
     ) -> list[m.LeasedJob]:
         return await self._call(
             _ops.lease(
@@ -399,12 +406,12 @@ class AsyncClient(_Base):
         )
 
     async def heartbeat(
-        self, queue: str, id: str, lease_id: str, *, lease_ms: int | None = None
+        self, queue: str, id: str, lease_id: str, *, lease_ms: Optional[int] = None
     ) -> m.Heartbeat:
         return await self._call(_ops.heartbeat(queue, id, lease_id, lease_ms))
 
     async def heartbeat_many(
-        self, queue: str, leases: Iterable[m.HeartbeatItem | Mapping[str, Any]]
+        self, queue: str, leases: Iterable[Union[m.HeartbeatItem, Mapping[str, Any]]]
     ) -> list[m.HeartbeatOutcome]:
         return await self._call(_ops.heartbeat_many(queue, leases))
 
@@ -415,31 +422,31 @@ class AsyncClient(_Base):
         lease_id: str,
         result: Any = UNSET,
         *,
-        lease_next: m.LeaseNext | Mapping[str, Any] | None = None,
+        lease_next: Optional[Union[m.LeaseNext, Mapping[str, Any]]] = None,
     ) -> m.Acked:
         return await self._call(_ops.ack(queue, id, lease_id, result, lease_next))
 
     @overload
     async def ack_many(
-        self, queue: str, acks: Iterable[m.AckItem | Mapping[str, Any]], *, lease_next: None = None
+        self, queue: str, acks: Iterable[Union[m.AckItem, Mapping[str, Any]]], *, lease_next: None = None
     ) -> list[m.AckOutcome]: ...
 
     @overload
     async def ack_many(
         self,
         queue: str,
-        acks: Iterable[m.AckItem | Mapping[str, Any]],
+        acks: Iterable[Union[m.AckItem, Mapping[str, Any]]],
         *,
-        lease_next: m.LeaseNext | Mapping[str, Any],
+        lease_next: Union[m.LeaseNext, Mapping[str, Any]],
     ) -> m.AckedMany: ...
 
     async def ack_many(
         self,
         queue: str,
-        acks: Iterable[m.AckItem | Mapping[str, Any]],
+        acks: Iterable[Union[m.AckItem, Mapping[str, Any]]],
         *,
-        lease_next: m.LeaseNext | Mapping[str, Any] | None = None,
-    ) -> list[m.AckOutcome] | m.AckedMany:
+        lease_next: Optional[Union[m.LeaseNext, Mapping[str, Any]]] = None,
+    ) -> Union[list[m.AckOutcome], m.AckedMany]:
         if lease_next is None:
             return await self._call(_ops.ack_many(queue, acks))
         return await self._call(_ops.ack_many_and_lease(queue, acks, lease_next))
@@ -451,8 +458,8 @@ class AsyncClient(_Base):
         lease_id: str,
         error: str,
         *,
-        retry: bool | None = None,
-        retry_after_ms: int | None = None,
+        retry: Optional[bool] = None,
+        retry_after_ms: Optional[int] = None,
     ) -> m.Failed:
         return await self._call(
             _ops.fail(queue, id, lease_id, error, retry=retry, retry_after_ms=retry_after_ms)
@@ -473,7 +480,12 @@ class AsyncClient(_Base):
         return await self._call(_ops.get_queue(queue))
 
     async def ledger(
-        self, queue: str, *, worker: str | None = None, limit: int | None = None, offset: int | None = None
+        self,
+        queue: str,
+        *,
+        worker: Optional[str] = None,
+        limit: Optional[int] = None,
+        offset: Optional[int] = None,
     ) -> list[m.LedgerEntry]:
         return await self._call(_ops.ledger(queue, worker=worker, limit=limit, offset=offset))
 
@@ -481,7 +493,7 @@ class AsyncClient(_Base):
         return await self._call(_ops.workers(queue))
 
     async def failed(
-        self, queue: str, *, limit: int | None = None, offset: int | None = None
+        self, queue: str, *, limit: Optional[int] = None, offset: Optional[int] = None
     ) -> m.FailedPage:
         return await self._call(_ops.failed(queue, limit=limit, offset=offset))
 
@@ -493,7 +505,7 @@ class AsyncClient(_Base):
     async def delete_queue(self, queue: str, *, force: bool = False) -> None:
         return await self._call(_ops.delete_queue(queue, force))
 
-    async def retry_failed(self, queue: str, ids: Iterable[str] | None = None) -> list[str]:
+    async def retry_failed(self, queue: str, ids: Optional[Iterable[str]] = None) -> list[str]:
         return await self._call(_ops.retry_failed(queue, ids))
 
     async def release_worker(self, queue: str, worker: str) -> list[str]:

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 
 class EchoMQError(Exception):
@@ -31,7 +31,7 @@ class APIError(EchoMQError):
     code: str
     title: str
     detail: str
-    retry_after_s: float | None
+    retry_after_s: Optional[float]
 
     def __init__(
         self,
@@ -40,8 +40,8 @@ class APIError(EchoMQError):
         title: str = "",
         detail: str = "",
         *,
-        retry_after_s: float | None = None,
-        problem: dict[str, Any] | None = None,
+        retry_after_s: Optional[float] = None,
+        problem: Optional[dict[str, Any]] = None,
     ) -> None:
         self.status = status
         self.code = code
@@ -125,7 +125,9 @@ _ERRORS_BY_STATUS: dict[int, type[APIError]] = {
 }
 
 
-def error_for(status: int, problem: dict[str, Any] | None, retry_after_s: float | None = None) -> APIError:
+def error_for(
+    status: int, problem: Optional[dict[str, Any]], retry_after_s: Optional[float] = None
+) -> APIError:
     """The exception for an error answer, chosen by the problem's ``code`` (else the status)."""
     problem = problem or {}
     code = str(problem.get("code") or "")
@@ -150,7 +152,7 @@ class JobError(Exception):
     """
 
     def __init__(
-        self, message: str, *, retry: bool = True, retry_after_ms: int | None = None, plain: bool = False
+        self, message: str, *, retry: bool = True, retry_after_ms: Optional[int] = None, plain: bool = False
     ) -> None:
         super().__init__(message)
         self.retry = retry

@@ -7,7 +7,7 @@ clock (not this machine's).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 import msgspec
 
@@ -35,12 +35,12 @@ class NewJob(_Model, omit_defaults=True):
     max_attempts 3, no delay). Give ``id`` to make the enqueue idempotent (and retried safely)."""
 
     payload: Any
-    id: str | None = None
-    name: str | None = None
-    priority: int | None = None
-    delay_ms: int | None = None
-    max_attempts: int | None = None
-    backoff: Backoff | None = None
+    id: Optional[str] = None
+    name: Optional[str] = None
+    priority: Optional[int] = None
+    delay_ms: Optional[int] = None
+    max_attempts: Optional[int] = None
+    backoff: Optional[Backoff] = None
 
 
 class AckItem(_Model, omit_defaults=True):
@@ -56,10 +56,10 @@ class LeaseNext(_Model, omit_defaults=True):
     Fields left out take the service's defaults."""
 
     worker: str
-    lease_ms: int | None = None
-    max_jobs: int | None = None
-    wait_ms: int | None = None
-    request_id: str | None = None
+    lease_ms: Optional[int] = None
+    max_jobs: Optional[int] = None
+    wait_ms: Optional[int] = None
+    request_id: Optional[str] = None
 
 
 class HeartbeatItem(_Model, omit_defaults=True):
@@ -67,7 +67,7 @@ class HeartbeatItem(_Model, omit_defaults=True):
 
     id: str
     lease_id: str
-    lease_ms: int | None = None
+    lease_ms: Optional[int] = None
 
 
 # --- responses ------------------------------------------------------------------------------
@@ -88,7 +88,7 @@ class LeasedJob(_Model):
 
     id: str
     queue: str
-    name: str | None
+    name: Optional[str]
     payload: Any
     attempt: int
     max_attempts: int
@@ -96,7 +96,7 @@ class LeasedJob(_Model):
     lease_expires_at: int
     fence: int
     enqueued_at: int
-    traceparent: str | None = None
+    traceparent: Optional[str] = None
 
 
 class Heartbeat(_Model):
@@ -111,10 +111,10 @@ class HeartbeatOutcome(_Model):
 
     id: str
     ok: bool
-    lease_id: str | None = None
-    lease_expires_at: int | None = None
+    lease_id: Optional[str] = None
+    lease_expires_at: Optional[int] = None
     cancel_requested: bool = False
-    code: str | None = None
+    code: Optional[str] = None
 
 
 class Acked(_Model):
@@ -122,7 +122,7 @@ class Acked(_Model):
 
     id: str
     state: Literal["completed"]
-    jobs: list[LeasedJob] | None = None
+    jobs: Optional[list[LeasedJob]] = None
 
 
 class AckOutcome(_Model):
@@ -131,8 +131,8 @@ class AckOutcome(_Model):
 
     id: str
     ok: bool
-    state: Literal["completed"] | None = None
-    code: str | None = None
+    state: Optional[Literal["completed"]] = None
+    code: Optional[str] = None
 
 
 class AckedMany(_Model):
@@ -161,18 +161,18 @@ class Job(_Model):
 
     id: str
     queue: str
-    name: str | None
+    name: Optional[str]
     state: JobState
     payload: Any
     result: Any
-    error: str | None
+    error: Optional[str]
     attempt: int
     max_attempts: int
     priority: int
     created_at: int
     updated_at: int
-    worker: str | None
-    lease_expires_at: int | None
+    worker: Optional[str]
+    lease_expires_at: Optional[int]
 
 
 class Counts(_Model):

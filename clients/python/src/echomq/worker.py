@@ -60,7 +60,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Optional, TypeVar, Union
 
 import msgspec
 
@@ -96,7 +96,7 @@ CANCEL_WAIT_S = 5.0  # how long cancelled async handlers get to unwind before th
 _FATAL = (Unauthorized, Forbidden, InvalidRequest, NotFound)  # retrying cannot help
 _TRANSIENT = (ConnectionFailed, BackendUnavailable, TooManyRequests)  # a later try may succeed
 
-Handler = Callable[["JobContext"], Any] | Callable[["JobContext"], Awaitable[Any]]
+Handler = Union[Callable[["JobContext"], Any], Callable[["JobContext"], Awaitable[Any]]]
 
 
 def default_worker_id() -> str:
@@ -108,10 +108,14 @@ def default_worker_id() -> str:
 def error_text(error: BaseException, limit: int = MAX_ERROR_BYTES) -> str:
     """``Type: message`` first, then as much of the traceback's end as fits in ``limit`` bytes;
     the message alone for an exception with ``plain = True`` (see ``JobError``)."""
+    try:
+        message = str(error)
+    except Exception:  # an exception whose __str__ raises still fails its job
+        message = "<str() failed>"
     if getattr(error, "plain", False) is True:
-        return str(error).encode()[:limit].decode(errors="ignore")
-    head = f"{type(error).__name__}: {error}".encode()[: limit // 4].decode(errors="ignore")
-    trace = "".join(traceback.format_exception(error)).encode()
+        return message.encode()[:limit].decode(errors="ignore")
+    head = f"{type(error).__name__}: {message}".encode()[: limit // 4].decode(errors="ignore")
+    trace = "".join(traceback.format_exception(type(error), error, error.__traceback__)).encode()
     room = limit - len(head.encode()) - 2
     if len(trace) > room:
         trace = b"..." + trace[-(room - 3) :]
@@ -123,13 +127,30 @@ def backoff_s(attempt: int) -> float:
     return min(5.0, 0.2 * 2**attempt) * random.uniform(0.5, 1.0)
 
 
+async def wait_at_most(event: asyncio.Event, timeout: float) -> None:
+    """Until ``event`` is set, or ``timeout`` seconds. The timer sets the event itself: cheaper
+    than wait_for's task (this runs for every batch), and callers look again after any wake."""
+    timer = asyncio.get_running_loop().call_later(max(0.0, timeout), event.set)
+    try:
+        await event.wait()
+    finally:
+        timer.cancel()
+
+
+def matched(items: list[T], outcomes: list[Any]) -> Iterable[tuple[T, Any]]:
+    """Items with the service's outcomes, one each, in order (zip's strict needs 3.10)."""
+    if len(items) != len(outcomes):
+        raise ValueError(f"{len(outcomes)} outcomes for {len(items)} items")
+    return zip(items, outcomes)
+
+
 class JobContext:
     """What a handler gets: the leased job, and whether it should stop working on it."""
 
     def __init__(self, job: LeasedJob) -> None:
         self.job = job
         self._cancel = threading.Event()
-        self._reason: str | None = None
+        self._reason: Optional[str] = None
 
     @property
     def id(self) -> str:
@@ -140,7 +161,7 @@ class JobContext:
         return self.job.queue
 
     @property
-    def name(self) -> str | None:
+    def name(self) -> Optional[str]:
         return self.job.name
 
     @property
@@ -164,7 +185,7 @@ class JobContext:
         return self.job.lease_id
 
     @property
-    def traceparent(self) -> str | None:
+    def traceparent(self) -> Optional[str]:
         return self.job.traceparent
 
     @property
@@ -178,7 +199,7 @@ class JobContext:
         period is over."""
         return self._cancel.is_set()
 
-    def wait_cancelled(self, timeout: float | None = None) -> bool:
+    def wait_cancelled(self, timeout: Optional[float] = None) -> bool:
         """For sync handlers: sleep up to ``timeout`` seconds, waking early when cancelled."""
         return self._cancel.wait(timeout)
 
@@ -200,7 +221,7 @@ class WorkerStats:
     errors: list[str] = field(default_factory=list)  # acks/fails the service did not take
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class _Held:
     """A job whose lease this worker holds, from its lease until its outcome is settled."""
 
@@ -209,14 +230,14 @@ class _Held:
     expires_at: float  # monotonic, by this machine's clock: renewed_at + the lease's length
     running: bool = True  # the handler has not finished (its slot is taken)
     settled: bool = False  # acked, failed, released or lost: nothing more to do
-    task: asyncio.Task[Any] | None = None  # an async handler's task
+    task: Optional[asyncio.Task[Any]] = None  # an async handler's task
 
     @property
     def job(self) -> LeasedJob:
         return self.context.job
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class _Lease:
     """One lease request; repeated with the same request_id after a lost answer."""
 
@@ -233,18 +254,18 @@ class Worker:
         queue: str,
         handler: Handler,
         *,
-        client: AsyncClient | None = None,
-        url: str | None = None,
-        token: str | None = None,
-        worker_id: str | None = None,
+        client: Optional[AsyncClient] = None,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        worker_id: Optional[str] = None,
         concurrency: int = 1,
         lease_ms: int = DEFAULT_LEASE_MS,
         wait_ms: int = DEFAULT_WAIT_MS,
         grace_s: float = DEFAULT_GRACE_S,
-        heartbeat_s: float | None = None,
+        heartbeat_s: Optional[float] = None,
         ack_batch_s: float = DEFAULT_ACK_BATCH_S,
         cancel_wait_s: float = CANCEL_WAIT_S,
-        on_outcome: Callable[[JobContext, str, str], None] | None = None,
+        on_outcome: Optional[Callable[[JobContext, str, str], None]] = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -265,7 +286,7 @@ class Worker:
         self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             getattr(handler, "__call__", None)  # noqa: B004 - an object with an async __call__
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stop_requested = False
         self._hurry_requested = False
         self._reset()
@@ -279,16 +300,13 @@ class Worker:
         self._outbox_since = 0.0
         self._requests: set[asyncio.Task[Any]] = set()  # every request of ours in flight
         self._leasing = False  # a lease (alone or as an ack's lease_next) is in flight
-        self._no_lease = asyncio.Event()  # set while none is
-        self._no_lease.set()
-        self._lease_retry: _Lease | None = None  # a lease whose answer was lost
+        self._lease_retry: Optional[_Lease] = None  # a lease whose answer was lost
         self._lease_failures = 0
         self._lease_after = 0.0  # monotonic: no lease before (backing off)
-        self._fatal: EchoMQError | None = None
+        self._fatal: Optional[EchoMQError] = None
         self._request_ids = (f"{os.urandom(6).hex()}-{n}" for n in range(1 << 62))
-        self._wake: asyncio.Event | None = None
-        self._stopping: asyncio.Event | None = None
-        self._handler_ended = asyncio.Event()  # a slot was freed, or a second stop() came
+        self._wake: Optional[asyncio.Event] = None
+        self._stopping: Optional[asyncio.Event] = None
         self._wound_down = False
 
     # --- control -------------------------------------------------------------------------------
@@ -330,7 +348,12 @@ class Worker:
         """The worker as a coroutine; with ``handle_signals`` SIGTERM/SIGINT call ``stop()``."""
         self._loop = asyncio.get_running_loop()
         self._reset()
+        # Made in the loop that uses them: on Python 3.9 an Event binds to the loop current when
+        # it is made, and there may be none (or another) when the Worker is constructed.
         self._wake, self._stopping = asyncio.Event(), asyncio.Event()
+        self._no_lease = asyncio.Event()  # set while no lease (alone or as lease_next) is in flight
+        self._no_lease.set()
+        self._handler_ended = asyncio.Event()  # a slot was freed, or a second stop() came
         self._api = self._client or AsyncClient(self._url, token=self._token)
         installed = self._install_signals() if handle_signals else []
         log.info(
@@ -401,17 +424,15 @@ class Worker:
                     return
             await self._sleep(self._flush_in(), self._backing_off_for())
 
-    async def _sleep(self, *delays: float | None) -> None:
+    async def _sleep(self, *delays: Optional[float]) -> None:
         assert self._wake is not None
         timeout = min((delay for delay in delays if delay is not None), default=None)
         if timeout is None:
             await self._wake.wait()
             return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(0.0, timeout)):
-                await self._wake.wait()
+        await wait_at_most(self._wake, timeout)
 
-    def _flush_in(self) -> float | None:
+    def _flush_in(self) -> Optional[float]:
         """Seconds until the gathered acks are sent (0: now); None when there are none."""
         if not self._outbox:
             return None
@@ -420,7 +441,7 @@ class Worker:
             return 0.0  # nothing else will finish soon, or nothing may wait
         return max(0.0, self._outbox_since + self.ack_batch_s - time.monotonic())
 
-    def _backing_off_for(self) -> float | None:
+    def _backing_off_for(self) -> Optional[float]:
         left = self._lease_after - time.monotonic()
         return left if left > 0 and self._wants_lease() else None
 
@@ -533,7 +554,7 @@ class Worker:
             error = task.exception()
             self._finished(held, task.result() if error is None else None, error)
 
-    def _sync_finished(self, held: _Held, result: Any, error: BaseException | None) -> None:
+    def _sync_finished(self, held: _Held, result: Any, error: Optional[BaseException]) -> None:
         if inspect.isawaitable(result):  # a plain function that returned a coroutine
             task = asyncio.ensure_future(result)
             task.add_done_callback(lambda done: self._async_finished(held, done))
@@ -541,7 +562,7 @@ class Worker:
             return
         self._finished(held, result, error)
 
-    def _finished(self, held: _Held, result: Any, error: BaseException | None) -> None:
+    def _finished(self, held: _Held, result: Any, error: Optional[BaseException]) -> None:
         """A handler ended: its outcome is gathered (ack) or sent (fail), or discarded."""
         if held.settled:
             return  # released or lost already (a sync handler that ended after the grace)
@@ -610,7 +631,7 @@ class Worker:
         lease = self._reserve_lease(wait_ms=0) if self._wants_lease() else None
         self._spawn(self._send_acks(batch, lease))
 
-    async def _send_acks(self, batch: list[tuple[_Held, AckItem]], lease: _Lease | None) -> None:
+    async def _send_acks(self, batch: list[tuple[_Held, AckItem]], lease: Optional[_Lease]) -> None:
         items = [item for _, item in batch]
         holds = [held for held, _ in batch]
         sent_at = time.monotonic()
@@ -643,7 +664,7 @@ class Worker:
         finally:
             if lease is not None:
                 self._unreserve(lease)
-        for (held, _), outcome in zip(batch, outcomes, strict=True):
+        for (held, _), outcome in matched(batch, outcomes):
             if outcome.ok:
                 self._settle(held, "acked")
             else:
@@ -684,6 +705,9 @@ class Worker:
             self._settle(held, "lost", f"failure not recorded, {lost.code}")
         except EchoMQError as problem:
             self._settle(held, "error", f"fail not taken ({problem})")
+        except Exception as bug:  # say an exception whose __str__ raises: never hold (and renew) it for ever
+            log.exception("job %s: could not report its failure", job.id)
+            self._settle(held, "error", f"fail not sent ({bug!r})")
 
     def _give_back(self, held: _Held) -> None:
         """Release the job; whatever its handler does from now on is discarded."""
@@ -749,7 +773,7 @@ class Worker:
         except EchoMQError as error:
             log.warning("worker %s: heartbeat failed (%s)", self.worker_id, error)
             return False
-        for held, outcome in zip(due, outcomes, strict=True):
+        for held, outcome in matched(due, outcomes):
             if outcome.ok:
                 held.renewed_at, held.expires_at = sent_at, sent_at + self.lease_ms / 1000
             elif held.running:  # a finished job's ack or fail will say what became of it
@@ -814,9 +838,7 @@ class Worker:
             if left <= 0:
                 return
             self._handler_ended.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(left):
-                    await self._handler_ended.wait()
+            await wait_at_most(self._handler_ended, left)
 
     async def _collect_lost_lease(self) -> None:
         """A lease whose answer was lost may hold jobs: the same request_id answers them, to be
