@@ -24,7 +24,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
-from typing import NoReturn
+from typing import NoReturn, Optional
 
 from echomq._ops import DEFAULT_URL
 from echomq.cli._commands import COMMANDS, EXIT_FAILED, EXIT_USAGE, MAX_BATCH, Failed, UsageError
@@ -38,7 +38,7 @@ DEFAULT_KILL_GRACE_S = 5.0
 PLUGINS = "echomq.cli"  # entry point group: commands other packages add (the server's `serve`)
 
 
-def _plugin(name: str) -> Callable[[list[str]], int] | None:
+def _plugin(name: str) -> Optional[Callable[[list[str]], int]]:
     found = entry_points()
     group = found.select(group=PLUGINS) if hasattr(found, "select") else found.get(PLUGINS, [])  # 3.9
     for entry in group:
@@ -190,7 +190,7 @@ def _fail(message: str, code: int) -> NoReturn:
     raise SystemExit(code)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["serve"]:
         return _serve(argv[1:])

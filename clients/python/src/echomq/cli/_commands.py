@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Optional
 
 import msgspec
 
@@ -84,7 +84,7 @@ def _job_of_line(args: argparse.Namespace, number: int, line: str) -> NewJob:
 
 
 def _enqueue_file(args: argparse.Namespace, client: Client) -> int:
-    total: int | None = None
+    total: Optional[int] = None
     if args.file != "-":
         if not Path(args.file).is_file():
             raise UsageError(f"no such file: {args.file}")

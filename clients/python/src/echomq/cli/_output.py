@@ -7,14 +7,14 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any, Optional, TextIO
 
 
 def print_json(value: Any) -> None:
     print(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO | None = None) -> None:
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: Optional[TextIO] = None) -> None:
     out = out or sys.stdout
     cells = [[str(cell) for cell in row] for row in rows]
     widths = [
@@ -37,7 +37,7 @@ def duration(ms: float) -> str:
     return f"{seconds / 86400:.1f}d"
 
 
-def when(epoch_ms: int | None) -> str:
+def when(epoch_ms: Optional[int]) -> str:
     if epoch_ms is None:
         return "-"
     return datetime.fromtimestamp(epoch_ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
@@ -49,7 +49,7 @@ def now_ms() -> float:
     return time.time() * 1000
 
 
-def summary(text: str | None, width: int = 72) -> str:
+def summary(text: Optional[str], width: int = 72) -> str:
     """An error in one line: its first line, and its last when that says something more."""
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     if not lines:
@@ -61,7 +61,7 @@ def summary(text: str | None, width: int = 72) -> str:
 class Progress:
     """A progress bar on stderr: ``[#####-----] 4000/10000  40%  3512 jobs/s``."""
 
-    def __init__(self, total: int | None, out: TextIO, enabled: bool) -> None:
+    def __init__(self, total: Optional[int], out: TextIO, enabled: bool) -> None:
         self.total, self.out, self.enabled = total, out, enabled
         self.done = 0
         self.width = 0

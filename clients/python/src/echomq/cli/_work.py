@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, Optional
 
 from echomq.cli._commands import EXIT_FAILED, EXIT_OK, UsageError
 from echomq.cli._output import print_json
@@ -61,7 +61,7 @@ class Events:
         self.as_json = as_json
         self.ran: dict[str, tuple[float, int]] = {}  # job id: (seconds, exit status) of its command
 
-    def emit(self, kind: str, job: JobContext | None = None, **fields: Any) -> None:
+    def emit(self, kind: str, job: Optional[JobContext] = None, **fields: Any) -> None:
         if self.as_json:
             record: dict[str, Any] = {"event": kind}
             if job is not None:
@@ -102,7 +102,7 @@ class RunCommand:
     async def __call__(self, job: JobContext) -> Any:
         started = time.monotonic()
         starting = asyncio.ensure_future(self._start(job))
-        process: asyncio.subprocess.Process | None = None
+        process: Optional[asyncio.subprocess.Process] = None
         try:
             try:
                 process = await asyncio.shield(starting)
