@@ -909,6 +909,89 @@ def run_ledger_ops(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
     return rows
 
 
+TS_SDK = REPO / "clients" / "typescript"
+TS_WORKER_JOBS = 20_000
+TS_WORKER_CONCURRENCY = 50
+
+
+def build_ts_sdk() -> bool:
+    """npm ci (when node_modules is missing or older than the lock) and build clients/typescript."""
+    if shutil.which("npm") is None:
+        print("npm not found: the ts_worker workload is skipped", file=sys.stderr)
+        return False
+    installed = TS_SDK / "node_modules" / ".package-lock.json"
+    steps = [["npm", "run", "build"]]
+    if not installed.exists() or installed.stat().st_mtime < (TS_SDK / "package-lock.json").stat().st_mtime:
+        steps.insert(0, ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"])
+    for step in steps:
+        done = subprocess.run(
+            step, cwd=TS_SDK, capture_output=True, text=True, timeout=NPM_TIMEOUT_S, check=False
+        )
+        if done.returncode != 0:
+            print(f"{' '.join(step)} failed; ts_worker skipped:\n{done.stderr[-2000:]}", file=sys.stderr)
+            return False
+    return True
+
+
+def run_ts_worker(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
+    """The TypeScript SDK's Worker (bench/ts_worker_bench.mjs) against BullMQ's Worker, both
+    concurrency 50 with a no-op handler, on TS_WORKER_JOBS pre-filled jobs, from start to the
+    last ack. Selected by --only ts_worker (or ts); not part of the default run."""
+    if bench.args.only is None or not enabled("ts_worker") or not build_ts_sdk():
+        return []
+
+    def ours() -> Outcome:
+        bench.prefill("bench", TS_WORKER_JOBS)
+        spec = {
+            "url": bench.service.urls[0],
+            "queue": "bench",
+            "concurrency": TS_WORKER_CONCURRENCY,
+            "prefill": TS_WORKER_JOBS,
+            "duration_ms": 120_000,
+            "lease_ms": CYCLE_LEASE_MS,
+            "watch": bench.watch,
+            "clk_tck": os.sysconf("SC_CLK_TCK"),
+            "deadline_ms": 150_000,
+        }
+        done = subprocess.run(
+            ["node", str(BENCH_DIR / "ts_worker_bench.mjs"), json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"ts_worker_bench failed: {done.stderr.strip()[-2000:]}")
+        return outcome_of([json.loads(done.stdout.strip().splitlines()[-1])])
+
+    mine, theirs = measure_pair(
+        bench,
+        "ts_worker",
+        ours,
+        lambda: bench.bullmq(
+            "worker",
+            concurrency=TS_WORKER_CONCURRENCY,
+            prefill=TS_WORKER_JOBS,
+            warmup_ms=0,
+            duration_ms=int(bench.plan.duration_s * 1000),
+        ),
+        enabled,
+    )
+    if mine is None:
+        return []
+    return [
+        Row(
+            "ts_worker",
+            f"TypeScript SDK Worker, c={TS_WORKER_CONCURRENCY}, no-op, {TS_WORKER_JOBS:,} jobs",
+            "jobs/s",
+            mine,
+            theirs,
+            f"Worker, concurrency {TS_WORKER_CONCURRENCY}, no-op",
+            target=">= 1.5x",
+        )
+    ]
+
+
 def run_all(bench: Bench) -> list[Row]:
     args, plan = bench.args, bench.plan
     enabled = selection(args)
@@ -1168,6 +1251,7 @@ def run_all(bench: Bench) -> list[Row]:
             )
         )
 
+    rows += run_ts_worker(bench, enabled)
     rows += run_ledger_ops(bench, enabled)
 
     judge(rows, dur)
@@ -1180,7 +1264,7 @@ def judge(rows: list[Row], _duration_s: float) -> None:
         ours, bull = row.values()
         if not row.target or ours is None:
             continue
-        if row.key in ("enqueue_batch", "batch", "cycle_50"):
+        if row.key in ("enqueue_batch", "batch", "cycle_50", "ts_worker"):
             factor = float(row.target.split()[1].rstrip("x"))
             r = ratio(ours, bull)
             row.met = None if r is None else r >= factor
@@ -1384,7 +1468,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         help="comma-separated: enqueue,enqueue_batch,cycle,cycle_50,batch,wakeup,ledger,memory,"
-        "idle_sweep,long_ops,ack_cost (a first word selects all its workloads: cycle, ack, ...)",
+        "idle_sweep,long_ops,ack_cost,ts_worker (a first word selects all its workloads: cycle, ack, ...; "
+        "ts_worker runs only when named)",
     )
     parser.add_argument(
         "--service-dir",
