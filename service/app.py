@@ -31,7 +31,8 @@ from service.auth import Action, Authenticator, Forbidden, Unauthorized
 from service.backend import check_server, close, connect
 from service.config import Settings
 from service.deadlines import Deadlines
-from service.errors import PROBLEMS, QueueError
+from service.docs import DOCS_HANDLERS
+from service.errors import PROBLEMS, QueueError, problem_type
 from service.fastpath import FastPath
 from service.longpoll import ShardedWakeHub, TooManyWaiters, WakeHub
 from service.queue import JobQueues
@@ -53,9 +54,7 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_la
 
 
 def problem(status: int, code: str, title: str, detail: str, retry_after: bool = False) -> Response[bytes]:
-    body = Problem(
-        type=f"https://echomq.dev/problems/{code}", title=title, status=status, detail=detail, code=code
-    )
+    body = Problem(type=problem_type(code), title=title, status=status, detail=detail, code=code)
     response = json_response(body, status)
     response.media_type = PROBLEM_JSON
     if retry_after:
@@ -312,7 +311,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
         return Response(document, media_type="application/json")
 
     app = Litestar(
-        route_handlers=[*QUEUE_HANDLERS, healthz, readyz, metrics_text, openapi_json],
+        route_handlers=[*QUEUE_HANDLERS, healthz, readyz, metrics_text, openapi_json, *DOCS_HANDLERS],
         lifespan=[lifespan],
         openapi_config=None,
         logging_config=None,

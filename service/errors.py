@@ -64,6 +64,11 @@ def raise_for_code(code: int, job_id: str) -> None:
         raise _EXCEPTION_OF_CODE[script_code](f"{_DETAIL_OF_CODE[script_code]}: {job_id}")
 
 
+def problem_type(code: str) -> str:
+    """The URI that names a problem type in problem details (RFC 9457 "type")."""
+    return f"https://echomq.dev/problems/{code}"
+
+
 def problem_code_of(code: int) -> str:
     """The API's error code for a per-item failure in a batch answer (e.g. ack many)."""
     return PROBLEMS[_EXCEPTION_OF_CODE[ScriptCode(code)]][1]

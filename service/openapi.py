@@ -1,8 +1,10 @@
 """Builds the OpenAPI 3.1 document from the app's route handlers and the msgspec Structs.
 
-Each handler's ``opt`` (set in service.routes) names its request body, responses, error
-statuses and query parameters; schemas come from msgspec (JSON Schema 2020-12, as OpenAPI 3.1
-uses). ``python -m service.openapi`` prints the document that openapi/openapi.json holds.
+Each handler's ``opt`` (set in service.routes) names its tag, request body, responses, problem
+codes and query parameters, and its ``description`` says what it does; schemas come from msgspec
+(JSON Schema 2020-12, as OpenAPI 3.1 uses) with the Structs' field descriptions and docstrings;
+examples come from service.examples. ``python -m service.openapi`` prints the document that
+openapi/openapi.json holds.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import Any
 import msgspec
 from litestar.handlers import HTTPRouteHandler
 
-from service import limits
-from service.schemas import Health, Problem
+from service import examples, limits
+from service.auth import ALLOWED, Action, Role
+from service.schemas import NAME_RULE, Health, Problem
 
 TITLE = "EchoMQ HTTP"
 API_VERSION = "1.0.0"
@@ -24,43 +27,160 @@ _PATH_PARAM = re.compile(r"\{(\w+):\w+\}")
 _REF = "#/components/schemas/{name}"
 BEARER = [{"bearer": []}]  # checked only when tokens are configured (EMQ_AUTH_TOKENS)
 
-ERROR_TEXT = {
-    400: "Malformed or out-of-range input (invalid_request); nothing was changed",
-    401: "Auth is on and the bearer token is missing or unknown (unauthorized)",
-    403: "The token lacks the role or the queue (forbidden)",
-    404: "No such job in that queue (job_not_found)",
-    409: "Lease lost (lease_lost) or job active (job_active)",
-    413: "Body over the configured limit (payload_too_large)",
-    429: "Too many long-poll requests waiting on this replica (too_many_requests); see Retry-After",
-    503: "Redis unreachable (backend_unavailable); see Retry-After",
+DESCRIPTION = f"""\
+A reliable job queue on Redis over REST/JSON. Producers enqueue jobs; workers lease them, keep
+their leases with heartbeats, and finish each with ack, fail or release. A leased job stays in
+the queue's in-flight ledger until it is acked, failed or released; when its lease expires, the
+stalled sweep gives it back to waiting. Delivery is at least once: a job can run more than once.
+
+Times are epoch milliseconds on the Redis server's clock. Names (queues, job ids, workers) are
+{NAME_RULE}. Request bodies refuse unknown fields. Errors are RFC 9457 problem details
+(application/problem+json) with a machine-readable `code`; 429 and 503 come with Retry-After.
+
+Auth: when the service runs with tokens (EMQ_AUTH_TOKENS), every /v1 call needs
+`Authorization: Bearer <token>`. Producer tokens enqueue and read, worker tokens lease,
+heartbeat, ack, fail, release and read, admin tokens do everything; a token can be limited to
+queue name patterns. /healthz, /readyz, /openapi.json and /docs need no token.
+
+Interactive documentation of this document is served at /docs."""
+
+# One tag per operation: generated clients make one API class per tag.
+TAGS: list[dict[str, str]] = [
+    {
+        "name": "Jobs",
+        "description": "Put jobs in and read them back: enqueue one job or up to 1000 (producer or "
+        "admin tokens), read a job in any state (any token).",
+    },
+    {
+        "name": "Working",
+        "description": "What workers call in a loop: lease jobs (with a long poll), keep their leases "
+        "with heartbeats, and finish each with ack, fail or release (worker or admin tokens). "
+        "Ack, fail and release are safe to repeat with the same lease id; a lease is, with a "
+        "request_id.",
+    },
+    {
+        "name": "Inspect",
+        "description": "Read a queue's state: its counts and pause state, the in-flight ledger, who "
+        "holds what, the dead letters (any token).",
+    },
+    {
+        "name": "Operate",
+        "description": "Operator actions: pause and resume leasing, redrive dead letters, release a "
+        "dead worker's jobs, delete a job or a whole queue (admin tokens).",
+    },
+    {"name": "Service", "description": "Health, readiness, metrics and this document."},
+]
+TAG_NAMES = frozenset(tag["name"] for tag in TAGS)
+
+# problem code -> (HTTP status, when the service answers it)
+PROBLEM_CODES: dict[str, tuple[int, str]] = {
+    "invalid_request": (400, "malformed or out-of-range input (invalid_request); nothing was changed"),
+    "unauthorized": (401, "tokens are configured and the bearer token is missing or unknown (unauthorized)"),
+    "forbidden": (403, "the token's role may not do this, or it does not cover the queue (forbidden)"),
+    "job_not_found": (
+        404,
+        "no such job in the queue: never enqueued, deleted, or past its retention (job_not_found)",
+    ),
+    "request_timeout": (408, "the request body did not arrive within EMQ_BODY_TIMEOUT_S (request_timeout)"),
+    "lease_lost": (
+        409,
+        "the lease is not the job's current, unexpired one: it expired, or the job was released, "
+        "reclaimed or finished under another lease; stop working on the job, which may be delivered "
+        "again (lease_lost)",
+    ),
+    "job_active": (
+        409,
+        "the job is leased, or the queue has jobs in flight and force is not true (job_active)",
+    ),
+    "payload_too_large": (413, "the body is over EMQ_MAX_BODY_BYTES (payload_too_large)"),
+    "too_many_requests": (
+        429,
+        "EMQ_MAX_WAITERS long polls already wait on this process (too_many_requests); retry after "
+        "Retry-After",
+    ),
+    "backend_unavailable": (
+        503,
+        "Redis is unreachable or cannot take writes now, or in durable mode no replica confirmed the "
+        "write (backend_unavailable); retry after Retry-After",
+    ),
+}
+# What any /v1 call can answer, what any with a parameter can, and any that reads a body.
+ALWAYS = ("unauthorized", "forbidden", "backend_unavailable")
+WITH_PARAMETERS = ("invalid_request",)
+WITH_BODY = ("invalid_request", "request_timeout", "payload_too_large")
+
+PATH_PARAMETERS = {
+    "queue": f"the queue's name ({NAME_RULE}); a queue never used reads as an empty one",
+    "id": f"the job's id ({NAME_RULE})",
+    "worker": "the worker's name, as it leased its jobs",
 }
 
 
-def _problem(status: int) -> dict[str, Any]:
-    response: dict[str, Any] = {
-        "description": ERROR_TEXT[status],
-        "content": {"application/problem+json": {"schema": {"$ref": _REF.format(name="Problem")}}},
-    }
-    if status in (429, 503):
-        response["headers"] = {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}}
-    return response
+def _roles(action: Action, scoped: bool) -> str:
+    """Who may call: a sentence from the auth table itself."""
+    roles = [role.value for role in Role if action in ALLOWED[role]]
+    named = " or ".join(roles)
+    who = (
+        "a token of any role"
+        if len(roles) == len(Role)
+        else f"{'an' if named[0] in 'aeiou' else 'a'} {named} token"
+    )
+    return f"Auth: {who}{' that covers the queue' if scoped else ''}."
 
 
-def _json(struct: type, description: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": _REF.format(name=struct.__name__)}}},
-    }
+def _problems(codes: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The error responses of the given problem codes, by status, each with its examples."""
+    by_status: dict[int, list[str]] = {}
+    for code in dict.fromkeys(codes):
+        by_status.setdefault(PROBLEM_CODES[code][0], []).append(code)
+    responses: dict[str, dict[str, Any]] = {}
+    for status, status_codes in by_status.items():
+        text = "; or ".join(PROBLEM_CODES[code][1] for code in status_codes)
+        response: dict[str, Any] = {
+            "description": text[0].upper() + text[1:],
+            "content": {
+                "application/problem+json": {
+                    "schema": {"$ref": _REF.format(name="Problem")},
+                    "examples": {
+                        code: examples.example(code, examples.PROBLEMS[code]) for code in status_codes
+                    },
+                }
+            },
+        }
+        if status in (429, 503):
+            response["headers"] = {
+                "Retry-After": {
+                    "schema": {"type": "integer"},
+                    "description": "seconds to wait before retrying",
+                }
+            }
+        responses[str(status)] = response
+    return responses
+
+
+def _json(struct: type, description: str, named_examples: dict[str, Any] | None = None) -> dict[str, Any]:
+    media: dict[str, Any] = {"schema": {"$ref": _REF.format(name=struct.__name__)}}
+    if named_examples:
+        media["examples"] = named_examples
+    return {"description": description, "content": {"application/json": media}}
+
+
+def _first_sentence(struct: type) -> str:
+    text = " ".join((struct.__doc__ or struct.__name__).split())
+    return text.split(". ", 1)[0].rstrip(".") + "."
 
 
 def _operation(handler: HTTPRouteHandler, path_params: list[str]) -> tuple[dict[str, Any], list[type]]:
     opt = handler.opt
+    operation_id = handler.operation_id
+    assert isinstance(operation_id, str)
     structs: list[type] = []
     parameters: list[dict[str, Any]] = [
         {
             "name": name,
             "in": "path",
             "required": True,
+            "description": PATH_PARAMETERS[name],
             "schema": {"type": "string", "pattern": limits.NAME_PATTERN},
         }
         for name in path_params
@@ -77,27 +197,42 @@ def _operation(handler: HTTPRouteHandler, path_params: list[str]) -> tuple[dict[
         parameters.append(
             {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
         )
-    operation: dict[str, Any] = {"operationId": handler.operation_id, "summary": handler.summary}
-    if handler.description:
-        operation["description"] = handler.description
+    description = " ".join(
+        part for part in (handler.description, _roles(opt["action"], "queue" in path_params)) if part
+    )
+    operation: dict[str, Any] = {
+        "operationId": operation_id,
+        "tags": [opt["tag"]],
+        "summary": handler.summary,
+        "description": description,
+    }
     if parameters:
         operation["parameters"] = parameters
+    codes = [*opt.get("errors", ()), *ALWAYS]
+    if parameters:
+        codes.extend(WITH_PARAMETERS)
     body = opt.get("request_body")
     if body is not None:
         structs.append(body)
+        codes.extend(WITH_BODY)
+        media: dict[str, Any] = {"schema": {"$ref": _REF.format(name=body.__name__)}}
+        if operation_id in examples.REQUESTS:
+            media["examples"] = examples.REQUESTS[operation_id]
         operation["requestBody"] = {
             "required": opt.get("body_optional") is not True,
-            "content": {"application/json": {"schema": {"$ref": _REF.format(name=body.__name__)}}},
+            "description": _first_sentence(body),
+            "content": {"application/json": media},
         }
     responses: dict[str, Any] = {}
-    for status, struct in opt.get("responses", {}).items():
+    answered = examples.RESPONSES.get(operation_id, {})
+    for status, answer in opt.get("responses", {}).items():
+        struct, text = answer if isinstance(answer, tuple) else (answer, None)
         if struct is None:
-            responses[str(status)] = {"description": "Done; no content"}
+            responses[str(status)] = {"description": text or "Done; no content"}
         else:
             structs.append(struct)
-            responses[str(status)] = _json(struct, "Success")
-    for status in (*opt.get("errors", ()), 401, 403, 503):
-        responses[str(status)] = _problem(status)
+            responses[str(status)] = _json(struct, text or _first_sentence(struct), answered.get(status))
+    responses.update(_problems(codes))
     operation["responses"] = dict(sorted(responses.items()))
     operation["security"] = BEARER
     return operation, structs
@@ -118,21 +253,17 @@ def build_document(handlers: Iterable[HTTPRouteHandler], service_paths: dict[str
     _, components = msgspec.json.schema_components(dict.fromkeys(structs), ref_template=_REF)
     return {
         "openapi": "3.1.0",
-        "info": {
-            "title": TITLE,
-            "version": API_VERSION,
-            "description": "A reliable job queue on Redis over REST/JSON. Times are epoch "
-            "milliseconds on the Redis server's clock. Errors are RFC 9457 problem details.",
-        },
-        "paths": dict(sorted(paths.items())),
+        "info": {"title": TITLE, "version": API_VERSION, "description": DESCRIPTION},
+        "tags": TAGS,
+        "paths": paths,  # in the order of the handlers: the order a reader meets them
         "components": {
             "schemas": dict(sorted(components.items())),
             "securitySchemes": {
                 "bearer": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "Roles producer, worker, admin; see EMQ_AUTH_TOKENS. "
-                    "Not checked when the service runs without tokens.",
+                    "description": "A token of EMQ_AUTH_TOKENS: role producer, worker or admin, possibly "
+                    "limited to queue name patterns. Not checked when the service runs without tokens.",
                 }
             },
         },
@@ -143,32 +274,49 @@ SERVICE_PATHS: dict[str, Any] = {
     "/healthz": {
         "get": {
             "operationId": "healthz",
+            "tags": ["Service"],
             "summary": "The process is running",
-            "responses": {"200": _json(Health, "Alive")},
+            "description": "Answers 200 while the process runs, without asking Redis (a liveness "
+            "probe). Auth: none.",
+            "responses": {"200": _json(Health, "Alive", {"ok": examples.example("Alive", {"status": "ok"})})},
         }
     },
     "/readyz": {
         "get": {
             "operationId": "readyz",
+            "tags": ["Service"],
             "summary": "Redis answers",
-            "responses": {"200": _json(Health, "Ready"), "503": _problem(503)},
+            "description": "Answers 200 when Redis answers a PING, else 503 backend_unavailable (a "
+            "readiness probe). Auth: none.",
+            "responses": {
+                "200": _json(Health, "Ready", {"ready": examples.example("Ready", {"status": "ready"})}),
+                **_problems(["backend_unavailable"]),
+            },
         }
     },
     "/metrics": {
         "get": {
             "operationId": "metrics",
+            "tags": ["Service"],
             "summary": "Prometheus text format",
+            "description": "Per-queue job counters, gauges and the lease-to-ack histogram, and this "
+            "replica's sweep, long-poll and HTTP metrics, in the Prometheus text format (README, "
+            "Observability). Auth: a token of any role; one limited to queue patterns sees only "
+            "those queues' series.",
             "security": BEARER,
             "responses": {
                 "200": {"description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}},
-                "401": _problem(401),
+                **_problems(["unauthorized"]),
             },
         }
     },
     "/openapi.json": {
         "get": {
             "operationId": "openapi",
+            "tags": ["Service"],
             "summary": "This document",
+            "description": "This OpenAPI 3.1 document, as openapi/openapi.json in the repository holds "
+            "it. Interactive documentation of it is served at /docs. Auth: none.",
             "responses": {
                 "200": {
                     "description": "OpenAPI 3.1 document",

@@ -251,17 +251,25 @@ def hub_of(request: Request[Any, Any, State]) -> WakeHub:
     return request.app.state.hub  # type: ignore[no-any-return]
 
 
+# A response: its Struct (None: no content), or the Struct and what that status means.
+Answer = type | None | tuple[type | None, str]
+
+
 def _opt(
     action: Action,
+    tag: str,
     request_body: type | None = None,
-    responses: dict[int, type | None] | None = None,
-    errors: tuple[int, ...] = (),
+    responses: dict[int, Answer] | None = None,
+    errors: tuple[str, ...] = (),
     query: tuple[tuple[str, str, str, int | None], ...] = (),
     body_optional: bool = False,
 ) -> dict[str, Any]:
-    """What the auth guard checks and service.openapi documents for a handler."""
+    """What the auth guard checks and service.openapi documents for a handler: its tag, body,
+    responses, the problem codes particular to it (service.openapi adds those of auth, Redis,
+    parameters and bodies) and its query parameters."""
     return {
         "action": action,
+        "tag": tag,
         "request_body": request_body,
         "responses": responses or {},
         "errors": errors,
@@ -270,6 +278,7 @@ def _opt(
     }
 
 
+JOBS, WORKING, INSPECT, OPERATE = "Jobs", "Working", "Inspect", "Operate"  # service.openapi.TAGS
 Q = "/v1/queues/{queue:str}"
 JOB = Q + "/jobs/{id:str}"
 
@@ -278,7 +287,22 @@ JOB = Q + "/jobs/{id:str}"
     Q + "/jobs",
     operation_id="enqueue",
     summary="Enqueue a job",
-    opt=_opt(Action.ENQUEUE, EnqueueRequest, {201: EnqueueResponse, 200: EnqueueResponse}, (400, 413)),
+    description="Stores a job in the queue (a queue exists from its first job on): waiting, or "
+    "delayed with delay_ms. Idempotent by id: while a job with the given id is kept in the queue, "
+    "in any state, enqueueing that id again changes nothing (whatever its payload) and answers "
+    "that job (200, created false), so a producer can retry safely; without an id the service "
+    "makes one, and a retry can store the job twice. The producer's W3C traceparent header (or, "
+    "with tracing on, the enqueue's own span) is kept and handed to the job's workers. Long polls "
+    "waiting on the queue, on any replica, are woken.",
+    opt=_opt(
+        Action.ENQUEUE,
+        JOBS,
+        EnqueueRequest,
+        {
+            201: (EnqueueResponse, "Stored now"),
+            200: (EnqueueResponse, "A job with this id was already kept: nothing changed"),
+        },
+    ),
 )
 async def enqueue(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -292,7 +316,11 @@ async def enqueue(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/enqueue",
     operation_id="enqueueMany",
     summary="Enqueue up to 1000 jobs",
-    opt=_opt(Action.ENQUEUE, EnqueueManyRequest, {200: EnqueueManyResponse}, (400, 413)),
+    description="Enqueues 1-1000 jobs in one atomic step, each as the single enqueue does (the same "
+    "fields, the same idempotency by id). The answer has one entry per job, in the order sent, and "
+    "the status is 200 whether or not any job was stored now. A body with any invalid job is "
+    "refused whole (400): nothing is stored.",
+    opt=_opt(Action.ENQUEUE, JOBS, EnqueueManyRequest, {200: EnqueueManyResponse}),
 )
 async def enqueue_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -307,7 +335,19 @@ async def enqueue_many(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/lease",
     operation_id="lease",
     summary="Lease jobs (long poll with wait_ms)",
-    opt=_opt(Action.WORK, LeaseRequest, {200: LeaseResponse}, (400, 429)),
+    description="Leases up to max_jobs jobs to the worker: each moves atomically into the queue's "
+    "in-flight ledger under a lease of lease_ms, its attempt counted; highest priority first, then "
+    "first in line (delayed jobs that have come due are promoted first). The job stays with the "
+    "worker until it acks, fails or releases it: renew the lease with heartbeats before "
+    "lease_expires_at, or once it has expired the stalled sweep gives the job back to waiting "
+    "(dead-letters it on its last attempt) and another worker may get it. A paused queue leases "
+    "nothing. With wait_ms the call waits until a job can be leased or wait_ms has passed (an "
+    "enqueue, release, retry or resume on any replica wakes it); it answers no jobs at once when "
+    "the service shuts down, and jobs leased just as the client hung up are given back unspent. "
+    "Retries: with request_id, the same call within 5 minutes leases nothing new and answers the "
+    "jobs the first one leased and still holds; without it, a retried call can lease other jobs "
+    "while the first call's jobs wait out their lease.",
+    opt=_opt(Action.WORK, WORKING, LeaseRequest, {200: LeaseResponse}, ("too_many_requests",)),
 )
 async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -351,7 +391,14 @@ async def _watch_hang_up(request: Request[Any, Any, State], client_gone: asyncio
     JOB + "/heartbeat",
     operation_id="heartbeat",
     summary="Renew a lease",
-    opt=_opt(Action.WORK, HeartbeatRequest, {200: HeartbeatResponse}, (400, 404, 409)),
+    description="Renews the lease: it now ends lease_ms from now (by default the length it was "
+    "leased with); the lease id stays. Each call renews again, so a repeated call is harmless. "
+    "409 lease_lost once the lease has expired, even before the sweep reclaimed the job, or when "
+    "the job was released, reclaimed or finished: stop working on it, as it may go to another "
+    "worker.",
+    opt=_opt(
+        Action.WORK, WORKING, HeartbeatRequest, {200: HeartbeatResponse}, ("job_not_found", "lease_lost")
+    ),
 )
 async def heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
@@ -365,8 +412,9 @@ async def heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
     summary="Renew up to 1000 leases",
     description="Each lease is renewed as its own heartbeat would renew it (by lease_ms, else by "
     "its own length), or reported lost (lease_lost, job_not_found) without failing the others. "
-    "The results come in the order of the leases sent.",
-    opt=_opt(Action.WORK, HeartbeatManyRequest, {200: HeartbeatManyResponse}, (400, 413)),
+    "The results come in the order of the leases sent, and the status is 200 whatever they say. "
+    "For a worker holding many jobs: one call instead of one per job.",
+    opt=_opt(Action.WORK, WORKING, HeartbeatManyRequest, {200: HeartbeatManyResponse}),
 )
 async def heartbeat_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -377,17 +425,27 @@ async def heartbeat_many(request: Request[Any, Any, State]) -> Response[bytes]:
 
 
 # An ack's lease_next leases after the ack, so a lease's errors can follow a done ack.
-LEASE_NEXT_ERRORS = (429,)
+LEASE_NEXT_ERRORS = ("too_many_requests",)
 
 
 @post(
     JOB + "/ack",
     operation_id="ack",
     summary="Acknowledge a finished job (and lease the next)",
-    description="With lease_next, the ack is applied first and answered as without it; then the "
-    "lease request in lease_next runs, and its jobs are added to the answer. An ack that fails "
-    "(404, 409) leases nothing.",
-    opt=_opt(Action.WORK, AckRequest, {200: AckResponse}, (400, 404, 409, 413, *LEASE_NEXT_ERRORS)),
+    description="Completes the job: it leaves the in-flight ledger, and it stays readable with its "
+    "result for EMQ_COMPLETED_RETENTION_S (at most EMQ_COMPLETED_MAX per queue). Idempotent: the "
+    "same ack again (same job, same lease id) answers 200 as the first did while the job is kept. "
+    "409 lease_lost when the lease expired or the job was released or reclaimed: the job may be "
+    "delivered again (at least once). With lease_next, the ack is applied first and answered as "
+    "without it; then the lease request in lease_next runs, and its jobs are added to the answer. "
+    "An ack that fails (404, 409) leases nothing.",
+    opt=_opt(
+        Action.WORK,
+        WORKING,
+        AckRequest,
+        {200: AckResponse},
+        ("job_not_found", "lease_lost", *LEASE_NEXT_ERRORS),
+    ),
 )
 async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
@@ -403,9 +461,12 @@ async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/ack",
     operation_id="ackMany",
     summary="Acknowledge up to 1000 jobs (and lease the next)",
-    description="With lease_next, the lease request in it runs after the whole batch, whatever "
-    "each ack's result, and its jobs are added to the answer.",
-    opt=_opt(Action.WORK, AckManyRequest, {200: AckManyResponse}, (400, 413, *LEASE_NEXT_ERRORS)),
+    description="Completes 1-1000 jobs in one call, each as the single ack does (idempotent the "
+    "same way), each refused on its own (lease_lost, job_not_found) without failing the others. "
+    "The results come in the order of the acks sent, and the status is 200 whatever they say. With "
+    "lease_next, the lease request in it runs after the whole batch, whatever each ack's result, "
+    "and its jobs are added to the answer.",
+    opt=_opt(Action.WORK, WORKING, AckManyRequest, {200: AckManyResponse}, LEASE_NEXT_ERRORS),
 )
 async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -421,7 +482,14 @@ async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
     JOB + "/fail",
     operation_id="fail",
     summary="Report a failed attempt",
-    opt=_opt(Action.WORK, FailRequest, {200: FailResponse}, (400, 404, 409)),
+    description="The attempt failed: the job leaves the in-flight ledger and its error is kept. "
+    "With attempts left and retry true it is retried: after retry_after_ms when given, else after "
+    "its backoff (state delayed), or at once at the back of the line when that is 0 (state "
+    "waiting). With no attempts left, or retry false, it is dead-lettered (state failed): kept "
+    "for EMQ_FAILED_RETENTION_S (at most EMQ_FAILED_MAX per queue), listed by GET .../failed, and "
+    "sent back by a redrive. Idempotent: the same call again (same job, same lease id) answers as "
+    "the first did and changes nothing.",
+    opt=_opt(Action.WORK, WORKING, FailRequest, {200: FailResponse}, ("job_not_found", "lease_lost")),
 )
 async def fail(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
@@ -437,7 +505,11 @@ async def fail(request: Request[Any, Any, State]) -> Response[bytes]:
     JOB + "/release",
     operation_id="release",
     summary="Give a leased job back",
-    opt=_opt(Action.WORK, ReleaseRequest, {200: ReleaseResponse}, (400, 404, 409)),
+    description="Gives the job back unworked, for a worker that is shutting down or cannot take it "
+    "now: it leaves the in-flight ledger and is leased next, first in line within its priority, "
+    "and this attempt does not count (its next lease keeps the attempt number). Idempotent: the "
+    "same call again (same job, same lease id) answers as the first did and changes nothing.",
+    opt=_opt(Action.WORK, WORKING, ReleaseRequest, {200: ReleaseResponse}, ("job_not_found", "lease_lost")),
 )
 async def release(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
@@ -450,7 +522,10 @@ async def release(request: Request[Any, Any, State]) -> Response[bytes]:
     JOB,
     operation_id="getJob",
     summary="Inspect a job",
-    opt=_opt(Action.READ, None, {200: JobView}, (400, 404)),
+    description="Reads a job in any state: its payload, state, attempts, result or latest error, and "
+    "who holds it while it is leased. Completed and dead-lettered jobs can be read for their "
+    "retention time; 404 after that, and for an id never enqueued or deleted.",
+    opt=_opt(Action.READ, JOBS, None, {200: JobView}, ("job_not_found",)),
 )
 async def get_job(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
@@ -461,8 +536,11 @@ async def get_job(request: Request[Any, Any, State]) -> Response[bytes]:
     JOB,
     operation_id="deleteJob",
     summary="Delete a job that is not leased",
+    description="Deletes a waiting, delayed, completed or dead-lettered job with its keys; its id "
+    "can then be enqueued again. 409 job_active while it is leased: let the worker finish, or "
+    "release the worker's jobs first.",
     status_code=204,
-    opt=_opt(Action.ADMIN, None, {204: None}, (400, 404, 409)),
+    opt=_opt(Action.ADMIN, OPERATE, None, {204: (None, "Deleted")}, ("job_not_found", "job_active")),
 )
 async def delete_job(request: Request[Any, Any, State]) -> None:
     queue, id = path_queue(request), path_job_id(request)
@@ -473,7 +551,10 @@ async def delete_job(request: Request[Any, Any, State]) -> None:
     "/v1/queues",
     operation_id="listQueues",
     summary="List queues with their counts",
-    opt=_opt(Action.READ, None, {200: QueueList}),
+    description="Lists the known queues (from a queue's first enqueue, pause or resume until it is "
+    "deleted) by name, each with its pause state and counts. A token limited to queue patterns "
+    "sees only the queues it covers.",
+    opt=_opt(Action.READ, INSPECT, None, {200: QueueList}),
 )
 async def list_queues(request: Request[Any, Any, State]) -> Response[bytes]:
     queues, grant = queues_of(request), grant_of(request)
@@ -486,7 +567,9 @@ async def list_queues(request: Request[Any, Any, State]) -> Response[bytes]:
     Q,
     operation_id="getQueue",
     summary="A queue's counts and pause state",
-    opt=_opt(Action.READ, None, {200: QueueView}, (400,)),
+    description="A queue's pause state and its jobs in each state, read as one consistent "
+    "snapshot. Any valid name answers: a queue never used reads as empty and not paused.",
+    opt=_opt(Action.READ, INSPECT, None, {200: QueueView}),
 )
 async def get_queue(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -497,12 +580,17 @@ async def get_queue(request: Request[Any, Any, State]) -> Response[bytes]:
     Q,
     operation_id="deleteQueue",
     summary="Delete a queue with all its jobs and keys",
+    description="Deletes the queue with all its jobs and keys, in bounded steps so that other "
+    "requests keep flowing. 409 job_active while jobs are in flight, unless force=true: then those "
+    "are deleted too, and their workers' later calls answer 404. Afterwards the name reads as an "
+    "empty queue and can be used again.",
     status_code=204,
     opt=_opt(
         Action.ADMIN,
+        OPERATE,
         None,
-        {204: None},
-        (400, 409),
+        {204: (None, "Deleted")},
+        ("job_active",),
         (
             (
                 "force",
@@ -534,7 +622,10 @@ LEDGER_QUERY = (
     Q + "/active",
     operation_id="getLedger",
     summary="The in-flight ledger, oldest lease first",
-    opt=_opt(Action.READ, None, {200: LedgerView}, (400,), LEDGER_QUERY),
+    description="Every leased job of the queue with its worker, attempt and lease times, oldest "
+    "lease first; a lease that ends in the past has expired and the sweep is about to reclaim "
+    "its job. Filter by worker; page with limit and offset.",
+    opt=_opt(Action.READ, INSPECT, None, {200: LedgerView}, (), LEDGER_QUERY),
 )
 async def get_ledger(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -550,7 +641,8 @@ async def get_ledger(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/workers",
     operation_id="listWorkers",
     summary="Who holds what",
-    opt=_opt(Action.READ, None, {200: WorkersView}, (400,)),
+    description="Every worker holding jobs of the queue, by name, with the ids it holds.",
+    opt=_opt(Action.READ, INSPECT, None, {200: WorkersView}),
 )
 async def list_workers(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -567,7 +659,10 @@ FAILED_QUERY = (
     Q + "/failed",
     operation_id="listFailed",
     summary="Dead-lettered jobs, most recent first",
-    opt=_opt(Action.READ, None, {200: FailedPage}, (400,), FAILED_QUERY),
+    description="A page of the queue's dead letters (jobs whose attempts ran out, or that failed "
+    "with retry false), most recently failed first, with their total. The page is streamed; a job "
+    "redriven or deleted while it is read is left out.",
+    opt=_opt(Action.READ, INSPECT, None, {200: FailedPage}, (), FAILED_QUERY),
 )
 async def list_failed(request: Request[Any, Any, State]) -> Stream:
     queue = path_queue(request)
@@ -582,7 +677,11 @@ async def list_failed(request: Request[Any, Any, State]) -> Stream:
     Q + "/workers/{worker:str}/release",
     operation_id="releaseWorker",
     summary="Release every job a worker holds (operator declares it dead)",
-    opt=_opt(Action.ADMIN, None, {200: WorkerReleaseResponse}, (400,)),
+    description="For a worker known to be dead: gives every job it holds in the queue (lease live "
+    "or expired) back to the front of waiting without waiting for the leases to expire, the "
+    "attempt not counted, oldest lease first in line. Those leases are lost: the worker's later "
+    "calls on them answer 409. Runs in bounded steps; leases made after the call began are left.",
+    opt=_opt(Action.ADMIN, OPERATE, None, {200: WorkerReleaseResponse}),
 )
 async def release_worker(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, worker = path_queue(request), path_name(request, "worker", "worker")
@@ -595,7 +694,10 @@ async def release_worker(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/pause",
     operation_id="pauseQueue",
     summary="Stop leasing from a queue",
-    opt=_opt(Action.ADMIN, None, {200: PauseResponse}, (400,)),
+    description="Leases from the queue answer no jobs (long polls keep waiting) until it is "
+    "resumed, on every replica. Everything else goes on: enqueue, the heartbeats, acks, fails "
+    "and releases of jobs already leased, and the stalled sweep. Idempotent.",
+    opt=_opt(Action.ADMIN, OPERATE, None, {200: PauseResponse}),
 )
 async def pause(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -606,7 +708,8 @@ async def pause(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/resume",
     operation_id="resumeQueue",
     summary="Resume leasing from a queue",
-    opt=_opt(Action.ADMIN, None, {200: PauseResponse}, (400,)),
+    description="Leasing from the queue goes on, and its waiting long polls are woken. Idempotent.",
+    opt=_opt(Action.ADMIN, OPERATE, None, {200: PauseResponse}),
 )
 async def resume(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -617,7 +720,11 @@ async def resume(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/failed/retry",
     operation_id="redriveFailed",
     summary="Send dead-lettered jobs (all, or the listed ids) back to waiting",
-    opt=_opt(Action.ADMIN, RedriveRequest, {200: RedriveResponse}, (400, 413), body_optional=True),
+    description="Sends dead letters back to waiting, at the back of the line, their attempts reset "
+    "to 0 and their error cleared: the listed ids (others are skipped), or with no body or no ids "
+    "all of them, in bounded steps, up to those that failed when the call began. Answers the ids "
+    "sent back; a repeated call skips them, as they are no longer dead letters.",
+    opt=_opt(Action.ADMIN, OPERATE, RedriveRequest, {200: RedriveResponse}, body_optional=True),
 )
 async def redrive(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)

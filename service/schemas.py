@@ -15,7 +15,11 @@ from service import limits
 
 _FULL_NAME = re.compile(limits.NAME_PATTERN.rstrip("$") + r"\Z")
 
-Name = Annotated[str, Meta(pattern=limits.NAME_PATTERN, description="letters, digits, . _ -")]
+# Every field has a description and every Struct a docstring: they are the OpenAPI document's
+# text, and tests/http/test_openapi.py requires them. On an optional field, wrap the whole type
+# (``| None`` included), or the description lands in one branch of the union, not on the field.
+NAME_RULE = "1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+Name = Annotated[str, Meta(pattern=limits.NAME_PATTERN, description=NAME_RULE)]
 Priority = Annotated[int, Meta(ge=0, le=limits.MAX_PRIORITY)]
 DelayMs = Annotated[int, Meta(ge=0, le=limits.MAX_DELAY_MS)]
 MaxAttempts = Annotated[int, Meta(ge=1, le=limits.MAX_ATTEMPTS)]
@@ -23,6 +27,49 @@ LeaseMs = Annotated[int, Meta(ge=limits.MIN_LEASE_MS, le=limits.MAX_LEASE_MS)]
 LeaseId = Annotated[str, Meta(min_length=1, max_length=128)]
 EpochMs = Annotated[int, Meta(description="epoch milliseconds, Redis server clock")]
 JobState = Literal["waiting", "delayed", "active", "completed", "failed"]
+
+# Fields that several schemas share, described once.
+JobId = Annotated[str, Meta(description="the job's id")]
+QueueName = Annotated[str, Meta(description="the queue's name")]
+JobIdIn = Annotated[Name, Meta(description=f"the job's id ({NAME_RULE})")]
+LeaseIdIn = Annotated[
+    LeaseId,
+    Meta(description="the job's lease, as the lease answer gave it: it must be the current, unexpired one"),
+]
+LeaseIdOut = Annotated[
+    str, Meta(description="the lease's id, for heartbeat, ack, fail and release; every lease has a new one")
+]
+LeaseExpiresAt = Annotated[
+    int, Meta(description="when the lease ends unless renewed (epoch ms, Redis clock)")
+]
+RenewLeaseMs = Annotated[
+    LeaseMs | None,
+    Meta(
+        description="the lease's new length from now, 1 s to 12 h; default: the lease_ms it was leased with"
+    ),
+]
+Payload = Annotated[
+    Raw,
+    Meta(
+        description="the job's data, any JSON value nested at most 64 levels; kept and handed to workers "
+        "exactly as sent"
+    ),
+]
+Result = Annotated[
+    Raw | UnsetType,
+    Meta(
+        description="the job's result, any JSON value nested at most 64 levels, kept with the completed job "
+        "(see the job view) exactly as sent; leave it out for none"
+    ),
+]
+ItemCode = Annotated[
+    Literal["lease_lost", "job_not_found"] | None,
+    Meta(
+        description="only when not ok: lease_lost (not the job's current, unexpired lease: it expired, or "
+        "the job was released, reclaimed or finished under another lease) or job_not_found"
+    ),
+]
+MaxAttemptsOut = Annotated[int, Meta(description="attempts allowed before the job is dead-lettered")]
 
 
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
@@ -64,18 +111,71 @@ class Request(Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class Backoff(Request):
-    type: Literal["fixed", "exponential"]
-    delay_ms: Annotated[int, Meta(ge=0, le=limits.MAX_BACKOFF_DELAY_MS)]
+    """How long a job waits before its next attempt after a failed one (fail with retry and no
+    retry_after_ms). A job whose lease expired is not delayed: it goes back to waiting at once."""
+
+    type: Annotated[
+        Literal["fixed", "exponential"],
+        Meta(
+            description="fixed: every retry waits delay_ms; exponential: delay_ms * 2^(attempt - 1), "
+            "at most 1 h"
+        ),
+    ]
+    delay_ms: Annotated[
+        int,
+        Meta(
+            ge=0, le=limits.MAX_BACKOFF_DELAY_MS, description="the base delay in milliseconds, at most 24 h"
+        ),
+    ]
 
 
 class EnqueueRequest(Request):
-    payload: Raw
-    id: Name | None = None
-    name: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
-    priority: Priority = 0
-    delay_ms: DelayMs = 0
-    max_attempts: MaxAttempts = limits.DEFAULT_MAX_ATTEMPTS
-    backoff: Backoff | None = None
+    """A job to enqueue. Unknown fields are refused (400)."""
+
+    payload: Payload
+    id: Annotated[
+        Name | None,
+        Meta(
+            description="your id for the job, which makes enqueue idempotent: while a job with this id is "
+            "kept in the queue (in any state, finished ones for their retention time), enqueueing it again "
+            "changes nothing and answers that job (created false). Without one the service makes a random "
+            f"id of 24 hex characters, and a retried call can enqueue the job twice. {NAME_RULE}"
+        ),
+    ] = None
+    name: Annotated[
+        Annotated[str, Meta(min_length=1, max_length=128)] | None,
+        Meta(
+            description="a label for the job, 1-128 characters, handed to workers and shown in the job view"
+        ),
+    ] = None
+    priority: Annotated[
+        Priority,
+        Meta(
+            description="0-1000: a higher priority is leased before any lower one; within a priority, first "
+            "in first out"
+        ),
+    ] = 0
+    delay_ms: Annotated[
+        DelayMs,
+        Meta(
+            description="leasable only after this many milliseconds (state delayed until then), "
+            "at most 30 days"
+        ),
+    ] = 0
+    max_attempts: Annotated[
+        MaxAttempts,
+        Meta(
+            description="how many attempts (leases that end in fail or in an expired lease) the job gets "
+            "before it is dead-lettered, 1-1000"
+        ),
+    ] = limits.DEFAULT_MAX_ATTEMPTS
+    backoff: Annotated[
+        Backoff | None,
+        Meta(
+            description="the wait before a retry after fail; default exponential from 1000 ms "
+            "(1 s, 2 s, 4 s, ...)"
+        ),
+    ] = None
 
     def __post_init__(self) -> None:
         _require_names(self.id)
@@ -83,57 +183,139 @@ class EnqueueRequest(Request):
 
 
 class EnqueueResponse(Struct):
-    id: str
-    queue: str
-    state: JobState
-    created: bool
+    """What enqueue did with one job."""
+
+    id: Annotated[str, Meta(description="the job's id: yours, or the one the service made")]
+    queue: QueueName
+    state: Annotated[
+        JobState,
+        Meta(
+            description="waiting or delayed for a job stored now; for an id already kept, that job's "
+            "current state"
+        ),
+    ]
+    created: Annotated[
+        bool,
+        Meta(
+            description="true: stored now (201 for a single enqueue); false: a job with this id was already "
+            "kept and is unchanged (200)"
+        ),
+    ]
 
 
 class EnqueueManyRequest(Request):
-    jobs: Annotated[list[EnqueueRequest], Meta(min_length=1, max_length=limits.MAX_BATCH)]
+    """Jobs to enqueue in one call. A body with any invalid job is refused whole (400)."""
+
+    jobs: Annotated[
+        list[EnqueueRequest],
+        Meta(
+            min_length=1,
+            max_length=limits.MAX_BATCH,
+            description="1-1000 jobs, each enqueued as by the single enqueue (an id repeated in the batch: "
+            "the first is stored, the others answer created false)",
+        ),
+    ]
 
 
 class EnqueueManyResponse(Struct):
-    jobs: list[EnqueueResponse]
+    """What enqueue did with each job."""
+
+    jobs: Annotated[list[EnqueueResponse], Meta(description="one per job, in the order sent")]
 
 
 class LeaseRequest(Request):
-    worker: Name
-    lease_ms: LeaseMs = limits.DEFAULT_LEASE_MS
-    max_jobs: Annotated[int, Meta(ge=1, le=limits.MAX_JOBS_PER_LEASE)] = 1
-    wait_ms: Annotated[int, Meta(ge=0, le=limits.MAX_WAIT_MS)] = 0
-    request_id: (
-        Annotated[
-            Name,
-            Meta(
-                description="makes the lease idempotent: the same worker and request_id within 5 "
-                "minutes leases nothing new and answers the jobs the first request leased that it "
-                "still holds (same lease ids and fences)"
-            ),
-        ]
-        | None
-    ) = None
+    """A request for up to max_jobs waiting jobs."""
+
+    worker: Annotated[
+        Name,
+        Meta(
+            description="the worker's name: the ledger and the job view show who holds a job, and an "
+            f"operator can release all of a worker's jobs by it ({NAME_RULE})"
+        ),
+    ]
+    lease_ms: Annotated[
+        LeaseMs,
+        Meta(
+            description="the lease's length, 1 s to 12 h: renew it with a heartbeat before it ends, or the "
+            "stalled sweep gives the job back to waiting (the attempt counted) once it has expired"
+        ),
+    ] = limits.DEFAULT_LEASE_MS
+    max_jobs: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=limits.MAX_JOBS_PER_LEASE,
+            description="at most this many jobs, 1-100; fewer when fewer are waiting",
+        ),
+    ] = 1
+    wait_ms: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=limits.MAX_WAIT_MS,
+            description="long poll: when no job can be leased now, wait up to this many milliseconds "
+            "(at most 20 s) for one; the answer comes as soon as a job is leased, or with no jobs "
+            "when the time is up or the service is shutting down. 0: answer at once",
+        ),
+    ] = 0
+    request_id: Annotated[
+        Name | None,
+        Meta(
+            description="makes the lease idempotent: the same worker and request_id within 5 "
+            "minutes leases nothing new and answers the jobs the first request leased that it "
+            "still holds (same lease ids and fences)"
+        ),
+    ] = None
 
     def __post_init__(self) -> None:
         _require_names(self.worker, self.request_id)
 
 
 class LeasedJob(Struct):
-    id: str
-    queue: str
-    name: str | None
-    payload: Raw
-    attempt: int
-    max_attempts: int
-    lease_id: str
-    lease_expires_at: EpochMs
-    fence: int
-    enqueued_at: EpochMs
-    traceparent: str | None = None  # the producer's W3C trace context, to continue its trace
+    """A job leased to the worker: work on it, then ack, fail or release it with its lease_id
+    (heartbeat to keep it longer than lease_ms)."""
+
+    id: JobId
+    queue: QueueName
+    name: Annotated[str | None, Meta(description="the name given at enqueue, or null")]
+    payload: Annotated[Raw, Meta(description="the payload, exactly as enqueued")]
+    attempt: Annotated[
+        int,
+        Meta(
+            description="this attempt's number: 1 on the first lease, one more with each lease after a "
+            "failed attempt or an expired lease (a released job's next lease keeps the number)"
+        ),
+    ]
+    max_attempts: MaxAttemptsOut
+    lease_id: LeaseIdOut
+    lease_expires_at: LeaseExpiresAt
+    fence: Annotated[
+        int,
+        Meta(
+            description="grows with every lease in the queue and never goes back: a later lease has a "
+            "higher fence. A fencing token for the job's side effects (refuse writes of an older fence)"
+        ),
+    ]
+    enqueued_at: Annotated[int, Meta(description="when the job was enqueued (epoch ms, Redis clock)")]
+    traceparent: Annotated[
+        str | None,
+        Meta(
+            description="the producer's W3C trace context (its traceparent header at enqueue, or the "
+            "enqueue's span), to continue its trace; null when there is none"
+        ),
+    ] = None
 
 
 class LeaseResponse(Struct):
-    jobs: list[LeasedJob]
+    """The jobs leased."""
+
+    jobs: Annotated[
+        list[LeasedJob],
+        Meta(
+            description="highest priority first, then first in line; empty when no job could be leased "
+            "within wait_ms (nothing waiting, the queue paused, or the service shutting down)"
+        ),
+    ]
 
 
 # Ack, then lease the next job, in one call: the lease request rides along with the ack.
@@ -153,52 +335,70 @@ NextJobs = Annotated[
 
 
 class HeartbeatRequest(Request):
-    lease_id: LeaseId
-    lease_ms: LeaseMs | None = None
+    """Renew a lease."""
+
+    lease_id: LeaseIdIn
+    lease_ms: RenewLeaseMs = None
 
 
 class HeartbeatResponse(Struct):
-    id: str
-    lease_id: str
-    lease_expires_at: EpochMs
+    """The renewed lease."""
+
+    id: JobId
+    lease_id: Annotated[str, Meta(description="the lease renewed: a heartbeat keeps the lease's id")]
+    lease_expires_at: Annotated[int, Meta(description="the lease's new end (epoch ms, Redis clock)")]
 
 
 class HeartbeatItem(Request):
-    id: Name
-    lease_id: LeaseId
-    lease_ms: (
-        Annotated[LeaseMs, Meta(description="the lease's new length from now; default: its own length")]
-        | None
-    ) = None
+    """One lease to renew in a batch heartbeat."""
+
+    id: JobIdIn
+    lease_id: LeaseIdIn
+    lease_ms: RenewLeaseMs = None
 
     def __post_init__(self) -> None:
         _require_names(self.id)
 
 
 class HeartbeatManyRequest(Request):
-    leases: Annotated[list[HeartbeatItem], Meta(min_length=1, max_length=limits.MAX_BATCH)]
+    """Leases to renew in one call."""
+
+    leases: Annotated[
+        list[HeartbeatItem],
+        Meta(
+            min_length=1,
+            max_length=limits.MAX_BATCH,
+            description="1-1000 leases, each renewed or refused on its own",
+        ),
+    ]
 
 
 class HeartbeatResult(Struct, omit_defaults=True):
     """ok: the lease was renewed (lease_id, lease_expires_at, cancel_requested); else code."""
 
-    id: str
-    ok: bool
-    lease_id: str | None = None
-    lease_expires_at: EpochMs | None = None
-    cancel_requested: (
-        Annotated[bool, Meta(description="the job is asked to stop; always false in this version")] | None
-    ) = None
-    code: Literal["lease_lost", "job_not_found"] | None = None
+    id: Annotated[str, Meta(description="the job's id, as sent")]
+    ok: Annotated[bool, Meta(description="true: renewed; false: not renewed, see code")]
+    lease_id: Annotated[str | None, Meta(description="only when ok: the lease renewed")] = None
+    lease_expires_at: Annotated[
+        int | None, Meta(description="only when ok: the lease's new end (epoch ms, Redis clock)")
+    ] = None
+    cancel_requested: Annotated[
+        bool | None, Meta(description="only when ok: the job is asked to stop; always false in this version")
+    ] = None
+    code: ItemCode = None
 
 
 class HeartbeatManyResponse(Struct):
+    """What became of each lease."""
+
     results: Annotated[list[HeartbeatResult], Meta(description="one per lease, in the order sent")]
 
 
 class AckRequest(Request):
-    lease_id: LeaseId
-    result: Raw | UnsetType = UNSET
+    """Finish a job: it becomes completed and leaves the in-flight ledger."""
+
+    lease_id: LeaseIdIn
+    result: Result = UNSET
     lease_next: LeaseNext = None
 
     def __post_init__(self) -> None:
@@ -206,15 +406,19 @@ class AckRequest(Request):
 
 
 class AckResponse(Struct):
-    id: str
-    state: Literal["completed"]
+    """The job is completed."""
+
+    id: JobId
+    state: Annotated[Literal["completed"], Meta(description="always completed")]
     jobs: NextJobs | UnsetType = UNSET
 
 
 class AckItem(Request):
-    id: Name
-    lease_id: LeaseId
-    result: Raw | UnsetType = UNSET
+    """One ack in a batch."""
+
+    id: JobIdIn
+    lease_id: LeaseIdIn
+    result: Result = UNSET
 
     def __post_init__(self) -> None:
         _require_names(self.id)
@@ -222,27 +426,63 @@ class AckItem(Request):
 
 
 class AckManyRequest(Request):
-    acks: Annotated[list[AckItem], Meta(min_length=1, max_length=limits.MAX_BATCH)]
+    """Jobs to finish in one call."""
+
+    acks: Annotated[
+        list[AckItem],
+        Meta(
+            min_length=1,
+            max_length=limits.MAX_BATCH,
+            description="1-1000 acks, each applied or refused on its own, as a single ack would be",
+        ),
+    ]
     lease_next: LeaseNext = None
 
 
 class AckResult(Struct, omit_defaults=True):
-    id: str
-    ok: bool
-    state: Literal["completed"] | None = None
-    code: Literal["lease_lost", "job_not_found"] | None = None
+    """One ack's outcome: ok with state completed, or not ok with a code."""
+
+    id: Annotated[str, Meta(description="the job's id, as sent")]
+    ok: Annotated[
+        bool,
+        Meta(description="true: completed now, or already completed by this lease (a repeated ack)"),
+    ]
+    state: Annotated[Literal["completed"] | None, Meta(description="only when ok: completed")] = None
+    code: ItemCode = None
 
 
 class AckManyResponse(Struct):
-    results: list[AckResult]
+    """What became of each ack (and, with lease_next, the jobs leased after them)."""
+
+    results: Annotated[list[AckResult], Meta(description="one per ack, in the order sent")]
     jobs: NextJobs | UnsetType = UNSET
 
 
 class FailRequest(Request):
-    lease_id: LeaseId
-    error: Annotated[str, Meta(max_length=limits.MAX_ERROR_BYTES)]
-    retry: bool = True
-    retry_after_ms: DelayMs | None = None
+    """Report that an attempt failed."""
+
+    lease_id: LeaseIdIn
+    error: Annotated[
+        str,
+        Meta(
+            max_length=limits.MAX_ERROR_BYTES,
+            description="what went wrong, at most 8 KiB of UTF-8; kept with the job (see the job view)",
+        ),
+    ]
+    retry: Annotated[
+        bool,
+        Meta(
+            description="false: dead-letter the job now, whatever attempts it has left; true: retry it "
+            "while it has"
+        ),
+    ] = True
+    retry_after_ms: Annotated[
+        DelayMs | None,
+        Meta(
+            description="retry after this many milliseconds instead of the job's backoff (0: at once, at the "
+            "back of the line), at most 30 days; of no effect when the job is dead-lettered"
+        ),
+    ] = None
 
     def __post_init__(self) -> None:
         if len(self.error.encode()) > limits.MAX_ERROR_BYTES:
@@ -250,110 +490,242 @@ class FailRequest(Request):
 
 
 class FailResponse(Struct):
-    id: str
-    state: Literal["waiting", "delayed", "failed"]
-    attempt: int
+    """Where the failed job went."""
+
+    id: JobId
+    state: Annotated[
+        Literal["waiting", "delayed", "failed"],
+        Meta(
+            description="delayed: it waits out its backoff (or retry_after_ms); waiting: it is retried at "
+            "once, at the back of the line; failed: dead-lettered (no attempts left, or retry false)"
+        ),
+    ]
+    attempt: Annotated[int, Meta(description="the number of the attempt that failed")]
 
 
 class ReleaseRequest(Request):
-    lease_id: LeaseId
+    """Give a leased job back without failing it."""
+
+    lease_id: LeaseIdIn
 
 
 class ReleaseResponse(Struct):
-    id: str
-    state: Literal["waiting"]
+    """The job is back in line."""
+
+    id: JobId
+    state: Annotated[
+        Literal["waiting"],
+        Meta(description="always waiting: first in line within its priority, the attempt not counted"),
+    ]
 
 
 class JobView(Struct):
-    id: str
-    queue: str
-    name: str | None
-    state: JobState
-    payload: Raw
-    result: Raw | None
-    error: str | None
-    attempt: int
-    max_attempts: int
-    priority: int
-    created_at: EpochMs
-    updated_at: EpochMs
-    worker: str | None
-    lease_expires_at: EpochMs | None
+    """A job as kept, in any state."""
+
+    id: JobId
+    queue: QueueName
+    name: Annotated[str | None, Meta(description="the name given at enqueue, or null")]
+    state: Annotated[
+        JobState,
+        Meta(
+            description="waiting: leasable; delayed: leasable later (delay_ms, or a retry's backoff); "
+            "active: leased; completed: acked; failed: dead-lettered"
+        ),
+    ]
+    payload: Annotated[Raw, Meta(description="the payload, exactly as enqueued")]
+    result: Annotated[
+        Raw | None,
+        Meta(description="the ack's result, exactly as sent; null until acked, or when the ack sent none"),
+    ]
+    error: Annotated[
+        str | None,
+        Meta(
+            description="the latest failed attempt's error (fail's text, or 'lease expired: ...' when the "
+            "sweep reclaimed the job); null when there is none, and after a redrive"
+        ),
+    ]
+    attempt: Annotated[
+        int,
+        Meta(
+            description="attempts so far: 0 before the first lease, one more with each lease after a failed "
+            "attempt or an expired lease (a released job's next lease does not count); a redrive resets it"
+        ),
+    ]
+    max_attempts: MaxAttemptsOut
+    priority: Annotated[int, Meta(description="the priority given at enqueue, 0-1000")]
+    created_at: Annotated[int, Meta(description="when the job was enqueued (epoch ms, Redis clock)")]
+    updated_at: Annotated[
+        int, Meta(description="when the job last changed: state, lease or heartbeat (epoch ms, Redis clock)")
+    ]
+    worker: Annotated[str | None, Meta(description="only while active: the worker holding the lease")]
+    lease_expires_at: Annotated[
+        int | None,
+        Meta(description="only while active: when the lease ends unless renewed (epoch ms, Redis clock)"),
+    ]
 
 
 class Counts(Struct):
-    waiting: int
-    delayed: int
-    active: int
-    completed: int
-    failed: int
+    """A queue's jobs in each state, read as one consistent snapshot."""
+
+    waiting: Annotated[int, Meta(description="leasable now")]
+    delayed: Annotated[int, Meta(description="leasable later (delay_ms, or a retry's backoff)")]
+    active: Annotated[
+        int,
+        Meta(
+            description="leased: in the in-flight ledger, expired leases included until the sweep "
+            "reclaims them"
+        ),
+    ]
+    completed: Annotated[
+        int, Meta(description="acked and still kept (EMQ_COMPLETED_RETENTION_S, EMQ_COMPLETED_MAX)")
+    ]
+    failed: Annotated[
+        int, Meta(description="dead-lettered and still kept (EMQ_FAILED_RETENTION_S, EMQ_FAILED_MAX)")
+    ]
 
 
 class QueueView(Struct):
-    name: str
-    paused: bool
-    counts: Counts
+    """A queue's pause state and counts. Any valid name reads as a queue: one never used is empty
+    and not paused."""
+
+    name: QueueName
+    paused: Annotated[
+        bool,
+        Meta(description="true: leases answer no jobs (long polls keep waiting) until the queue is resumed"),
+    ]
+    counts: Annotated[Counts, Meta(description="the jobs in each state")]
 
 
 class QueueList(Struct):
-    queues: list[QueueView]
+    """The queues the token may see."""
+
+    queues: Annotated[
+        list[QueueView],
+        Meta(
+            description="every queue known (from its first enqueue, pause or resume until it is deleted) "
+            "that the token covers, by name"
+        ),
+    ]
 
 
 class LedgerEntry(Struct):
-    id: str
-    worker: str
-    attempt: int
-    leased_at: EpochMs
-    lease_expires_at: EpochMs
+    """One job in flight."""
+
+    id: JobId
+    worker: Annotated[str, Meta(description="the worker holding the lease")]
+    attempt: Annotated[int, Meta(description="the attempt's number")]
+    leased_at: Annotated[int, Meta(description="when the lease began (epoch ms, Redis clock)")]
+    lease_expires_at: Annotated[
+        int,
+        Meta(
+            description="when the lease ends unless renewed (epoch ms, Redis clock); in the past: expired, "
+            "and the sweep is about to reclaim the job"
+        ),
+    ]
 
 
 class LedgerView(Struct):
-    jobs: list[LedgerEntry]
+    """A page of the in-flight ledger."""
+
+    jobs: Annotated[list[LedgerEntry], Meta(description="leased jobs, oldest lease first")]
 
 
 class WorkerHoldings(Struct):
-    worker: str
-    jobs: list[str]
+    """A worker and the jobs it holds."""
+
+    worker: Annotated[str, Meta(description="the worker's name")]
+    jobs: Annotated[list[str], Meta(description="the ids of the jobs it holds, sorted")]
 
 
 class WorkersView(Struct):
-    workers: list[WorkerHoldings]
+    """Who holds what."""
+
+    workers: Annotated[
+        list[WorkerHoldings], Meta(description="every worker with a job in the ledger, sorted by name")
+    ]
 
 
 class FailedPage(Struct):
-    jobs: list[JobView]
-    total: int
+    """A page of dead-lettered jobs."""
+
+    jobs: Annotated[
+        list[JobView],
+        Meta(
+            description="most recently failed first; a job redriven or deleted while the page is read is "
+            "left out"
+        ),
+    ]
+    total: Annotated[int, Meta(description="dead-lettered jobs in the queue, on all pages")]
 
 
 class WorkerReleaseResponse(Struct):
-    released: list[str]
+    """The jobs taken from the worker."""
+
+    released: Annotated[
+        list[str],
+        Meta(
+            description="the ids given back to the front of waiting, oldest lease first (which is also "
+            "their order in line)"
+        ),
+    ]
 
 
 class PauseResponse(Struct):
-    name: str
-    paused: bool
+    """The queue's pause state."""
+
+    name: QueueName
+    paused: Annotated[bool, Meta(description="the queue's pause state now")]
 
 
 class RedriveRequest(Request):
-    ids: Annotated[list[Name], Meta(max_length=limits.MAX_BATCH)] | None = None
+    """Which dead-lettered jobs to send back. No body, {} or ids null: all of them."""
+
+    ids: Annotated[
+        Annotated[list[Name], Meta(max_length=limits.MAX_BATCH)] | None,
+        Meta(
+            description="up to 1000 ids; ids that are not dead-lettered in this queue are skipped, and an "
+            "empty list redrives nothing"
+        ),
+    ] = None
 
     def __post_init__(self) -> None:
         _require_names(*(self.ids or ()))
 
 
 class RedriveResponse(Struct):
-    retried: list[str]
+    """The jobs sent back."""
+
+    retried: Annotated[
+        list[str],
+        Meta(
+            description="the ids sent back to waiting (at the back of the line, attempts reset to 0, error "
+            "cleared)"
+        ),
+    ]
 
 
 class Problem(Struct):
-    """RFC 9457 problem details, with our machine-readable ``code``."""
+    """An error, as RFC 9457 problem details with a machine-readable code."""
 
-    type: str
-    title: str
-    status: int
-    detail: str
-    code: str
+    type: Annotated[
+        str, Meta(description="a URI naming the problem type: https://echomq.dev/problems/<code>")
+    ]
+    title: Annotated[str, Meta(description="a short summary of the problem type")]
+    status: Annotated[int, Meta(description="the HTTP status code")]
+    detail: Annotated[
+        str, Meta(description="what went wrong with this request, for people (do not parse it)")
+    ]
+    code: Annotated[
+        str,
+        Meta(
+            description="what went wrong, for programs: invalid_request, unauthorized, forbidden, not_found, "
+            "job_not_found, method_not_allowed, request_timeout, lease_lost, job_active, payload_too_large, "
+            "too_many_requests, internal_error, backend_unavailable"
+        ),
+    ]
 
 
 class Health(Struct):
-    status: str
+    """Liveness or readiness."""
+
+    status: Annotated[str, Meta(description="ok (/healthz) or ready (/readyz)")]

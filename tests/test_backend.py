@@ -66,13 +66,20 @@ async def test_a_server_that_may_evict_keys_is_refused(private_valkey: ValkeyPro
         await client.aclose()
 
 
-async def test_an_unreachable_server_is_not_fatal_at_start_up(private_valkey: ValkeyProcess) -> None:
+async def test_an_unreachable_server_is_not_fatal_at_start_up(
+    private_valkey: ValkeyProcess, caplog: pytest.LogCaptureFixture
+) -> None:
     private_valkey.kill()
     client: Redis = redis_client(Settings(redis_url=private_valkey.url, redis_timeout_s=0.5))
     try:
-        await check_server(client)
+        with caplog.at_level(logging.WARNING, logger="service.backend"):
+            await check_server(client)  # no exception: the service starts anyway
     finally:
         await client.aclose()
+    # ...and says why it will answer 503 for now, once.
+    warnings = [r.getMessage() for r in caplog.records if r.name == "service.backend"]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("Redis is not reachable at start-up") and "serving 503" in warnings[0]
 
 
 async def test_servers_older_than_6_2_are_refused(proxy: FaultProxy) -> None:

@@ -9,10 +9,9 @@ import pytest
 
 from tests.clients.support import SDK_SRC
 
-try:  # installed by `make` (pip install -e clients/python); else straight from the source tree
-    import echomq  # noqa: F401
-except ImportError:  # pragma: no cover - depends on the environment
-    sys.path.insert(0, str(SDK_SRC))
+# This checkout's SDK, as subprocess_env gives child processes: not whichever one the environment
+# has installed (a venv shared by several worktrees holds another checkout's).
+sys.path.insert(0, str(SDK_SRC))
 
 from echomq import AsyncClient, Client
 

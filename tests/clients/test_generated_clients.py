@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import openapi_python_client  # a dev dependency: missing means a broken install, not a skip
 import pytest
 from echomq import Client
 
@@ -37,10 +38,9 @@ def auth_url(redis_url: str) -> Iterator[str]:
 def test_openapi_python_client_runs_a_job_cycle(
     tmp_path: Path, auth_url: str, queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("openapi_python_client", reason="openapi-python-client is a dev dependency")
     config = tmp_path / "config.yaml"
     config.write_text("post_hooks: []\n")  # no ruff run over the output: we only import it
-    generator = Path(sys.executable).with_name("openapi-python-client")
+    generator = [sys.executable, "-m", openapi_python_client.__name__]  # the one imported above
     output = tmp_path / "emq_generated"
     arguments = [
         "generate",
@@ -54,7 +54,7 @@ def test_openapi_python_client_runs_a_job_cycle(
         config,
     ]
     generated = subprocess.run(
-        [generator, *arguments],
+        [*generator, *arguments],
         capture_output=True,
         text=True,
         timeout=120,
@@ -65,26 +65,30 @@ def test_openapi_python_client_runs_a_job_cycle(
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         package = importlib.import_module("emq_generated")
-        api = importlib.import_module("emq_generated.api.default")
         models = importlib.import_module("emq_generated.models")
-        for name in ("enqueue", "lease", "heartbeat", "ack", "get_job"):
-            importlib.import_module(f"emq_generated.api.default.{name}")
+        # One package per tag of the document (service.openapi.TAGS), a module per operation in it.
+        jobs = importlib.import_module("emq_generated.api.jobs")
+        working = importlib.import_module("emq_generated.api.working")
+        for module in ("jobs.enqueue", "jobs.get_job", "working.lease", "working.heartbeat", "working.ack"):
+            importlib.import_module(f"emq_generated.api.{module}")
+        for tag in ("inspect", "operate", "service"):
+            importlib.import_module(f"emq_generated.api.{tag}")
         client = package.AuthenticatedClient(base_url=auth_url, token=ADMIN)
         with client:
-            created = api.enqueue.sync(
+            created = jobs.enqueue.sync(
                 queue, client=client, body=models.EnqueueRequest(payload={"n": 7}, id="gen-1", max_attempts=2)
             )
             assert isinstance(created, models.EnqueueResponse)
             assert (created.id, created.state.value, created.created) == ("gen-1", "waiting", True)
 
-            leased = api.lease.sync(
+            leased = working.lease.sync(
                 queue, client=client, body=models.LeaseRequest(worker="gen-w", wait_ms=1000)
             )
             assert isinstance(leased, models.LeaseResponse)
             (job,) = leased.jobs
             assert (job.id, job.payload, job.attempt, job.max_attempts) == ("gen-1", {"n": 7}, 1, 2)
 
-            beat = api.heartbeat.sync(
+            beat = working.heartbeat.sync(
                 queue,
                 "gen-1",
                 client=client,
@@ -92,13 +96,13 @@ def test_openapi_python_client_runs_a_job_cycle(
             )
             assert isinstance(beat, models.HeartbeatResponse) and beat.lease_expires_at > job.lease_expires_at
 
-            wrong = api.heartbeat.sync_detailed(
+            wrong = working.heartbeat.sync_detailed(
                 queue, "gen-1", client=client, body=models.HeartbeatRequest(lease_id="not-it")
             )
             assert wrong.status_code == 409
             assert isinstance(wrong.parsed, models.Problem) and wrong.parsed.code == "lease_lost"
 
-            acked = api.ack.sync(
+            acked = working.ack.sync(
                 queue,
                 "gen-1",
                 client=client,
@@ -106,13 +110,13 @@ def test_openapi_python_client_runs_a_job_cycle(
             )
             assert isinstance(acked, models.AckResponse) and acked.state.value == "completed"
 
-            stored = api.get_job.sync(queue, "gen-1", client=client)
+            stored = jobs.get_job.sync(queue, "gen-1", client=client)
             assert isinstance(stored, models.JobView)
             assert (stored.state.value, stored.result, stored.worker) == ("completed", {"sum": 7}, None)
 
         anonymous = package.AuthenticatedClient(base_url=auth_url, token="wrong")
         with anonymous:
-            refused = api.get_job.sync_detailed(queue, "gen-1", client=anonymous)
+            refused = jobs.get_job.sync_detailed(queue, "gen-1", client=anonymous)
         assert refused.status_code == 401 and refused.parsed.code == "unauthorized"
     finally:
         for name in [name for name in sys.modules if name.split(".")[0] == "emq_generated"]:
@@ -131,7 +135,7 @@ def npm(*args: str) -> None:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(shutil.which("npm") is None, reason="needs node and npm")
+@pytest.mark.skipif(shutil.which("npm") is None, reason="needs node (>= 20) and npm")
 def test_node_worker_on_the_generated_typescript_client(service_url: str, sdk: Client, queue: str) -> None:
     installed = NODE_WORKER / "node_modules" / ".package-lock.json"
     lock = NODE_WORKER / "package-lock.json"

@@ -149,7 +149,7 @@ async def test_a_scoped_token_lists_only_its_queues(http: httpx.AsyncClient, que
 
 
 async def test_public_endpoints_and_metrics(http: httpx.AsyncClient) -> None:
-    for path in ("/healthz", "/readyz", "/openapi.json"):
+    for path in ("/healthz", "/readyz", "/openapi.json", "/docs"):
         assert (await http.get(path)).status_code == 200
     assert_problem(await http.get("/metrics"), 401, "unauthorized")
     for role in ("producer", "worker", "admin", "scoped"):

@@ -19,7 +19,8 @@ import asyncio
 import dataclasses
 import json
 import re
-from collections.abc import AsyncIterator, Iterator, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -874,21 +875,174 @@ async def test_bad_input_is_a_clear_4xx_and_changes_nothing(
 # The limits themselves are allowed: the rejections above are about range, not blanket refusals
 # --------------------------------------------------------------------------------------------
 
-EDGE_BODIES: list[tuple[str, str, Any, int]] = [
-    ("enqueue-priority-0", "enqueue", {"payload": 1, "priority": 0}, 201),
-    ("enqueue-priority-1000", "enqueue", {"payload": 1, "priority": limits.MAX_PRIORITY}, 201),
-    ("enqueue-max_attempts-1", "enqueue", {"payload": 1, "max_attempts": 1}, 201),
-    ("enqueue-max_attempts-1000", "enqueue", {"payload": 1, "max_attempts": limits.MAX_ATTEMPTS}, 201),
-    ("enqueue-delay-30-days", "enqueue", {"payload": 1, "delay_ms": limits.MAX_DELAY_MS}, 201),
+
+@dataclass(frozen=True)
+class Exchange:
+    """A request at the limits and its answer, with the wall clock (ms) around it."""
+
+    world: World
+    body: Any
+    answer: httpx.Response
+    sent_ms: int
+    answered_ms: int
+
+    def expires_as_asked(self, expires_at_ms: int, lease_ms: int) -> bool:
+        """A lease deadline of lease_ms from the moment the service handled the request."""
+        return self.sent_ms + lease_ms - CLOCK_SLACK_MS <= expires_at_ms <= self.answered_ms + lease_ms
+
+
+CLOCK_SLACK_MS = 1  # the service's clock (Redis TIME) and this one round to the millisecond apart
+INT_FIELDS = ("priority", "max_attempts")
+
+
+def epoch_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def job_view(client: httpx.AsyncClient, world: World, job_id: str) -> dict[str, Any]:
+    return ok(await client.get(f"/v1/queues/{world.queue}/jobs/{job_id}"))
+
+
+async def stored_as_sent(client: httpx.AsyncClient, x: Exchange) -> None:
+    """A new job, stored with every value sent (whole floats as the integers they are)."""
+    created = x.answer.json()
+    state = "delayed" if x.body.get("delay_ms") else "waiting"
+    job_id = x.body.get("id", created["id"])
+    assert created == {"id": job_id, "queue": x.world.queue, "state": state, "created": True}
+    view = await job_view(client, x.world, job_id)
+    assert view["payload"] == x.body["payload"] and view["state"] == state
+    assert view["name"] == x.body.get("name")
+    for field in INT_FIELDS:
+        if field in x.body:
+            assert view[field] == x.body[field] and isinstance(view[field], int), (field, view)
+
+
+async def all_stored(client: httpx.AsyncClient, x: Exchange) -> None:
+    """One new waiting job per item, in order, each with an id of its own."""
+    jobs = x.answer.json()["jobs"]
+    assert len(jobs) == len(x.body["jobs"])
+    assert all(job == {**job, "queue": x.world.queue, "state": "waiting", "created": True} for job in jobs)
+    assert len({job["id"] for job in jobs}) == len(jobs)
+    counts = ok(await client.get(f"/v1/queues/{x.world.queue}"))["counts"]
+    assert counts["waiting"] == 1 + len(jobs)  # the seeded waiting job, and these
+
+
+async def leased_the_waiting_job(client: httpx.AsyncClient, x: Exchange) -> None:
+    (job,) = x.answer.json()["jobs"]  # the one leasable job of the world, whatever max_jobs says
+    assert (job["id"], job["queue"], job["attempt"]) == (WAITING, x.world.queue, 1)
+    assert x.expires_as_asked(job["lease_expires_at"], x.body.get("lease_ms", limits.DEFAULT_LEASE_MS))
+    view = await job_view(client, x.world, WAITING)
+    assert (view["state"], view["worker"]) == ("active", x.body["worker"])
+
+
+async def lease_renewed(client: httpx.AsyncClient, x: Exchange) -> None:
+    beat = x.answer.json()
+    assert (beat["id"], beat["lease_id"]) == (HELD, x.world.lease_id)
+    lease_ms = x.body.get("lease_ms") or SEED_LEASE_MS  # null: the lease's own length
+    assert x.expires_as_asked(beat["lease_expires_at"], lease_ms), beat
+    assert (await job_view(client, x.world, HELD))["lease_expires_at"] == beat["lease_expires_at"]
+
+
+async def retry_delayed(client: httpx.AsyncClient, x: Exchange) -> None:
+    assert x.answer.json() == {"id": HELD, "state": "delayed", "attempt": 1}
+    view = await job_view(client, x.world, HELD)
+    assert (view["state"], view["error"]) == ("delayed", x.body["error"])  # the whole 8 KiB kept
+
+
+async def first_acked_rest_not_found(client: httpx.AsyncClient, x: Exchange) -> None:
+    results = x.answer.json()["results"]
+    assert results[0] == {"id": HELD, "ok": True, "state": "completed"}
+    others = [{"id": item["id"], "ok": False, "code": "job_not_found"} for item in x.body["acks"][1:]]
+    assert results[1:] == others
+    assert (await job_view(client, x.world, HELD))["state"] == "completed"
+
+
+async def dead_letter_retried(client: httpx.AsyncClient, x: Exchange) -> None:
+    assert x.answer.json() == {"retried": [DEAD]}  # once, however often it is named
+    view = await job_view(client, x.world, DEAD)
+    assert view["state"] == "waiting"
+
+
+async def first_renewed_rest_not_found(client: httpx.AsyncClient, x: Exchange) -> None:
+    first, *rest = x.answer.json()["results"]
+    assert (first["id"], first["ok"], first["lease_id"]) == (HELD, True, x.world.lease_id)
+    assert first["cancel_requested"] is False
+    assert x.expires_as_asked(first["lease_expires_at"], SEED_LEASE_MS)
+    assert rest == [{"id": item["id"], "ok": False, "code": "job_not_found"} for item in x.body["leases"][1:]]
+
+
+async def renewed_as_asked_in_order(client: httpx.AsyncClient, x: Exchange) -> None:
+    """Each item renews the lease in turn: the last one sent sets the deadline."""
+    results = x.answer.json()["results"]
+    assert [(r["id"], r["ok"]) for r in results] == [(HELD, True)] * len(x.body["leases"])
+    for result, item in zip(results, x.body["leases"], strict=True):
+        assert x.expires_as_asked(result["lease_expires_at"], item["lease_ms"] or SEED_LEASE_MS)
+    view = await job_view(client, x.world, HELD)
+    assert view["lease_expires_at"] == results[-1]["lease_expires_at"]
+
+
+async def acked_and_next_leased(client: httpx.AsyncClient, x: Exchange) -> None:
+    """The held job completed, and the one leasable job went to lease_next's worker."""
+    answer = x.answer.json()
+    if "results" in answer:
+        assert answer["results"] == [{"id": HELD, "ok": True, "state": "completed"}]
+    else:
+        assert (answer["id"], answer["state"]) == (HELD, "completed")
+    (job,) = answer["jobs"]
+    assert (job["id"], job["attempt"]) == (WAITING, 1)
+    assert x.expires_as_asked(job["lease_expires_at"], int(x.body["lease_next"]["lease_ms"]))
+    assert (await job_view(client, x.world, HELD))["state"] == "completed"
+    view = await job_view(client, x.world, WAITING)
+    assert (view["state"], view["worker"]) == ("active", x.body["lease_next"]["worker"])
+
+
+async def acked_nothing_leased(client: httpx.AsyncClient, x: Exchange) -> None:
+    assert x.answer.json() == {"id": HELD, "state": "completed"}  # no jobs field without lease_next
+    assert (await job_view(client, x.world, HELD))["state"] == "completed"
+    assert (await job_view(client, x.world, WAITING))["state"] == "waiting"
+
+
+Check = Callable[[httpx.AsyncClient, Exchange], Awaitable[None]]
+EDGE_BODIES: list[tuple[str, str, Any, int, Check]] = [
+    ("enqueue-priority-0", "enqueue", {"payload": 1, "priority": 0}, 201, stored_as_sent),
+    (
+        "enqueue-priority-1000",
+        "enqueue",
+        {"payload": 1, "priority": limits.MAX_PRIORITY},
+        201,
+        stored_as_sent,
+    ),
+    ("enqueue-max_attempts-1", "enqueue", {"payload": 1, "max_attempts": 1}, 201, stored_as_sent),
+    (
+        "enqueue-max_attempts-1000",
+        "enqueue",
+        {"payload": 1, "max_attempts": limits.MAX_ATTEMPTS},
+        201,
+        stored_as_sent,
+    ),
+    (
+        "enqueue-delay-30-days",
+        "enqueue",
+        {"payload": 1, "delay_ms": limits.MAX_DELAY_MS},
+        201,
+        stored_as_sent,
+    ),
     (
         "enqueue-backoff-1-day",
         "enqueue",
         {"payload": 1, "backoff": {"type": "fixed", "delay_ms": limits.MAX_BACKOFF_DELAY_MS}},
         201,
+        stored_as_sent,
     ),
-    ("enqueue-id-128-chars", "enqueue", {"payload": 1, "id": "i" * 128}, 201),
-    ("enqueue-name-128-chars", "enqueue", {"payload": 1, "name": "n" * 128}, 201),
-    ("enqueue_many-1000", "enqueue_many", {"jobs": [{"payload": i} for i in range(1000)]}, 200),
+    ("enqueue-id-128-chars", "enqueue", {"payload": 1, "id": "i" * 128}, 201, stored_as_sent),
+    ("enqueue-name-128-chars", "enqueue", {"payload": 1, "name": "n" * 128}, 201, stored_as_sent),
+    (
+        "enqueue_many-1000",
+        "enqueue_many",
+        {"jobs": [{"payload": i} for i in range(1000)]},
+        200,
+        all_stored,
+    ),
     (
         "lease-edges",
         "lease",
@@ -899,25 +1053,58 @@ EDGE_BODIES: list[tuple[str, str, Any, int]] = [
             "wait_ms": 0,
         },
         200,
+        leased_the_waiting_job,
     ),
-    ("lease-max-lease", "lease", {"worker": "w2", "lease_ms": limits.MAX_LEASE_MS}, 200),
-    ("heartbeat-max-lease", "heartbeat", {"lease_id": LEASE, "lease_ms": limits.MAX_LEASE_MS}, 200),
-    ("heartbeat-min-lease", "heartbeat", {"lease_id": LEASE, "lease_ms": limits.MIN_LEASE_MS}, 200),
-    ("heartbeat-lease-ms-null", "heartbeat", {"lease_id": LEASE, "lease_ms": None}, 200),
+    (
+        "lease-max-lease",
+        "lease",
+        {"worker": "w2", "lease_ms": limits.MAX_LEASE_MS},
+        200,
+        leased_the_waiting_job,
+    ),
+    (
+        "heartbeat-max-lease",
+        "heartbeat",
+        {"lease_id": LEASE, "lease_ms": limits.MAX_LEASE_MS},
+        200,
+        lease_renewed,
+    ),
+    (
+        "heartbeat-min-lease",
+        "heartbeat",
+        {"lease_id": LEASE, "lease_ms": limits.MIN_LEASE_MS},
+        200,
+        lease_renewed,
+    ),
+    ("heartbeat-lease-ms-null", "heartbeat", {"lease_id": LEASE, "lease_ms": None}, 200, lease_renewed),
     # Integral floats are integers (as JSON Schema has it), in range like any other.
-    ("enqueue-whole-floats", "enqueue", {"payload": 1.5, "priority": 1000.0, "max_attempts": 1.0}, 201),
-    ("lease-whole-floats", "lease", {"worker": "w2", "lease_ms": 1000.0, "max_jobs": 100.0}, 200),
+    (
+        "enqueue-whole-floats",
+        "enqueue",
+        {"payload": 1.5, "priority": 1000.0, "max_attempts": 1.0},
+        201,
+        stored_as_sent,
+    ),
+    (
+        "lease-whole-floats",
+        "lease",
+        {"worker": "w2", "lease_ms": 1000.0, "max_jobs": 100.0},
+        200,
+        leased_the_waiting_job,
+    ),
     (
         "fail-error-8KiB-of-2-byte-chars",
         "fail",
         {"lease_id": LEASE, "error": "é" * (MAX_ERROR // 2), "retry_after_ms": limits.MAX_DELAY_MS},
         200,
+        retry_delayed,
     ),
     (
         "ack_many-1000",
         "ack_many",
         {"acks": [{"id": HELD, "lease_id": LEASE}] + [{"id": f"x{i}", "lease_id": "x"} for i in range(999)]},
         200,
+        first_acked_rest_not_found,
     ),
     (
         "heartbeat_many-1000",
@@ -927,6 +1114,7 @@ EDGE_BODIES: list[tuple[str, str, Any, int]] = [
             + [{"id": f"x{i}", "lease_id": "x"} for i in range(999)]
         },
         200,
+        first_renewed_rest_not_found,
     ),
     (
         "heartbeat_many-lease-ms-edges",
@@ -939,6 +1127,7 @@ EDGE_BODIES: list[tuple[str, str, Any, int]] = [
             ]
         },
         200,
+        renewed_as_asked_in_order,
     ),
     (
         "ack-lease_next-edges",
@@ -954,45 +1143,61 @@ EDGE_BODIES: list[tuple[str, str, Any, int]] = [
             },
         },
         200,
+        acked_and_next_leased,
     ),
-    ("ack-lease_next-null", "ack", {"lease_id": LEASE, "lease_next": None}, 200),
+    ("ack-lease_next-null", "ack", {"lease_id": LEASE, "lease_next": None}, 200, acked_nothing_leased),
     (
         "ack_many-lease_next-whole-floats",
         "ack_many",
         {"acks": [{"id": HELD, "lease_id": LEASE}], "lease_next": {"worker": "w2", "lease_ms": 1000.0}},
         200,
+        acked_and_next_leased,
     ),
-    ("redrive-empty-body", "redrive", b"", 200),
-    ("redrive-1000-ids", "redrive", {"ids": [DEAD] * limits.MAX_BATCH}, 200),
+    ("redrive-empty-body", "redrive", b"", 200, dead_letter_retried),
+    ("redrive-1000-ids", "redrive", {"ids": [DEAD] * limits.MAX_BATCH}, 200, dead_letter_retried),
 ]
+# (endpoint, query, the ids of the page: the world has one dead letter and one leased job)
 EDGE_QUERIES = [
-    ("failed", "?limit=1"),
-    ("failed", f"?limit={limits.MAX_PAGE}"),
-    ("failed", f"?offset={2**31}"),
-    ("ledger", "?limit=1"),
-    ("ledger", f"?limit={limits.MAX_LEDGER_PAGE}"),
-    ("ledger", f"?worker={'w' * 128}"),
+    ("failed", "?limit=1", [DEAD]),
+    ("failed", f"?limit={limits.MAX_PAGE}", [DEAD]),
+    ("failed", f"?offset={2**31}", []),
+    ("ledger", "?limit=1", [HELD]),
+    ("ledger", f"?limit={limits.MAX_LEDGER_PAGE}", [HELD]),
+    ("ledger", f"?worker={'w' * 128}", []),  # nobody by that name holds anything
 ]
 
 
 @pytest.mark.parametrize(
-    ("endpoint", "body", "status"),
-    [(e, b, s) for _, e, b, s in EDGE_BODIES],
+    ("endpoint", "body", "status", "check"),
+    [(e, b, s, c) for _, e, b, s, c in EDGE_BODIES],
     ids=[label for label, *_ in EDGE_BODIES],
 )
 async def test_values_at_the_limits_are_accepted(
-    client: httpx.AsyncClient, world: World, endpoint: str, body: Any, status: int
+    client: httpx.AsyncClient, world: World, endpoint: str, body: Any, status: int, check: Check
 ) -> None:
-    response = await send(client, world, ENDPOINTS[endpoint].case("edge", body))
+    case = ENDPOINTS[endpoint].case("edge", body)
+    content = case.content(world)
+    sent_ms = epoch_ms()
+    response = await send(client, world, case)
+    answered_ms = epoch_ms()
     assert response.status_code == status, response.text
+    # Accepted means done as asked: the answer, and what is stored, say so.
+    sent = json.loads(content) if content else {}
+    await check(client, Exchange(world, sent, response, sent_ms, answered_ms))
 
 
-@pytest.mark.parametrize(("endpoint", "query"), EDGE_QUERIES, ids=[f"{e}{q}" for e, q in EDGE_QUERIES])
+@pytest.mark.parametrize(
+    ("endpoint", "query", "ids"), EDGE_QUERIES, ids=[f"{e}{q}" for e, q, _ in EDGE_QUERIES]
+)
 async def test_query_values_at_the_limits_are_accepted(
-    client: httpx.AsyncClient, world: World, endpoint: str, query: str
+    client: httpx.AsyncClient, world: World, endpoint: str, query: str, ids: list[str]
 ) -> None:
     response = await client.get(ENDPOINTS[endpoint].url(queue=world.queue) + query)
     assert response.status_code == 200, response.text
+    page = response.json()
+    assert [job["id"] for job in page["jobs"]] == ids
+    if endpoint == "failed":
+        assert page["total"] == 1  # however much of it the page shows
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,7 +11,17 @@ import pytest
 
 from service.config import Settings
 from tests.server import running_service
-from tests.support import counts, enqueue, get_job, job_call, lease, lease_one
+from tests.support import (
+    counts,
+    enqueue,
+    get_job,
+    job_call,
+    lease,
+    lease_one,
+    long_poll,
+    wait_for_long_polls,
+    woken,
+)
 
 
 @pytest.fixture
@@ -25,16 +35,15 @@ async def replicas(redis_url: str) -> AsyncIterator[tuple[httpx.AsyncClient, htt
             yield a, b
 
 
+@pytest.mark.usefixtures("wake_ups_only")
 async def test_a_waiter_on_one_replica_is_woken_by_an_enqueue_on_the_other(
     replicas: tuple[httpx.AsyncClient, httpx.AsyncClient], queue: str
 ) -> None:
     a, b = replicas
-    waiter = asyncio.create_task(lease(a, queue, wait_ms=15_000))
-    await asyncio.sleep(0.3)
-    started = time.monotonic()
+    waiter = long_poll(a, queue)
+    await wait_for_long_polls(a, 1)
     created = await enqueue(b, queue, "cross")
-    assert [job["id"] for job in await waiter] == [created["id"]]
-    assert time.monotonic() - started < 0.5  # the pub/sub wake-up, not the 1 s fallback poll
+    assert [job["id"] for job in await woken(waiter)] == [created["id"]]
 
 
 async def test_a_lease_from_one_replica_is_worked_through_the_other(

@@ -3,10 +3,11 @@ worker through the queue, the metrics a scrape returns after a known sequence, J
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
@@ -17,8 +18,18 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from service.config import Settings
 from service.telemetry import JsonLogFormatter, Telemetry
+from tests.conftest import HTTP_TIMEOUT_S, TEST_SWEEP_INTERVAL_MS
 from tests.server import running_service
-from tests.support import enqueue, job_call, lease, lease_one
+from tests.support import (
+    enqueue,
+    eventually,
+    job_call,
+    lease,
+    lease_one,
+    long_polls_waiting,
+    metric_value,
+    wait_for_long_polls,
+)
 
 PRODUCER_PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -80,16 +91,23 @@ async def test_a_stale_call_is_traced_with_its_outcome(
     assert span.attributes["emq.outcome"] == "lease_lost" and span.attributes["emq.job_id"] == job["id"]
 
 
-def sample(text: str, name: str, **labels: str) -> float:
-    wanted = {f'{k}="{v}"' for k, v in labels.items()}
-    for line in text.splitlines():
-        match = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
-        if match and wanted <= set((match[1] or "").split(",")):
-            return float(match[2])
-    raise AssertionError(f"no {name} {labels} in the scrape")
+@pytest.fixture
+async def own_client(redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A service of the test's own: its counters and gauges hold only what the test did."""
+    settings = Settings(redis_url=redis_url, sweep_interval_ms=TEST_SWEEP_INTERVAL_MS)
+    with running_service(settings) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=HTTP_TIMEOUT_S) as http:
+            yield http
 
 
-async def test_metrics_after_a_known_sequence(client: httpx.AsyncClient, queue: str) -> None:
+async def scrape(client: httpx.AsyncClient) -> str:
+    response = await client.get("/metrics")
+    assert response.status_code == 200, response.text
+    return response.text
+
+
+async def test_metrics_after_a_known_sequence(own_client: httpx.AsyncClient, queue: str) -> None:
+    client = own_client
     await enqueue(client, queue, 1, id="a", max_attempts=1)
     await enqueue(client, queue, 2, id="b", backoff={"type": "fixed", "delay_ms": 0})
     await enqueue(client, queue, 3, id="c")
@@ -98,23 +116,42 @@ async def test_metrics_after_a_known_sequence(client: httpx.AsyncClient, queue: 
     await job_call(client, queue, "a", "fail", lease_id=jobs["a"]["lease_id"], error="final")
     await job_call(client, queue, "b", "fail", lease_id=jobs["b"]["lease_id"], error="again")
     await job_call(client, queue, "c", "ack", lease_id=jobs["c"]["lease_id"])
-    text = (await client.get("/metrics")).text
-    assert sample(text, "emq_jobs_enqueued_total", queue=queue) == 3
-    assert sample(text, "emq_jobs_leased_total", queue=queue) == 3
-    assert sample(text, "emq_jobs_completed_total", queue=queue) == 1
-    assert sample(text, "emq_jobs_retried_total", queue=queue) == 1
-    assert sample(text, "emq_jobs_failed_total", queue=queue, reason="fail") == 1
-    assert sample(text, "emq_lease_to_ack_seconds_count", queue=queue) == 1
-    assert sample(text, "emq_queue_depth", queue=queue) == 1
-    assert sample(text, "emq_ledger_size", queue=queue) == 0
-    assert sample(text, "emq_jobs", queue=queue, state="failed") == 1
-    assert sample(text, "emq_long_poll_waiters") >= 0
-    assert sample(text, "emq_sweep_duration_seconds_count") >= 1
-    route = "/v1/queues/{queue}/jobs/{id}/ack"
-    assert (
-        sample(text, "emq_http_request_duration_seconds_count", route=route, method="POST", status="200") >= 1
-    )
+    text = await scrape(client)
+    assert metric_value(text, "emq_jobs_enqueued_total", queue=queue) == 3
+    assert metric_value(text, "emq_jobs_leased_total", queue=queue) == 3
+    assert metric_value(text, "emq_jobs_completed_total", queue=queue) == 1
+    assert metric_value(text, "emq_jobs_retried_total", queue=queue) == 1
+    assert metric_value(text, "emq_jobs_failed_total", queue=queue, reason="fail") == 1
+    assert metric_value(text, "emq_lease_to_ack_seconds_count", queue=queue) == 1
+    assert metric_value(text, "emq_queue_depth", queue=queue) == 1
+    assert metric_value(text, "emq_ledger_size", queue=queue) == 0
+    assert metric_value(text, "emq_jobs", queue=queue, state="failed") == 1
+    assert metric_value(text, "emq_long_poll_waiters") == 0  # no lease of the sequence waited
+    # Each request counted once, under its route's template and the status it answered.
+    requests = "emq_http_request_duration_seconds_count"
+    job_route = "/v1/queues/{queue}/jobs/{id}"
+    assert metric_value(text, requests, route="/v1/queues/{queue}/jobs", method="POST", status="201") == 3
+    assert metric_value(text, requests, route="/v1/queues/{queue}/jobs", method="POST", status="200") == 1
+    assert metric_value(text, requests, route="/v1/queues/{queue}/lease", method="POST", status="200") == 1
+    assert metric_value(text, requests, route=f"{job_route}/fail", method="POST", status="200") == 2
+    assert metric_value(text, requests, route=f"{job_route}/ack", method="POST", status="200") == 1
     assert queue not in {m for m in re.findall(r'route="([^"]*)"', text)}  # templates, not raw paths
+
+    async def swept() -> bool:  # the service sweeps on its own timer: each sweep is timed
+        return metric_value(await scrape(client), "emq_sweep_duration_seconds_count") >= 1
+
+    await eventually(swept, "a timed sweep")
+
+
+async def test_the_waiter_gauge_counts_parked_long_polls(own_client: httpx.AsyncClient, queue: str) -> None:
+    polls = [asyncio.create_task(lease(own_client, queue, f"w{i}", wait_ms=20_000)) for i in range(3)]
+    await wait_for_long_polls(own_client, 3)
+    jobs = [{"payload": i} for i in range(3)]
+    created = await own_client.post(f"/v1/queues/{queue}/enqueue", json={"jobs": jobs})
+    assert created.status_code == 200, created.text
+    answered = await asyncio.gather(*polls)
+    assert sorted(len(jobs) for jobs in answered) == [1, 1, 1]
+    assert await long_polls_waiting(own_client) == 0  # answered: no longer counted
 
 
 def test_json_log_lines_carry_the_trace_ids() -> None:

@@ -12,13 +12,28 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
+from service import limits
 from service.config import Settings
 from service.keys import QueueKeys
 from tests.server import running_service
-from tests.support import assert_problem, counts, enqueue, get_job, job_call, lease, lease_one
+from tests.support import (
+    assert_problem,
+    counts,
+    enqueue,
+    get_job,
+    job_call,
+    lease,
+    lease_one,
+    long_poll,
+    wait_for_long_polls,
+    wait_for_wake_subscription,
+    woken,
+)
 
 SHORT_LEASE_MS = 1000
+HANG_UP_NOTICED_S = limits.MAX_WAIT_MS / 1000 - 5  # generous, yet before the long poll's wait ends
 # The session service sweeps every 100 ms; lease + sweep + generous slack for a loaded machine.
 RECLAIM_DEADLINE_S = 10.0
 
@@ -28,6 +43,14 @@ async def lazy_client(private_redis_url: str) -> AsyncIterator[httpx.AsyncClient
     """A service whose sweep practically never runs, on a server no other replica sweeps."""
     lazy = Settings(redis_url=private_redis_url, sweep_interval_ms=600_000)
     with running_service(lazy) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            yield http
+
+
+@pytest.fixture
+async def own_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """A service of the test's own, on the session's server."""
+    with running_service(settings) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             yield http
 
@@ -122,32 +145,24 @@ async def test_concurrent_workers_never_share_a_job(client: httpx.AsyncClient, q
     }
 
 
+@pytest.mark.usefixtures("wake_ups_only")
 async def test_long_poll_wakes_on_enqueue(client: httpx.AsyncClient, queue: str) -> None:
-    waiter = asyncio.create_task(lease(client, queue, wait_ms=15_000))
-    await asyncio.sleep(0.3)
-    assert not waiter.done()
-    enqueued_at = time.monotonic()
+    waiter = long_poll(client, queue)
+    await wait_for_long_polls(client, 1)
     created = await enqueue(client, queue, "now")
-    jobs = await waiter
-    latency_s = time.monotonic() - enqueued_at
-    assert [job["id"] for job in jobs] == [created["id"]]
-    # Well under the waiters' 1 s fallback poll: the pub/sub wake-up did it.
-    assert latency_s < 0.5, latency_s
+    assert [job["id"] for job in await woken(waiter)] == [created["id"]]
 
 
+@pytest.mark.usefixtures("wake_ups_only")
 async def test_long_polls_on_many_queues_are_each_woken(client: httpx.AsyncClient) -> None:
     # Four queues: on a 3-primary Cluster at least two share a node, whose sharded subscription
     # then holds channels of two slots (each needs an SSUBSCRIBE of its own).
     queues = [f"t-wake-{secrets.token_hex(4)}-{n}" for n in range(4)]
-    waiters = [asyncio.create_task(lease(client, name, wait_ms=15_000)) for name in queues]
-    await asyncio.sleep(0.3)
-    assert not any(waiter.done() for waiter in waiters)
+    waiters = [long_poll(client, name) for name in queues]
+    await wait_for_long_polls(client, len(queues))
     for name, waiter in zip(queues, waiters, strict=True):
-        enqueued_at = time.monotonic()
         created = await enqueue(client, name, "now")
-        jobs = await waiter
-        assert [job["id"] for job in jobs] == [created["id"]]
-        assert time.monotonic() - enqueued_at < 0.5  # the wake-up, not the 1 s fallback poll
+        assert [job["id"] for job in await woken(waiter)] == [created["id"]]
 
 
 async def test_long_poll_returns_empty_when_time_is_up(client: httpx.AsyncClient, queue: str) -> None:
@@ -165,7 +180,7 @@ async def test_many_waiters_share_few_redis_connections(
         async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
             before = len(await redis_client.client_list())
             tasks = [asyncio.create_task(lease(http, queue, f"w{i}", wait_ms=15_000)) for i in range(waiters)]
-            await asyncio.sleep(1.0)
+            await wait_for_long_polls(http, waiters)  # every one of them parked
             during = len(await redis_client.client_list())
             assert during - before <= pool_size + 2  # the pool plus the one pub/sub connection
             jobs = [{"payload": i} for i in range(waiters)]
@@ -209,39 +224,47 @@ async def test_finished_jobs_are_removed_after_retention(private_redis_url: str,
 async def test_waiters_beyond_the_cap_get_429(settings: Settings, queue: str) -> None:
     with running_service(dataclasses.replace(settings, max_waiters=2)) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            waiting = [long_poll(http, queue, f"w{i}") for i in range(2)]
+            await wait_for_long_polls(http, 2)  # the cap is reached
             body = {"worker": "w", "wait_ms": 3000}
-            waiting = [
-                asyncio.create_task(http.post(f"/v1/queues/{queue}/lease", json=body)) for _ in range(2)
-            ]
-            await asyncio.sleep(0.5)
             refused = await http.post(f"/v1/queues/{queue}/lease", json=body)
             assert_problem(refused, 429, "too_many_requests")
             assert int(refused.headers["retry-after"]) >= 1
             # A lease that need not wait is still served.
             assert (await http.post(f"/v1/queues/{queue}/lease", json={"worker": "w"})).status_code == 200
-            assert [response.status_code for response in await asyncio.gather(*waiting)] == [200, 200]
+            jobs = [{"payload": i} for i in range(2)]
+            assert (await http.post(f"/v1/queues/{queue}/enqueue", json={"jobs": jobs})).status_code == 200
+            assert [len(jobs) for jobs, _ in await asyncio.gather(*waiting)] == [1, 1]  # served as usual
 
 
+@pytest.mark.usefixtures("wake_ups_only")
 async def test_a_foreign_message_on_the_wake_channel_breaks_nothing(
     client: httpx.AsyncClient, queue: str, redis_client: Redis
 ) -> None:
-    await redis_client.publish(QueueKeys.for_queue(queue).wake, b"not a number")
-    waiter = asyncio.create_task(lease(client, queue, wait_ms=15_000))
-    await asyncio.sleep(0.3)
-    started = time.monotonic()
+    waiter = long_poll(client, queue)
+    await wait_for_long_polls(client, 1)
+    await wait_for_wake_subscription(redis_client, queue)
+    # Published the way the scripts publish (sharded on a Cluster), to the service's subscription.
+    channel = QueueKeys.for_queue(queue).wake
+    publish = redis_client.spublish if isinstance(redis_client, RedisCluster) else redis_client.publish
+    assert await publish(channel, b"not a number") >= 1
     created = await enqueue(client, queue, "now")
-    assert [job["id"] for job in await waiter] == [created["id"]]
-    assert time.monotonic() - started < 0.5
+    assert [job["id"] for job in await woken(waiter)] == [created["id"]]  # the subscription lives on
 
 
-async def test_a_long_poll_whose_client_hung_up_leases_nothing(client: httpx.AsyncClient, queue: str) -> None:
-    with pytest.raises(httpx.ReadTimeout):
-        await client.post(
-            f"/v1/queues/{queue}/lease", json={"worker": "gone", "wait_ms": 10_000}, timeout=0.5
-        )
-    await asyncio.sleep(0.3)  # the service sees the disconnect
+async def test_a_long_poll_whose_client_hung_up_leases_nothing(
+    own_client: httpx.AsyncClient, queue: str
+) -> None:
+    client = own_client  # its waiter gauge counts this test's long polls only
+    gone = long_poll(client, queue, "gone")
+    await wait_for_long_polls(client, 1)
+    gone.cancel()  # the client hangs up: its connection is closed mid-request
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    # The service lets the long poll go as soon as it sees the hang-up, well before its wait would
+    # run out (a long poll that missed it would wait on, and take the next job for nobody).
+    await wait_for_long_polls(client, 0, timeout_s=HANG_UP_NOTICED_S)
     created = await enqueue(client, queue, "for a live worker", max_attempts=1)
-    await asyncio.sleep(0.5)
     view = await get_job(client, queue, created["id"])
     assert view["state"] == "waiting" and view["attempt"] == 0
     assert (await lease_one(client, queue, "alive"))["id"] == created["id"]
