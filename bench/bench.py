@@ -936,8 +936,8 @@ def build_ts_sdk() -> bool:
 def run_ts_worker(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
     """The TypeScript SDK's Worker (bench/ts_worker_bench.mjs) against BullMQ's Worker, both
     concurrency 50 with a no-op handler, on TS_WORKER_JOBS pre-filled jobs, from start to the
-    last ack. Selected by --only ts_worker (or ts); not part of the default run."""
-    if bench.args.only is None or not enabled("ts_worker") or not build_ts_sdk():
+    last ack. Part of the default run; --only ts_worker runs it alone."""
+    if not enabled("ts_worker") or not build_ts_sdk():
         return []
 
     def ours() -> Outcome:
@@ -1469,7 +1469,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--only",
         help="comma-separated: enqueue,enqueue_batch,cycle,cycle_50,batch,wakeup,ledger,memory,"
         "idle_sweep,long_ops,ack_cost,ts_worker (a first word selects all its workloads: cycle, ack, ...; "
-        "ts_worker runs only when named)",
+        "ts_worker: the TypeScript SDK's Worker)",
     )
     parser.add_argument(
         "--service-dir",

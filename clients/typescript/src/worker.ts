@@ -446,7 +446,7 @@ export class Worker {
       this.ackTimer = undefined;
     }
     while (this.acks.length > 0) {
-      const batch = this.acks.splice(0, Number(process.env.EMQ_SPLIT ?? MAX_BATCH));
+      const batch = this.acks.splice(0, MAX_BATCH);
       this.track(this.sendAcks(batch));
     }
   }
