@@ -25,6 +25,8 @@ import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { Client, NO_RETRIES, type LeaseNext, type LeasedJob } from "./client.js";
 import {
+  BackendUnavailable,
+  ConnectionFailed,
   Forbidden,
   InvalidRequest,
   JobAborted,
@@ -32,6 +34,7 @@ import {
   LeaseLost,
   NotFound,
   PayloadTooLarge,
+  TooManyRequests,
   Unauthorized,
 } from "./errors.js";
 
@@ -92,6 +95,7 @@ const MAX_ERROR_CHARS = 8000;
 const MAX_BATCH = 1000; // ack-many and heartbeat-many take at most this many items
 const MAX_LEASE = 100; // a lease takes at most this many jobs
 const FATAL = [Unauthorized, Forbidden, InvalidRequest, NotFound]; // retrying cannot help
+const TRANSIENT = [ConnectionFailed, BackendUnavailable, TooManyRequests]; // the service may take it later
 
 type State = "running" | "settling" | "releasing" | "gone";
 
@@ -466,7 +470,10 @@ export class Worker {
     );
     let jobs: LeasedJob[] = [];
     try {
-      const answer = await this.client.ackMany(this.queue, items, { leaseNext });
+      const answer = await this.persist(
+        () => this.client.ackMany(this.queue, items, { leaseNext }),
+        batch.map((ack) => ack.entry),
+      );
       answer.results.forEach((result, index) => {
         const entry = batch[index]!.entry;
         if (result.ok) this.stats.acked += 1;
@@ -501,11 +508,13 @@ export class Worker {
     const hint = (error ?? {}) as { retry?: unknown; retryAfterMs?: unknown };
     const retryAfter = hint.retryAfterMs;
     try {
-      await this.client.fail(this.queue, entry.job.id, entry.job.lease_id, errorText(error), {
+      const options = {
         retry: hint.retry === false ? false : undefined,
         retry_after_ms:
           typeof retryAfter === "number" && Number.isFinite(retryAfter) ? Math.max(0, Math.round(retryAfter)) : undefined,
-      });
+      };
+      const text = errorText(error);
+      await this.persist(() => this.client.fail(this.queue, entry.job.id, entry.job.lease_id, text, options), [entry]);
       this.stats.failed += 1;
     } catch (problem) {
       if (problem instanceof LeaseLost || problem instanceof JobNotFound) {
@@ -521,7 +530,7 @@ export class Worker {
 
   private async release(entry: Entry): Promise<void> {
     try {
-      await this.client.release(this.queue, entry.job.id, entry.job.lease_id);
+      await this.persist(() => this.client.release(this.queue, entry.job.id, entry.job.lease_id), [entry]);
       this.stats.released += 1;
       this.log.info(`released job ${entry.job.id}`);
     } catch (error) {
@@ -533,6 +542,23 @@ export class Worker {
       }
     }
     this.forget(entry);
+  }
+
+  /** call(), again after transient errors while a lease of these entries may still be alive (the
+   * client has retried already). Safe: the service answers a repeated ack, fail or release (same
+   * lease) as it answered the first, and a lease_next repeats by its request_id. */
+  private async persist<T>(call: () => Promise<T>, entries: Entry[]): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await call();
+      } catch (error) {
+        const alive = entries.some((entry) => now() < entry.expiresAt);
+        if (!alive || !TRANSIENT.some((Class) => error instanceof Class)) throw error;
+        const delay = Math.min(5000, 200 * 2 ** attempt) * (0.5 + Math.random() / 2);
+        this.log.warn(`${String(error)}; trying again in ${Math.round(delay)} ms`);
+        await new Promise((resolve) => setTimeout(resolve, delay));
+      }
+    }
   }
 
   private forget(entry: Entry): void {

@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { JobAborted, JobError, NotFound, Worker, type Job, type WorkerOptions } from "echomq";
+import { Client, JobAborted, JobError, NotFound, RetryPolicy, Worker, type Job, type WorkerOptions } from "echomq";
 import { client, deferred, freshQueue, memoryLogger, Proxy, SERVICE_URL, sleep, waitFor } from "./helpers.js";
 
 const FAST = { url: SERVICE_URL, waitMs: 500, leaseMs: 5000 } as const;
@@ -170,6 +170,42 @@ test("a lease that could not be renewed before it ran out aborts the handler; no
   const view = await client.job(queue, job.id);
   assert.notEqual(view.state, "completed");
   assert.equal(view.result, null);
+});
+
+test("an ack that meets an outage is sent again while the lease lives: acked once, at stop() too", async () => {
+  const queue = freshQueue();
+  await client.enqueue(queue, { payload: null, id: "j" });
+  const proxy = await Proxy.start();
+  // The client gives up at once: what carries the ack through is the worker's own repeat.
+  const cut = new Client({ url: proxy.url, retry: new RetryPolicy({ retries: 0 }) });
+  const started = deferred();
+  const gate = deferred();
+  const w = worker({
+    queue,
+    client: cut,
+    url: undefined,
+    leaseMs: 10_000,
+    handler: async () => {
+      started.resolve();
+      await gate.promise;
+      return "through the outage";
+    },
+  });
+  const run = w.run();
+  await started.promise;
+  proxy.setCut(true);
+  const stopping = w.stop(); // stop() while the ack cannot get through: it waits for it
+  gate.resolve();
+  await sleep(1500);
+  assert.equal((await client.job(queue, "j")).state, "active");
+  proxy.setCut(false);
+  const stats = await stopping;
+  await run;
+  await cut.close();
+  await proxy.close();
+  assert.deepEqual([stats.acked, stats.released, stats.lost, stats.errors], [1, 0, 0, []]);
+  const job = await client.job(queue, "j");
+  assert.deepEqual([job.state, job.result, job.attempt], ["completed", "through the outage", 1]);
 });
 
 test("stop(): a handler that returns as stop() is called is acked, not released", async () => {
