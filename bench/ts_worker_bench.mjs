@@ -10,32 +10,13 @@
 // warmup_ms 0: from `new Worker` to its last `completed` event). Prints one JSON object, the shape
 // bullmq_bench.mjs prints.
 
-import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
+import { cpuSample as cpuSampleOf } from './cpu.mjs';
 
 const spec = JSON.parse(process.argv[2]);
 const { Worker } = await import(new URL('../clients/typescript/dist/index.js', import.meta.url).href);
-const CLK_TCK = spec.clk_tck || 100;
 
-function cpuOf(pids) {
-  let ticks = 0;
-  for (const pid of pids) {
-    try {
-      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(')').pop().trim().split(/\s+/);
-      ticks += Number(fields[11]) + Number(fields[12]);
-    } catch {
-      // the process is gone: nothing to add
-    }
-  }
-  return ticks / CLK_TCK;
-}
-
-function cpuSample() {
-  const own = process.cpuUsage();
-  const sample = { node: (own.user + own.system) / 1e6 };
-  for (const [name, pids] of Object.entries(spec.watch || {})) sample[name] = cpuOf(pids);
-  return sample;
-}
+const cpuSample = () => cpuSampleOf(spec.watch, spec.clk_tck || 100);
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 

@@ -96,6 +96,13 @@ async function enqueue(queue: string, ...ids: string[]): Promise<void> {
   await client.enqueueMany(queue, ids.map((id) => ({ payload: id, id })));
 }
 
+/** A fresh queue holding these jobs, a hooked client, and the record of runs. */
+async function scene(...ids: string[]): Promise<{ queue: string; hooked: HookedClient; runs: Runs }> {
+  const queue = freshQueue();
+  await enqueue(queue, ...ids);
+  return { queue, hooked: new HookedClient({ url: SERVICE_URL }), runs: new Runs() };
+}
+
 /** completed: done once, by one run, with that run's result; back: waiting with the attempt
  * unspent (ran: those whose handler had started and outlived the grace); the ledger empty. */
 async function assertEndedOnce(
@@ -126,10 +133,7 @@ async function assertEndedOnce(
 
 for (const when of ["before", "after"] as const) {
   test(`leased, not started: a lease held ${when} it is sent when stop() comes brings jobs that are released, never run`, async () => {
-    const queue = freshQueue();
-    await enqueue(queue, "a", "b");
-    const hooked = new HookedClient({ url: SERVICE_URL });
-    const runs = new Runs();
+    const { queue, hooked, runs } = await scene("a", "b");
     const held = hooked.hold("lease", when);
     const w = hookedWorker(hooked, queue, runs, { concurrency: 4 });
     const run = w.run();
@@ -145,10 +149,7 @@ for (const when of ["before", "after"] as const) {
 }
 
 test("running: a handler that returns within the grace is acked; one that outlives it is released", async () => {
-  const queue = freshQueue();
-  await enqueue(queue, "quick", "slow");
-  const hooked = new HookedClient({ url: SERVICE_URL });
-  const runs = new Runs();
+  const { queue, hooked, runs } = await scene("quick", "slow");
   runs.gate("quick", "slow");
   const w = hookedWorker(hooked, queue, runs, { concurrency: 2, graceMs: 400 });
   const run = w.run();
@@ -166,10 +167,7 @@ test("running: a handler that returns within the grace is acked; one that outliv
 });
 
 test("returned, its ack gathered and not yet sent: stop() sends it", async () => {
-  const queue = freshQueue();
-  await enqueue(queue, "a", "b");
-  const hooked = new HookedClient({ url: SERVICE_URL });
-  const runs = new Runs();
+  const { queue, hooked, runs } = await scene("a", "b");
   runs.gate("b");
   const w = hookedWorker(hooked, queue, runs, { concurrency: 2, ackBatchMs: 60_000 });
   const run = w.run();
@@ -188,10 +186,7 @@ test("returned, its ack gathered and not yet sent: stop() sends it", async () =>
 
 for (const when of ["before", "after"] as const) {
   test(`ack in flight (held ${when} it is sent): acked once; the jobs its lease_next brings are released`, async () => {
-    const queue = freshQueue();
-    await enqueue(queue, "a", "b", "c", "d");
-    const hooked = new HookedClient({ url: SERVICE_URL });
-    const runs = new Runs();
+    const { queue, hooked, runs } = await scene("a", "b", "c", "d");
     const held = hooked.hold("ackMany", when);
     const w = hookedWorker(hooked, queue, runs, { concurrency: 2 });
     const run = w.run();
@@ -210,10 +205,7 @@ for (const when of ["before", "after"] as const) {
 }
 
 test("a heartbeat in flight at stop(): the job that returns meanwhile is acked", async () => {
-  const queue = freshQueue();
-  await enqueue(queue, "a");
-  const hooked = new HookedClient({ url: SERVICE_URL });
-  const runs = new Runs();
+  const { queue, hooked, runs } = await scene("a");
   runs.gate("a");
   const held = hooked.hold("heartbeatMany", "after");
   const w = hookedWorker(hooked, queue, runs, { heartbeatMs: 100 });
