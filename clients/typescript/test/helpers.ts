@@ -1,10 +1,11 @@
 // What the tests share: the service's URL (EMQ_URL, required: these tests run against a real
-// service, see tests/clients/test_typescript_sdk.py), fresh queue names, waiting, a cuttable proxy.
+// service, see tests/clients/test_typescript_sdk.py), fresh queue names, waiting, a cuttable proxy,
+// a client whose calls can be held.
 
 import { randomBytes } from "node:crypto";
 import net from "node:net";
-import { after } from "node:test";
-import { Client } from "echomq";
+import { after, afterEach } from "node:test";
+import { Client, Worker, type WorkerOptions } from "echomq";
 
 const url = process.env.EMQ_URL;
 if (!url) {
@@ -26,6 +27,28 @@ after(async () => {
   for (const queue of queues) await client.deleteQueue(queue, { force: true });
   await client.close();
 });
+
+const cleanups: Array<() => Promise<unknown>> = [];
+
+/** Undone after each test, passed or failed: a failing test must not leave the run hanging on a
+ * worker or a client it did not get to close. */
+export function cleanup(undo: () => Promise<unknown>): void {
+  cleanups.push(undo);
+}
+
+afterEach(async () => {
+  for (const undo of cleanups.splice(0).reverse()) await undo().catch(() => undefined);
+});
+
+/** A Worker that keeps its log to itself, stopped (no grace) after the test. */
+export function testWorker(options: WorkerOptions): Worker {
+  const worker = new Worker({ logger: memoryLogger(), ...options });
+  cleanup(async () => {
+    worker.graceMs = 0;
+    await worker.stop();
+  });
+  return worker;
+}
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -99,4 +122,62 @@ export function memoryLogger(): { lines: string[]; info(m: string): void; warn(m
     warn: (m) => lines.push(`warn ${m}`),
     error: (m) => lines.push(`error ${m}`),
   };
+}
+
+export type Hooked = "lease" | "ackMany" | "heartbeatMany";
+export type When = "before" | "after";
+
+export class Hold {
+  readonly reached = deferred();
+  private readonly gate = deferred();
+  constructor(readonly when: When) {}
+  go(): void {
+    this.gate.resolve();
+  }
+  async pass(): Promise<void> {
+    this.reached.resolve();
+    await this.gate.promise;
+  }
+}
+
+/** The real Client, whose lease, ackMany and heartbeatMany calls are counted and recorded, and
+ * can be held until the test lets them go. */
+export class HookedClient extends Client {
+  readonly calls = new Map<Hooked, number>();
+  readonly sent = new Map<Hooked, unknown[][]>(); // the arguments of each call
+  private readonly holds = new Map<string, Hold>();
+
+  constructor(...args: ConstructorParameters<typeof Client>) {
+    super(...args);
+    cleanup(() => this.close());
+  }
+
+  /** Holds the next call of `name`: before it is sent, or after its answer came. */
+  hold(name: Hooked, when: When): Hold {
+    const hold = new Hold(when);
+    this.holds.set(`${name}#${(this.calls.get(name) ?? 0) + 1}`, hold);
+    return hold;
+  }
+
+  private async through<T>(name: Hooked, args: unknown[], send: () => Promise<T>): Promise<T> {
+    const nth = (this.calls.get(name) ?? 0) + 1;
+    this.calls.set(name, nth);
+    this.sent.set(name, [...(this.sent.get(name) ?? []), args]);
+    const hold = this.holds.get(`${name}#${nth}`);
+    this.holds.delete(`${name}#${nth}`);
+    if (hold?.when === "before") await hold.pass();
+    const answer = await send();
+    if (hold?.when === "after") await hold.pass();
+    return answer;
+  }
+
+  override lease(...args: Parameters<Client["lease"]>) {
+    return this.through("lease", args, () => super.lease(...args));
+  }
+  override ackMany(...args: Parameters<Client["ackMany"]>) {
+    return this.through("ackMany", args, () => super.ackMany(...args));
+  }
+  override heartbeatMany(...args: Parameters<Client["heartbeatMany"]>) {
+    return this.through("heartbeatMany", args, () => super.heartbeatMany(...args));
+  }
 }

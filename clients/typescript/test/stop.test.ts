@@ -3,63 +3,13 @@
 // active); a job that never ran, or whose handler outlived the grace, is waiting again with its
 // attempt unspent; nothing is left in the ledger.
 //
-// The points are reached with hooks, not sleeps: handlers wait on gates, and HookedClient (the
-// real Client) holds its next call of a kind before it is sent or after the answer came, until
-// the test lets it go: a request in flight, as the worker sees it.
+// The points are reached with hooks, not sleeps: handlers wait on gates, and HookedClient
+// (helpers.ts) holds a call before it is sent or after the answer came: a request in flight.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Client, Worker, type Job, type WorkerOptions } from "echomq";
-import { client, deferred, freshQueue, memoryLogger, SERVICE_URL, sleep } from "./helpers.js";
-
-type Hooked = "lease" | "ackMany" | "heartbeatMany";
-type When = "before" | "after";
-
-class Hold {
-  readonly reached = deferred();
-  private readonly gate = deferred();
-  constructor(readonly when: When) {}
-  go(): void {
-    this.gate.resolve();
-  }
-  async pass(): Promise<void> {
-    this.reached.resolve();
-    await this.gate.promise;
-  }
-}
-
-class HookedClient extends Client {
-  readonly calls = new Map<Hooked, number>();
-  private readonly holds = new Map<string, Hold>();
-
-  /** Holds the next call of `name`: before it is sent, or after its answer came. */
-  hold(name: Hooked, when: When): Hold {
-    const hold = new Hold(when);
-    this.holds.set(`${name}#${(this.calls.get(name) ?? 0) + 1}`, hold);
-    return hold;
-  }
-
-  private async through<T>(name: Hooked, send: () => Promise<T>): Promise<T> {
-    const nth = (this.calls.get(name) ?? 0) + 1;
-    this.calls.set(name, nth);
-    const hold = this.holds.get(`${name}#${nth}`);
-    this.holds.delete(`${name}#${nth}`);
-    if (hold?.when === "before") await hold.pass();
-    const answer = await send();
-    if (hold?.when === "after") await hold.pass();
-    return answer;
-  }
-
-  override lease(...args: Parameters<Client["lease"]>) {
-    return this.through("lease", () => super.lease(...args));
-  }
-  override ackMany(...args: Parameters<Client["ackMany"]>) {
-    return this.through("ackMany", () => super.ackMany(...args));
-  }
-  override heartbeatMany(...args: Parameters<Client["heartbeatMany"]>) {
-    return this.through("heartbeatMany", () => super.heartbeatMany(...args));
-  }
-}
+import { client, deferred, freshQueue, HookedClient, SERVICE_URL, sleep, testWorker } from "./helpers.js";
 
 /** What handlers did: runs per job; gates a handler waits on before it returns. */
 class Runs {
@@ -89,7 +39,7 @@ class Runs {
 }
 
 function hookedWorker(hooked: Client, queue: string, runs: Runs, options: Partial<WorkerOptions> = {}): Worker {
-  return new Worker({ client: hooked, queue, handler: runs.handler, waitMs: 500, logger: memoryLogger(), ...options });
+  return testWorker({ client: hooked, queue, handler: runs.handler, waitMs: 500, ...options });
 }
 
 async function enqueue(queue: string, ...ids: string[]): Promise<void> {
@@ -232,7 +182,7 @@ for (const afterMs of [0, 15, 40, 120]) {
       if (Number(job.id.slice(1)) % 3 === 0) await sleep(Number(job.id.slice(1)) % 20);
       return runs.handler(job);
     };
-    const w = new Worker({ url: SERVICE_URL, queue, handler, concurrency: 20, waitMs: 500, logger: memoryLogger() });
+    const w = testWorker({ url: SERVICE_URL, queue, handler, concurrency: 20, waitMs: 500 });
     const run = w.run();
     await sleep(afterMs);
     const stats = await w.stop();

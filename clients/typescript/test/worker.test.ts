@@ -2,13 +2,26 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { Client, JobAborted, JobError, NotFound, RetryPolicy, Worker, type Job, type WorkerOptions } from "echomq";
-import { client, deferred, freshQueue, memoryLogger, Proxy, SERVICE_URL, sleep, waitFor } from "./helpers.js";
+import {
+  Client,
+  JobAborted,
+  JobError,
+  NotFound,
+  RetryPolicy,
+  Worker,
+  type AckItem,
+  type HeartbeatItem,
+  type Job,
+  type LeaseNext,
+  type LeaseRequest,
+  type WorkerOptions,
+} from "echomq";
+import { client, deferred, freshQueue, HookedClient, Proxy, SERVICE_URL, sleep, testWorker, waitFor } from "./helpers.js";
 
 const FAST = { url: SERVICE_URL, waitMs: 500, leaseMs: 5000 } as const;
 
 function worker(options: Partial<WorkerOptions> & Pick<WorkerOptions, "queue" | "handler">): Worker {
-  return new Worker({ ...FAST, logger: memoryLogger(), ...options });
+  return testWorker({ ...FAST, ...(options.client ? { url: undefined } : {}), ...options }); // url or client
 }
 
 function abortedBy(signal: AbortSignal): Promise<JobAborted> {
@@ -53,6 +66,42 @@ test("two workers process N jobs exactly once, each at most `concurrency` at a t
   for (const s of stats) assert.deepEqual([s.failed, s.lost, s.released, s.errors], [0, 0, 0, []]);
   assert.deepEqual((await client.job(queue, "j21")).result, { double: 42, attempt: 1 });
   assert.deepEqual(await client.counts(queue), { waiting: 0, delayed: 0, active: 0, completed: n, failed: 0 });
+});
+
+test("batched: one lease for the free slots, one heartbeat for every lease, one ack-many with lease_next", async () => {
+  const queue = freshQueue();
+  const ids = ["a", "b", "c", "d", "e"];
+  await client.enqueueMany(queue, ids.map((id) => ({ payload: id, id })));
+  const hooked = new HookedClient({ url: SERVICE_URL });
+  const beat = hooked.hold("heartbeatMany", "after");
+  const gate = deferred();
+  const w = worker({
+    queue,
+    client: hooked,
+    concurrency: 5,
+    heartbeatMs: 200,
+    handler: async (job: Job) => (await gate.promise, job.id),
+  });
+  const run = w.run();
+  await beat.reached.promise;
+  beat.go();
+  const [lease] = hooked.sent.get("lease")!.map((args) => args[1] as LeaseRequest);
+  assert.equal(lease!.max_jobs, 5);
+  assert.ok(lease!.request_id);
+  const [leases] = hooked.sent.get("heartbeatMany")!.map((args) => args[1] as HeartbeatItem[]);
+  assert.deepEqual(leases!.map((item) => item.id).sort(), ids);
+  gate.resolve();
+  await waitFor(async () => (await client.counts(queue)).completed === 5, 5000, "five acks");
+  const acks = hooked.sent.get("ackMany")!;
+  assert.equal(acks.length, 1);
+  assert.deepEqual((acks[0]![1] as AckItem[]).map((item) => item.id).sort(), ids);
+  const leaseNext = (acks[0]![2] as { leaseNext?: LeaseNext }).leaseNext;
+  assert.equal(leaseNext?.max_jobs, 5);
+  assert.ok(leaseNext?.request_id && leaseNext.request_id !== lease!.request_id);
+  const stats = await w.stop();
+  await run;
+  assert.deepEqual([stats.acked, stats.released, stats.lost], [5, 0, 0]);
+  await hooked.close();
 });
 
 test("throwing fails the attempt: retried, dead-lettered with retry false, delayed by retryAfterMs", async () => {
@@ -183,7 +232,6 @@ test("an ack that meets an outage is sent again while the lease lives: acked onc
   const w = worker({
     queue,
     client: cut,
-    url: undefined,
     leaseMs: 10_000,
     handler: async () => {
       started.resolve();
