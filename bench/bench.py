@@ -1031,6 +1031,86 @@ def run_sdk(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
     return rows
 
 
+TS_SDK = REPO / "clients" / "typescript"
+TS_WORKER_JOBS = 20_000
+TS_WORKER_CONCURRENCY = 50
+TS_WORKER_EXTRA_S = 120  # npm ci, the build, both drains: added to the hard deadline
+
+
+def build_ts_sdk() -> bool:
+    """npm ci (when node_modules does not hold what the lock names) and build clients/typescript."""
+    if shutil.which("npm") is None:
+        print("npm not found: the ts_worker workload is skipped", file=sys.stderr)
+        return False
+    for step in (["node", "scripts/install.mjs"], ["npm", "run", "build"]):
+        done = subprocess.run(
+            step, cwd=TS_SDK, capture_output=True, text=True, timeout=NPM_TIMEOUT_S, check=False
+        )
+        if done.returncode != 0:
+            print(f"{' '.join(step)} failed; ts_worker skipped:\n{done.stderr[-2000:]}", file=sys.stderr)
+            return False
+    return True
+
+
+def run_ts_worker(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
+    """The TypeScript SDK's Worker (bench/ts_worker_bench.mjs) against BullMQ's Worker, both
+    concurrency 50 with a no-op handler, on TS_WORKER_JOBS pre-filled jobs, from start to the
+    last ack. Part of the default run; --only ts_worker runs it alone."""
+    if not enabled("ts_worker") or not build_ts_sdk():
+        return []
+
+    def ours() -> Outcome:
+        bench.prefill("bench", TS_WORKER_JOBS)
+        spec = {
+            "url": bench.service.urls[0],
+            "queue": "bench",
+            "concurrency": TS_WORKER_CONCURRENCY,
+            "prefill": TS_WORKER_JOBS,
+            "duration_ms": 120_000,
+            "lease_ms": CYCLE_LEASE_MS,
+            "watch": bench.watch,
+            "clk_tck": os.sysconf("SC_CLK_TCK"),
+            "deadline_ms": 150_000,
+        }
+        done = subprocess.run(
+            ["node", str(BENCH_DIR / "ts_worker_bench.mjs"), json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"ts_worker_bench failed: {done.stderr.strip()[-2000:]}")
+        return outcome_of([json.loads(done.stdout.strip().splitlines()[-1])])
+
+    mine, theirs = measure_pair(
+        bench,
+        "ts_worker",
+        ours,
+        lambda: bench.bullmq(
+            "worker",
+            concurrency=TS_WORKER_CONCURRENCY,
+            prefill=TS_WORKER_JOBS,
+            warmup_ms=0,
+            duration_ms=int(bench.plan.duration_s * 1000),
+        ),
+        enabled,
+    )
+    if mine is None:
+        return []
+    return [
+        Row(
+            "ts_worker",
+            f"TypeScript SDK Worker, c={TS_WORKER_CONCURRENCY}, no-op, {TS_WORKER_JOBS:,} jobs",
+            "jobs/s",
+            mine,
+            theirs,
+            f"Worker, concurrency {TS_WORKER_CONCURRENCY}, no-op",
+            target=">= 1.5x",
+        )
+    ]
+
+
 def run_all(bench: Bench) -> list[Row]:
     args, plan = bench.args, bench.plan
     enabled = selection(args)
@@ -1292,10 +1372,15 @@ def run_all(bench: Bench) -> list[Row]:
             )
         )
 
+    rows += run_ts_worker(bench, enabled)
     rows += run_ledger_ops(bench, enabled)
 
     judge(rows, dur)
     return rows
+
+
+# Rows whose target is a ratio to BullMQ's figure (">= Nx").
+RATIO_ROWS = ("enqueue_batch", "batch", "cycle_50", "sdk_worker", "sdk_worker_py", "sdk_next", "ts_worker")
 
 
 def judge(rows: list[Row], _duration_s: float) -> None:
@@ -1304,7 +1389,7 @@ def judge(rows: list[Row], _duration_s: float) -> None:
         ours, bull = row.values()
         if not row.target or ours is None:
             continue
-        if row.key in ("enqueue_batch", "batch", "cycle_50", "sdk_worker", "sdk_worker_py", "sdk_next"):
+        if row.key in RATIO_ROWS:
             factor = float(row.target.split()[1].rstrip("x"))
             r = ratio(ours, bull)
             row.met = None if r is None else r >= factor
@@ -1540,6 +1625,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--only",
         help="comma-separated: enqueue,enqueue_batch,cycle,cycle_50,batch,sdk_worker,sdk_next,wakeup,ledger,"
         "memory,idle_sweep,long_ops,ack_cost (a first word selects all its workloads: cycle, sdk, ...)",
+
+
+        help="comma-separated: enqueue,enqueue_batch,cycle,cycle_50,batch,wakeup,ledger,memory,"
+        "idle_sweep,long_ops,ack_cost,ts_worker (a first word selects all its workloads: cycle, ack, ...; "
+        "ts_worker: the TypeScript SDK's Worker)",
     )
     parser.add_argument(
         "--service-dir",
@@ -1604,6 +1694,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     enabled = selection(args)
     extra_s = sum(allow[0 if args.quick else 1] for key, _, allow in LEDGER_OPS if enabled(key))
+    extra_s += TS_WORKER_EXTRA_S if enabled("ts_worker") else 0
     watchdog(args.deadline_s or (300 if args.quick else 1200) + extra_s)
     atexit.register(stop_children)
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -22,10 +22,10 @@
 // Work before the warm-up ends is not counted; the window ends early when the queue runs dry.
 
 import { createRequire } from 'node:module';
-import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
+import { cpuSample as cpuSampleOf } from './cpu.mjs';
 
 const spec = JSON.parse(process.argv[2]);
 // Resolve bullmq from the cache folder bench.py installed it in (spec.node_modules).
@@ -35,27 +35,8 @@ const IORedis = require('ioredis');
 
 const connection = { host: spec.host, port: spec.port, maxRetriesPerRequest: null };
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-const CLK_TCK = spec.clk_tck || 100;
 
-function cpuOf(pids) {
-  let ticks = 0;
-  for (const pid of pids) {
-    try {
-      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(')').pop().trim().split(/\s+/);
-      ticks += Number(fields[11]) + Number(fields[12]);
-    } catch {
-      // the process is gone: nothing to add
-    }
-  }
-  return ticks / CLK_TCK;
-}
-
-function cpuSample() {
-  const own = process.cpuUsage();
-  const sample = { node: (own.user + own.system) / 1e6 };
-  for (const [name, pids] of Object.entries(spec.watch || {})) sample[name] = cpuOf(pids);
-  return sample;
-}
+const cpuSample = () => cpuSampleOf(spec.watch, spec.clk_tck || 100);
 
 class Window {
   constructor(warmupMs, durationMs) {

@@ -1,0 +1,417 @@
+// Client: the API's operations, typed by the document (src/schema.ts is generated from
+// openapi/openapi.json by `npm run generate`). Every call goes through `call`, whose path, body
+// and answer types are looked up in the generated `paths`: a path, field or answer the document
+// does not have fails to compile.
+//
+// Data is the API's JSON as it is (snake_case fields: lease_id, max_jobs, ...). Errors are thrown
+// as the classes of errors.ts, chosen by the problem's code. Calls that are safe to repeat are
+// retried on 503, 429 and lost connections (see RetryPolicy).
+
+import { APIError, BackendUnavailable, ConnectionFailed, TooManyRequests, errorFor } from "./errors.js";
+import { Transport } from "./http.js";
+import type { components, paths } from "./schema.js";
+
+type Schemas = components["schemas"];
+export type EnqueueRequest = Schemas["EnqueueRequest"];
+export type EnqueueResponse = Schemas["EnqueueResponse"];
+export type LeaseRequest = Schemas["LeaseRequest"];
+export type LeasedJob = Schemas["LeasedJob"];
+export type HeartbeatItem = Schemas["HeartbeatItem"];
+export type HeartbeatResponse = Schemas["HeartbeatResponse"];
+export type HeartbeatResult = Schemas["HeartbeatResult"];
+export type AckItem = Schemas["AckItem"];
+export type AckResponse = Schemas["AckResponse"];
+export type AckResult = Schemas["AckResult"];
+export type AckManyResponse = Schemas["AckManyResponse"];
+export type FailResponse = Schemas["FailResponse"];
+export type ReleaseResponse = Schemas["ReleaseResponse"];
+export type JobView = Schemas["JobView"];
+export type QueueView = Schemas["QueueView"];
+export type Counts = Schemas["Counts"];
+export type FailedPage = Schemas["FailedPage"];
+export type PauseResponse = Schemas["PauseResponse"];
+export type LedgerEntry = Schemas["LedgerEntry"];
+
+// --- types looked up in the generated document ------------------------------------------------
+
+type Method = "get" | "post" | "delete";
+type Operation<P extends keyof paths, M extends Method> = NonNullable<paths[P][M]>;
+/** The paths that have this method. */
+type PathsWith<M extends Method> = {
+  [P in keyof paths]: [NonNullable<paths[P][M]>] extends [never] ? never : P;
+}[keyof paths];
+type PathParams<O> = O extends { parameters: { path: infer X } } ? X : undefined;
+type Query<O> = O extends { parameters: { query?: infer Q } } ? ([Q] extends [never] ? undefined : Q) : undefined;
+type Body<O> = O extends { requestBody: { content: { "application/json": infer B } } }
+  ? B
+  : O extends { requestBody?: { content: { "application/json": infer B } } }
+    ? B | undefined
+    : undefined;
+type JsonOf<R> = R extends { content: { "application/json": infer J } } ? J : never;
+/** What a success answers: the JSON of its 2xx responses (undefined for 204). */
+type Success<O> = O extends { responses: infer R }
+  ? { [S in keyof R]: S extends 200 | 201 ? JsonOf<R[S]> : S extends 204 ? undefined : never }[keyof R]
+  : never;
+
+interface Call<O> {
+  path: PathParams<O>;
+  query?: Query<O>;
+  body?: Body<O>;
+  headers?: Record<string, string>;
+  /** Safe to repeat after an ambiguous failure (a 503, a dropped connection). */
+  idempotent: boolean;
+  /** The service may hold the answer this long (a long poll): added to the timeout. */
+  longPollMs?: number;
+  timeoutMs?: number;
+  /** Retries of this call; default: the client's policy. */
+  retry?: RetryPolicy;
+}
+
+// --- retries -----------------------------------------------------------------------------------
+
+/** Retries of calls that are safe to repeat: GETs, enqueue with a client-chosen id, heartbeat,
+ * ack with the same lease, lease with a request_id... on 503 and lost connections. Any call is
+ * retried when the connection could not be opened (nothing was sent) or on 429 (the service did
+ * nothing). Delays grow exponentially with full jitter; a Retry-After is honoured (capped). */
+export class RetryPolicy {
+  readonly retries: number;
+  readonly baseDelayMs: number;
+  readonly maxDelayMs: number;
+
+  constructor(options: { retries?: number; baseDelayMs?: number; maxDelayMs?: number } = {}) {
+    this.retries = options.retries ?? 4;
+    this.baseDelayMs = options.baseDelayMs ?? 200;
+    this.maxDelayMs = options.maxDelayMs ?? 5000;
+  }
+
+  shouldRetry(attempt: number, idempotent: boolean, error: unknown): boolean {
+    if (attempt >= this.retries) return false;
+    if (error instanceof TooManyRequests) return true;
+    if (error instanceof ConnectionFailed) return !error.sent || idempotent;
+    if (error instanceof BackendUnavailable) return idempotent;
+    return false;
+  }
+
+  delayMs(attempt: number, error: unknown): number {
+    const backoff = Math.random() * Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** attempt);
+    const hinted = error instanceof APIError ? error.retryAfterMs : undefined;
+    return hinted ? Math.min(this.maxDelayMs, Math.max(backoff, hinted)) : backoff;
+  }
+}
+
+export const NO_RETRIES = new RetryPolicy({ retries: 0 });
+
+export interface ClientOptions {
+  /** The service's base URL; default $EMQ_URL, else http://127.0.0.1:8080. */
+  url?: string;
+  /** Bearer token; default $EMQ_TOKEN. */
+  token?: string;
+  /** Per-request timeout in ms (default 30000); a long poll adds its wait_ms. */
+  timeoutMs?: number;
+  retry?: RetryPolicy;
+  /** Keep-alive connections to the service at most (default 64). */
+  connections?: number;
+}
+
+export interface LeaseNext {
+  worker: string;
+  lease_ms?: number;
+  max_jobs?: number;
+  wait_ms?: number;
+  request_id?: string | null;
+}
+
+export const DEFAULT_URL = "http://127.0.0.1:8080";
+export const VERSION = "0.1.0";
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+const seg = encodeURIComponent;
+
+export class Client {
+  readonly url: string;
+  readonly timeoutMs: number;
+  readonly retry: RetryPolicy;
+  private readonly transport: Transport;
+
+  constructor(options: ClientOptions = {}) {
+    this.url = (options.url ?? process.env.EMQ_URL ?? DEFAULT_URL).replace(/\/+$/, "");
+    const token = options.token ?? (process.env.EMQ_TOKEN || undefined);
+    this.timeoutMs = options.timeoutMs ?? 30_000;
+    this.retry = options.retry ?? new RetryPolicy();
+    const headers: Record<string, string> = { accept: "application/json", "user-agent": `echomq-ts/${VERSION}` };
+    if (token) headers.authorization = `Bearer ${token}`;
+    this.transport = new Transport(this.url, { headers, connections: options.connections });
+  }
+
+  /** Closes the kept connections; calls after this fail. */
+  close(): Promise<void> {
+    return this.transport.close();
+  }
+
+  // --- producing --------------------------------------------------------------------------------
+
+  /** Add a job. With `id` the call is idempotent: an existing job with that id is left as it is
+   * and answered with `created: false`. */
+  enqueue(queue: string, job: EnqueueRequest, options: { traceparent?: string } = {}): Promise<EnqueueResponse> {
+    return this.call("post", "/v1/queues/{queue}/jobs", {
+      path: { queue },
+      body: job,
+      headers: traceHeaders(options.traceparent),
+      idempotent: job.id != null,
+    });
+  }
+
+  /** Add 1..1000 jobs in one request, all or none. */
+  async enqueueMany(
+    queue: string,
+    jobs: EnqueueRequest[],
+    options: { traceparent?: string } = {},
+  ): Promise<EnqueueResponse[]> {
+    const answer = await this.call("post", "/v1/queues/{queue}/enqueue", {
+      path: { queue },
+      body: { jobs },
+      headers: traceHeaders(options.traceparent),
+      idempotent: jobs.every((job) => job.id != null),
+    });
+    return answer.jobs;
+  }
+
+  // --- working ----------------------------------------------------------------------------------
+
+  /** Take up to `max_jobs` jobs; with `wait_ms`, wait (long poll) until one comes. With a
+   * `request_id` the call is idempotent (a repeat answers the jobs the first one leased), and so
+   * retried after an ambiguous failure. */
+  async lease(queue: string, request: LeaseRequest): Promise<LeasedJob[]> {
+    const answer = await this.call("post", "/v1/queues/{queue}/lease", {
+      path: { queue },
+      body: request,
+      idempotent: request.request_id != null,
+      longPollMs: request.wait_ms ?? 0,
+    });
+    return answer.jobs;
+  }
+
+  /** Renew one lease (`lease_ms`: its new length from now; default its own length). */
+  heartbeat(
+    queue: string,
+    id: string,
+    leaseId: string,
+    options: { lease_ms?: number } = {},
+  ): Promise<HeartbeatResponse> {
+    return this.call("post", "/v1/queues/{queue}/jobs/{id}/heartbeat", {
+      path: { queue, id },
+      body: { lease_id: leaseId, lease_ms: options.lease_ms },
+      idempotent: true,
+    });
+  }
+
+  /** Renew up to 1000 leases in one call: a result per lease, in order (ok, or code lease_lost /
+   * job_not_found). */
+  async heartbeatMany(
+    queue: string,
+    leases: HeartbeatItem[],
+    options: { timeoutMs?: number; retry?: RetryPolicy } = {},
+  ): Promise<HeartbeatResult[]> {
+    const answer = await this.call("post", "/v1/queues/{queue}/heartbeat", {
+      path: { queue },
+      body: { leases },
+      idempotent: true,
+      ...options,
+    });
+    return answer.results;
+  }
+
+  /** Complete a job with its result. With `lease_next` the answer adds `jobs`: what that lease
+   * request answered (a failed ack leases nothing). */
+  ack(
+    queue: string,
+    id: string,
+    leaseId: string,
+    options: { result?: unknown; lease_next?: LeaseNext } = {},
+  ): Promise<AckResponse> {
+    const body: { lease_id: string; result?: unknown; lease_next?: LeaseNext } = { lease_id: leaseId };
+    if (options.result !== undefined) body.result = options.result;
+    if (options.lease_next) body.lease_next = options.lease_next;
+    return this.call("post", "/v1/queues/{queue}/jobs/{id}/ack", {
+      path: { queue, id },
+      body,
+      ...ackRepeat(options.lease_next),
+    });
+  }
+
+  /** Ack 1..1000 jobs in one call: a result per ack (ok, or code lease_lost / job_not_found).
+   * With `leaseNext` the answer adds `jobs`, leased after the whole batch. */
+  ackMany(
+    queue: string,
+    acks: AckItem[],
+    options: { leaseNext?: LeaseNext; timeoutMs?: number; retry?: RetryPolicy } = {},
+  ): Promise<AckManyResponse> {
+    const { leaseNext, ...rest } = options;
+    return this.call("post", "/v1/queues/{queue}/ack", {
+      path: { queue },
+      body: leaseNext ? { acks, lease_next: leaseNext } : { acks },
+      ...ackRepeat(leaseNext),
+      ...rest,
+    });
+  }
+
+  /** Fail an attempt: retried after the job's backoff (or `retry_after_ms`) while attempts are
+   * left, else dead-lettered; `retry: false` dead-letters at once. The same call again (same
+   * lease) answers as the first did and changes nothing: safe to repeat. */
+  fail(
+    queue: string,
+    id: string,
+    leaseId: string,
+    error: string,
+    options: { retry?: boolean; retry_after_ms?: number } = {},
+  ): Promise<FailResponse> {
+    return this.call("post", "/v1/queues/{queue}/jobs/{id}/fail", {
+      path: { queue, id },
+      body: { lease_id: leaseId, error, retry: options.retry, retry_after_ms: options.retry_after_ms },
+      idempotent: true,
+    });
+  }
+
+  /** Give a leased job back: to the front of the queue, the attempt not spent. The same
+   * release again answers as the first did: safe to repeat. */
+  release(queue: string, id: string, leaseId: string): Promise<ReleaseResponse> {
+    return this.call("post", "/v1/queues/{queue}/jobs/{id}/release", {
+      path: { queue, id },
+      body: { lease_id: leaseId },
+      idempotent: true,
+    });
+  }
+
+  // --- looking ----------------------------------------------------------------------------------
+
+  /** A job, whatever its state (completed and failed ones while they are retained). */
+  job(queue: string, id: string): Promise<JobView> {
+    return this.call("get", "/v1/queues/{queue}/jobs/{id}", { path: { queue, id }, idempotent: true });
+  }
+
+  /** A queue: its name, whether it is paused, its counts. */
+  queue(queue: string): Promise<QueueView> {
+    return this.call("get", "/v1/queues/{queue}", { path: { queue }, idempotent: true });
+  }
+
+  /** The number of jobs in each state. */
+  async counts(queue: string): Promise<Counts> {
+    return (await this.queue(queue)).counts;
+  }
+
+  /** Every queue the service knows. */
+  async queues(): Promise<QueueView[]> {
+    return (await this.call("get", "/v1/queues", { path: undefined, idempotent: true })).queues;
+  }
+
+  /** Dead-lettered jobs, newest first. */
+  failed(queue: string, options: { limit?: number; offset?: number } = {}): Promise<FailedPage> {
+    return this.call("get", "/v1/queues/{queue}/failed", { path: { queue }, query: options, idempotent: true });
+  }
+
+  /** Put dead-lettered jobs (these ids, or all) back in the queue; answers the ids retried. */
+  async retryFailed(queue: string, ids?: string[]): Promise<string[]> {
+    const answer = await this.call("post", "/v1/queues/{queue}/failed/retry", {
+      path: { queue },
+      body: ids === undefined ? {} : { ids },
+      idempotent: ids !== undefined,
+    });
+    return answer.retried;
+  }
+
+  /** Delete a job that is not leased (job_active otherwise). */
+  async deleteJob(queue: string, id: string): Promise<void> {
+    await this.call("delete", "/v1/queues/{queue}/jobs/{id}", { path: { queue, id }, idempotent: false });
+  }
+
+  /** Delete a queue and its jobs; with `force` even while jobs are leased. */
+  async deleteQueue(queue: string, options: { force?: boolean } = {}): Promise<void> {
+    await this.call("delete", "/v1/queues/{queue}", {
+      path: { queue },
+      query: options.force ? { force: true } : undefined,
+      idempotent: true,
+    });
+  }
+
+  /** The jobs in flight (the ledger), oldest lease first; `worker` picks one worker's. */
+  async active(
+    queue: string,
+    options: { worker?: string; limit?: number; offset?: number } = {},
+  ): Promise<LedgerEntry[]> {
+    const answer = await this.call("get", "/v1/queues/{queue}/active", { path: { queue }, query: options, idempotent: true });
+    return answer.jobs;
+  }
+
+  /** Take every job a worker holds away from it (an operator's tool for a stuck worker): they
+   * go back to the queue; answers their ids. */
+  async releaseWorker(queue: string, worker: string): Promise<string[]> {
+    const answer = await this.call("post", "/v1/queues/{queue}/workers/{worker}/release", {
+      path: { queue, worker },
+      idempotent: false,
+    });
+    return answer.released;
+  }
+
+  pause(queue: string): Promise<PauseResponse> {
+    return this.call("post", "/v1/queues/{queue}/pause", { path: { queue }, idempotent: true });
+  }
+
+  resume(queue: string): Promise<PauseResponse> {
+    return this.call("post", "/v1/queues/{queue}/resume", { path: { queue }, idempotent: true });
+  }
+
+  // --- the one way out --------------------------------------------------------------------------
+
+  private async call<M extends Method, P extends PathsWith<M>>(
+    method: M,
+    template: P,
+    call: Call<Operation<P, M>>,
+  ): Promise<Success<Operation<P, M>>> {
+    const params = (call.path ?? {}) as Record<string, string>;
+    let path: string = template.replace(/\{(\w+)\}/g, (_, name: string) => seg(String(params[name])));
+    const query = Object.entries((call.query ?? {}) as Record<string, unknown>).filter(([, v]) => v != null);
+    if (query.length) path += "?" + new URLSearchParams(query.map(([k, v]): [string, string] => [k, String(v)])).toString();
+    const body = call.body === undefined ? undefined : JSON.stringify(call.body);
+    const timeoutMs = (call.timeoutMs ?? this.timeoutMs) + (call.longPollMs ?? 0);
+    const retry = call.retry ?? this.retry;
+    const verb = method.toUpperCase();
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const answer = await this.transport.request(verb, path, body, { headers: call.headers, timeoutMs });
+        return read(answer.status, answer.text, answer.retryAfterMs) as Success<Operation<P, M>>;
+      } catch (error) {
+        if (this.transport.isClosed || !retry.shouldRetry(attempt, call.idempotent, error)) throw error;
+        await sleep(retry.delayMs(attempt, error));
+      }
+    }
+  }
+}
+
+function read(status: number, text: string, retryAfterMs: number | undefined): unknown {
+  if (status >= 400) {
+    let problem: unknown;
+    try {
+      problem = JSON.parse(text);
+    } catch {
+      problem = { detail: text.slice(0, 500) };
+    }
+    throw errorFor(status, problem, retryAfterMs);
+  }
+  if (status === 204 || text === "") return undefined;
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new APIError(status, "unexpected_response", "Unexpected response", String(error));
+  }
+}
+
+function traceHeaders(traceparent: string | undefined): Record<string, string> | undefined {
+  return traceparent ? { traceparent } : undefined;
+}
+
+/** An ack is safe to repeat (the same ack answers as before); with lease_next only when the
+ * lease has a request_id (the repeat answers the same jobs). The lease may long-poll. */
+function ackRepeat(leaseNext: LeaseNext | undefined): { idempotent: boolean; longPollMs: number } {
+  if (!leaseNext) return { idempotent: true, longPollMs: 0 };
+  return { idempotent: leaseNext.request_id != null, longPollMs: leaseNext.wait_ms ?? 0 };
+}
