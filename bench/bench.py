@@ -1624,12 +1624,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         help="comma-separated: enqueue,enqueue_batch,cycle,cycle_50,batch,sdk_worker,sdk_next,wakeup,ledger,"
-        "memory,idle_sweep,long_ops,ack_cost (a first word selects all its workloads: cycle, sdk, ...)",
-
-
-        help="comma-separated: enqueue,enqueue_batch,cycle,cycle_50,batch,wakeup,ledger,memory,"
-        "idle_sweep,long_ops,ack_cost,ts_worker (a first word selects all its workloads: cycle, ack, ...; "
-        "ts_worker: the TypeScript SDK's Worker)",
+        "memory,idle_sweep,long_ops,ack_cost,ts_worker (a first word selects all its workloads: cycle, "
+        "sdk, ...; sdk: the Python SDK, ts_worker: the TypeScript SDK's Worker)",
     )
     parser.add_argument(
         "--service-dir",
