@@ -1,7 +1,7 @@
 """The client package runs on Python 3.9 (its requires-python): vermin reads its source for
 anything newer, annotations included (msgspec and typing.get_type_hints evaluate them at run
 time, where `X | Y` needs 3.10). vermin cannot see a call whose signature changed (it missed
-traceback.format_exception(error), 3.10+): test_sdk_install.py runs a worker on a real 3.9
+traceback.format_exception(error), 3.10+): test_client_package.py runs a worker on a real 3.9
 where the machine has one."""
 
 from __future__ import annotations
