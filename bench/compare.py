@@ -31,6 +31,7 @@ RUN_TIMEOUT_S = 900
 def checkout(commit: str, into: Path) -> Path:
     """The commit's tree, as files (no .git): its bench.py runs its own service."""
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True)
+    into.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     return into
 
