@@ -333,6 +333,9 @@ class Cluster:
             PORT=str(self.replica_ports[slot]),
             EMQ_SWEEP_INTERVAL_MS=str(SWEEP_MS),
             EMQ_WORKERS="1",  # one process per replica, so killing the replica kills all of it
+            # Every completed job stays readable for the final reads (the default cap, 10,000 per
+            # queue, would delete the oldest of the long profile's 12,000 before they are read).
+            EMQ_COMPLETED_MAX=str(2 * self.profile.jobs),
         )
         if slot == 1 and self.faketime_lib:
             env.update(LD_PRELOAD=self.faketime_lib, FAKETIME=CLOCK_SKEW, FAKETIME_DONT_RESET="1")
