@@ -194,6 +194,8 @@ class Scripts:
                 continue
             if isinstance(reply, Exception):
                 raise reply
+            if isinstance(confirmed, Exception):  # the write happened; whether it is replicated is unknown
+                raise WriteNotConfirmed(f"{operation}: WAIT failed: {confirmed}", reply)
             if confirmed < replicas:
                 raise WriteNotConfirmed(
                     f"{operation} reached {confirmed} of {replicas} replicas within {timeout_ms} ms", reply

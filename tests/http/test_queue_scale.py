@@ -177,3 +177,28 @@ async def test_a_durable_lease_no_replica_confirmed_gives_its_jobs_back(
             assert (await http.get(f"/v1/queues/{queue}/active")).json() == {"jobs": []}
             job = await lease_one(http, queue)
             assert job["id"] == created["id"] and job["attempt"] == 1  # the give-back spent no attempt
+
+
+async def test_a_wait_that_answers_an_error_is_an_unconfirmed_write(
+    private_valkey: ValkeyProcess, queue
+) -> None:
+    """WAIT itself can fail (here: a user denied it; in a failover: a primary turned replica).
+    The write is then not known to be replicated: 503 and the lease's jobs given back, not a 500."""
+    admin = Redis.from_url(private_valkey.url)
+    await admin.execute_command("ACL", "SETUSER", "no-wait", "on", ">no-wait", "~*", "&*", "+@all", "-wait")
+    await admin.aclose()
+    no_wait_url = f"redis://no-wait:no-wait@127.0.0.1:{private_valkey.port}/0"
+    plain = Settings(redis_url=private_valkey.url)
+    durable = Settings(redis_url=no_wait_url, wait_replicas=1, wait_timeout_ms=100)
+    with running_service(plain) as plain_url, running_service(durable) as durable_url:
+        async with (
+            httpx.AsyncClient(base_url=plain_url) as http,
+            httpx.AsyncClient(base_url=durable_url) as sure,
+        ):
+            refused = await sure.post(f"/v1/queues/{queue}/jobs", json={"payload": 1})
+            assert_problem(refused, 503, "backend_unavailable")
+            created = await enqueue(http, queue, "work", max_attempts=1)
+            response = await sure.post(f"/v1/queues/{queue}/lease", json={"worker": "w1"})
+            assert_problem(response, 503, "backend_unavailable")
+            assert (await get_job(http, queue, created["id"]))["state"] == "waiting"
+            assert (await http.get(f"/v1/queues/{queue}/active")).json() == {"jobs": []}
