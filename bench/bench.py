@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import atexit
 import contextlib
+import functools
 import hashlib
 import inspect
 import json
@@ -186,6 +187,15 @@ def adopt(process: subprocess.Popen[Any]) -> subprocess.Popen[Any]:
     return process
 
 
+@functools.cache
+def _alias_dir(folder: Path) -> str:
+    """One directory per checkout, made once however often its replicas start, holding
+    ``echomq_http`` as a symlink to the checkout's service/ folder."""
+    path = tempfile.mkdtemp(prefix="emq-checkout-")
+    (Path(path) / "echomq_http").symlink_to(folder, target_is_directory=True)
+    return path
+
+
 def service_process(service_dir: Path, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """The argv (after the interpreter) and env that run the service of a checkout.
 
@@ -199,8 +209,7 @@ def service_process(service_dir: Path, env: dict[str, str]) -> tuple[list[str], 
     if "echomq_http" not in (folder / "__main__.py").read_text():
         module, path = "service", str(service_dir)
     else:
-        module, path = "echomq_http", tempfile.mkdtemp(prefix="emq-checkout-")
-        (Path(path) / module).symlink_to(folder, target_is_directory=True)
+        module, path = "echomq_http", _alias_dir(folder)
     return ["-m", module], env | {"PYTHONPATH": os.pathsep.join(filter(None, [path, env.get("PYTHONPATH")]))}
 
 
