@@ -85,6 +85,28 @@ def new_request_id() -> str:
     return f"{INTERNAL_REQUEST_PREFIX}{_PROCESS_TOKEN}{next(_request_numbers)}"
 
 
+def _lease_args(worker: str, lease_ms: int, max_jobs: int, request_id: str | None) -> tuple[object, ...]:
+    """The lease script's arguments after the prefix: a new request id when the client gave
+    none, kept briefly (it only guards a re-sent call), a client's for CLIENT_REQUEST_TTL_MS."""
+    internal = request_id is None or request_id.startswith(INTERNAL_REQUEST_PREFIX)
+    ttl_ms = INTERNAL_REQUEST_TTL_MS if internal else CLIENT_REQUEST_TTL_MS
+    lease_ids = os.urandom(limits.LEASE_ID_BYTES * max_jobs).hex()
+    return (worker, lease_ms, max_jobs, lease_ids, request_id or new_request_id(), ttl_ms)
+
+
+# An ack's lease_next, as the lease script takes it: worker, lease_ms, max_jobs, request id.
+NextLease = tuple[str, int, int, str | None]
+
+
+def _ack_results(acks: Sequence[AckItem], codes: Sequence[int]) -> list[AckResult]:
+    return [
+        AckResult(id=ack.id, ok=True, state="completed")
+        if code > 0
+        else AckResult(id=ack.id, ok=False, code=problem_code_of(code))  # type: ignore[arg-type]
+        for ack, code in zip(acks, codes, strict=True)
+    ]
+
+
 class _ScriptJob(msgspec.Struct, omit_defaults=True):
     """One job's options as enqueue-10.lua reads them."""
 
@@ -315,21 +337,55 @@ class JobQueues:
         the same call re-sent after a timeout answers the jobs the first run leased instead of
         leasing more (lua/lease-11.lua). In durable mode, jobs whose lease no replica confirmed
         are given straight back (unspent) before the 503 reaches the client."""
-        internal = request_id is None or request_id.startswith(INTERNAL_REQUEST_PREFIX)
-        ttl_ms = INTERNAL_REQUEST_TTL_MS if internal else CLIENT_REQUEST_TTL_MS
-        lease_ids = os.urandom(limits.LEASE_ID_BYTES * max_jobs).hex()
-        args = (worker, lease_ms, max_jobs, lease_ids, request_id or new_request_id(), ttl_ms)
+        args = _lease_args(worker, lease_ms, max_jobs, request_id)
         try:
             reply = await self._call("lease", queue, *args)
         except WriteNotConfirmed as unconfirmed:
             if isinstance(unconfirmed.reply, list):
-                jobs = self._leased_jobs(queue, unconfirmed.reply)
-                with contextlib.suppress(WriteNotConfirmed):
-                    await self.release_many(queue, [(job.id, job.lease_id) for job in jobs])
+                await self._give_back_unconfirmed(queue, unconfirmed.reply)
             raise
         jobs = self._leased_jobs(queue, reply)
         self.telemetry.record_leased(queue, len(jobs))
         return jobs
+
+    async def _give_back_unconfirmed(self, queue: str, lease_reply: list[Any]) -> None:
+        """Durable mode: jobs leased by a write no replica confirmed go straight back, unspent."""
+        jobs = self._leased_jobs(queue, lease_reply) if lease_reply else []
+        if jobs:
+            with contextlib.suppress(WriteNotConfirmed):
+                await self.release_many(queue, [(job.id, job.lease_id) for job in jobs])
+
+    async def _ack_and_lease(
+        self,
+        queue: str,
+        acks: Sequence[tuple[str, str, Raw | UnsetType]],
+        next_lease: NextLease,
+        *,
+        only_if_all_taken: bool,
+        job_id: str | None = None,
+    ) -> tuple[list[int], list[LeasedJob] | None]:
+        """Acks, then a lease (worker, lease_ms, max_jobs, request_id), in one script call
+        (lua/ack-lease-11.lua): each ack's code, and the jobs leased (None when it did not lease:
+        only_if_all_taken and an ack was refused)."""
+        pairs = [(ack_id, lease_id) for ack_id, lease_id, _ in acks]
+        results = [_NO_RESULT if result is UNSET else bytes(result) for _, _, result in acks]
+        lease = _lease_args(*next_lease)
+        condition = b"1" if only_if_all_taken else b"0"
+        split = len(acks) * _ACK_REPLY_FIELDS
+        try:
+            reply = await self._call(
+                "ack-lease", queue, _encode(pairs), *lease, condition, *results, job_id=job_id
+            )
+        except WriteNotConfirmed as unconfirmed:
+            if isinstance(unconfirmed.reply, list):
+                await self._give_back_unconfirmed(queue, unconfirmed.reply[split:])
+            raise
+        codes = self._completed(queue, reply[:split])
+        if len(reply) == split:
+            return codes, None
+        jobs = self._leased_jobs(queue, reply[split:])
+        self.telemetry.record_leased(queue, len(jobs))
+        return codes, jobs
 
     def _leased_jobs(self, queue: str, reply: list[Any]) -> list[LeasedJob]:
         stale, *fields = reply
@@ -388,7 +444,11 @@ class JobQueues:
         pairs = [(job_id, lease_id) for job_id, lease_id, _ in acks]
         results = [_NO_RESULT if result is UNSET else bytes(result) for _, _, result in acks]
         reply = await self._call("ack", queue, _encode(pairs), *results, job_id=job_id)
-        codes, held_ms = reply[::_ACK_REPLY_FIELDS], reply[1::_ACK_REPLY_FIELDS]
+        return self._completed(queue, reply)
+
+    def _completed(self, queue: str, ack_reply: list[Any]) -> list[int]:
+        """The ack script's codes, its completions counted."""
+        codes, held_ms = ack_reply[::_ACK_REPLY_FIELDS], ack_reply[1::_ACK_REPLY_FIELDS]
         self.telemetry.record_completed(
             queue, (ms for code, ms in zip(codes, held_ms, strict=True) if code == 1)
         )
@@ -400,12 +460,26 @@ class JobQueues:
 
     async def ack(self, queue: str, acks: Sequence[AckItem]) -> list[AckResult]:
         codes = await self._ack_codes(queue, [(ack.id, ack.lease_id, ack.result) for ack in acks])
-        return [
-            AckResult(id=ack.id, ok=True, state="completed")
-            if code > 0
-            else AckResult(id=ack.id, ok=False, code=problem_code_of(code))  # type: ignore[arg-type]
-            for ack, code in zip(acks, codes, strict=True)
-        ]
+        return _ack_results(acks, codes)
+
+    async def ack_one_and_lease(
+        self, queue: str, job_id: str, lease_id: str, result: Raw | UnsetType, next_lease: NextLease
+    ) -> list[LeasedJob]:
+        """ack_one, then (only if the ack was taken) a lease, in one script call."""
+        (code,), jobs = await self._ack_and_lease(
+            queue, [(job_id, lease_id, result)], next_lease, only_if_all_taken=True, job_id=job_id
+        )
+        raise_for_code(code, job_id)
+        return jobs or []
+
+    async def ack_and_lease(
+        self, queue: str, acks: Sequence[AckItem], next_lease: NextLease
+    ) -> tuple[list[AckResult], list[LeasedJob]]:
+        """ack, then a lease whatever the acks' codes, in one script call."""
+        codes, jobs = await self._ack_and_lease(
+            queue, [(ack.id, ack.lease_id, ack.result) for ack in acks], next_lease, only_if_all_taken=False
+        )
+        return _ack_results(acks, codes), jobs or []
 
     async def fail(
         self,

@@ -26,7 +26,7 @@ from echomq_http import limits
 from echomq_http.auth import Action, Authenticator, Grant
 from echomq_http.errors import BodyTimeout, InvalidRequest
 from echomq_http.longpoll import WakeHub, lease_with_wait
-from echomq_http.queue import JobQueues, new_request_id
+from echomq_http.queue import JobQueues, NextLease, new_request_id
 from echomq_http.schemas import (
     AckManyRequest,
     AckManyResponse,
@@ -355,13 +355,16 @@ async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
     return json_response(LeaseResponse(jobs=await lease_jobs(request, queue, ask)))
 
 
-async def lease_jobs(request: Request[Any, Any, State], queue: str, ask: LeaseRequest) -> list[LeasedJob]:
-    """What a lease request answers: the lease route's, and an ack's lease_next. The request's
-    body must have been read (a hang-up is then the next thing it can receive)."""
+async def lease_jobs(
+    request: Request[Any, Any, State], queue: str, ask: LeaseRequest, request_id: str | None = None
+) -> list[LeasedJob]:
+    """What a lease request answers: the lease route's, and an ack's lease_next (whose first try
+    came with the acks, under request_id). The request's body must have been read (a hang-up is
+    then the next thing it can receive)."""
     queues = queues_of(request)
 
     # One request id for every try of a long poll: a re-sent try answers what an earlier one leased.
-    request_id = ask.request_id or new_request_id()
+    request_id = request_id or ask.request_id or new_request_id()
 
     async def lease_now() -> list[LeasedJob]:
         return await queues.lease(queue, ask.worker, ask.lease_ms, ask.max_jobs, request_id)
@@ -450,10 +453,13 @@ LEASE_NEXT_ERRORS = ("too_many_requests",)
 async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
     done = await read_body(request, AckRequest)
-    await queues_of(request).ack_one(queue, id, done.lease_id, done.result)
-    if done.lease_next is None:
+    queues, ask = queues_of(request), done.lease_next
+    if ask is None:
+        await queues.ack_one(queue, id, done.lease_id, done.result)
         return json_response(AckResponse(id=id, state="completed"))
-    jobs = await lease_jobs(request, queue, done.lease_next)
+    request_id = ask.request_id or new_request_id()
+    jobs = await queues.ack_one_and_lease(queue, id, done.lease_id, done.result, next_lease(ask, request_id))
+    jobs = jobs or await lease_later(request, queue, ask, request_id)
     return json_response(AckResponse(id=id, state="completed", jobs=jobs))
 
 
@@ -471,11 +477,27 @@ async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
 async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     batch = await read_body(request, AckManyRequest)
-    results = await queues_of(request).ack(queue, batch.acks)
-    if batch.lease_next is None:
-        return json_response(AckManyResponse(results=results))
-    jobs = await lease_jobs(request, queue, batch.lease_next)
+    queues, ask = queues_of(request), batch.lease_next
+    if ask is None:
+        return json_response(AckManyResponse(results=await queues.ack(queue, batch.acks)))
+    request_id = ask.request_id or new_request_id()
+    results, jobs = await queues.ack_and_lease(queue, batch.acks, next_lease(ask, request_id))
+    jobs = jobs or await lease_later(request, queue, ask, request_id)
     return json_response(AckManyResponse(results=results, jobs=jobs))
+
+
+# lease_next: the acks and a first try of the lease go in one script call; a long poll
+# (wait_ms) that found nothing waiting then waits as the lease route does, same request id.
+
+
+def next_lease(ask: LeaseRequest, request_id: str) -> NextLease:
+    return (ask.worker, ask.lease_ms, ask.max_jobs, request_id)
+
+
+async def lease_later(
+    request: Request[Any, Any, State], queue: str, ask: LeaseRequest, request_id: str
+) -> list[LeasedJob]:
+    return await lease_jobs(request, queue, ask, request_id) if ask.wait_ms > 0 else []
 
 
 @post(

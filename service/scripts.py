@@ -70,13 +70,13 @@ def render(path: Path, extra: Mapping[str, str] | None = None) -> str:
     placeholders = {**PLACEHOLDERS, **(extra or {})}
     include_dir = path.parent / "include"
 
-    script = path.read_text()
-
-    def include(match: re.Match[str]) -> str:
-        body = script[: match.start()] + script[match.end() :]
-        return trimmed((include_dir / f"{match['name']}.lua").read_text(), body)
-
-    source = _INCLUDE.sub(include, script)
+    source = path.read_text()
+    # Last include first: an include's definitions are trimmed against the script with every
+    # include below it already inlined (include/lease.lua uses include/common.lua's).
+    for match in reversed(list(_INCLUDE.finditer(source))):
+        below = source[: match.start()] + source[match.end() :]
+        inlined = trimmed((include_dir / f"{match['name']}.lua").read_text(), below)
+        source = source[: match.start()] + inlined + source[match.end() :]
 
     def fill(match: re.Match[str]) -> str:
         return placeholders[match[1]]

@@ -410,8 +410,9 @@ async def test_an_ack_gathered_but_not_sent_is_sent_before_stop_returns(
         return f"done {job.id}"
 
     await enqueue(asdk, queue, "first", "later")
-    # Acks wait an hour for company while a handler runs: "first"'s stays gathered.
-    worker = Worker(queue, handle, client=hooked, concurrency=2, ack_batch_s=3600)
+    # Acks wait an hour for company while a handler runs (and a share of the slots, 2 of 4, is
+    # not done yet): "first"'s stays gathered.
+    worker = Worker(queue, handle, client=hooked, concurrency=4, ack_batch_s=3600)
     task = asyncio.create_task(worker.arun())
     await runs.all_started("first", "later")
 

@@ -177,6 +177,17 @@ async def test_a_durable_lease_no_replica_confirmed_gives_its_jobs_back(
             assert (await http.get(f"/v1/queues/{queue}/active")).json() == {"jobs": []}
             job = await lease_one(http, queue)
             assert job["id"] == created["id"] and job["attempt"] == 1  # the give-back spent no attempt
+            # An ack's lease_next (one script call with the ack) gives its jobs back the same way.
+            second = await enqueue(http, queue, "more", max_attempts=1)
+            response = await sure.post(
+                f"/v1/queues/{queue}/jobs/{job['id']}/ack",
+                json={"lease_id": job["lease_id"], "lease_next": {"worker": "w1"}},
+            )
+            assert_problem(response, 503, "backend_unavailable")
+            assert (await get_job(http, queue, second["id"]))["state"] == "waiting"
+            assert (await http.get(f"/v1/queues/{queue}/active")).json() == {"jobs": []}
+            again = await lease_one(http, queue)
+            assert again["id"] == second["id"] and again["attempt"] == 1
 
 
 async def test_a_wait_that_answers_an_error_is_an_unconfirmed_write(

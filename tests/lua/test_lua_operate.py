@@ -14,6 +14,7 @@ from echomq_http.scripts import Scripts, lua_dir
 NOT_FOUND, JOB_ACTIVE = ScriptCode.JOB_NOT_FOUND.value, ScriptCode.JOB_ACTIVE.value
 OPERATIONS = [
     "ack",
+    "ack-lease",
     "counts",
     "delete",
     "delete-queue",

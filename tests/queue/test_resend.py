@@ -44,6 +44,11 @@ async def warm_up(http: httpx.AsyncClient, queue: str) -> None:
     ).status_code == 200
     job = await lease_one(http, queue, lease_ms=60_000)
     assert (await job_call(http, queue, job["id"], "ack", lease_id=job["lease_id"])).status_code == 200
+    await http.post(f"/v1/queues/{queue}/jobs", json={"payload": 0})
+    job = await lease_one(http, queue, lease_ms=60_000)
+    next_lease = {"worker": "warm-up", "max_jobs": 1}
+    done = await job_call(http, queue, job["id"], "ack", lease_id=job["lease_id"], lease_next=next_lease)
+    assert done.status_code == 200
 
 
 async def test_a_re_sent_lease_answers_the_jobs_the_first_run_leased(http, proxy, queue) -> None:
@@ -94,6 +99,32 @@ async def test_a_re_sent_ack_answers_as_the_first_did(http, proxy, queue) -> Non
     response = await job_call(http, queue, job["id"], "ack", lease_id=job["lease_id"], result="resent-result")
     assert proxy.dropped == 1
     assert response.status_code == 200 and response.json()["state"] == "completed"
+
+
+async def test_a_re_sent_ack_with_lease_next_acks_once_and_leases_once(http, proxy, queue) -> None:
+    """The acks and the next lease go in one script call: re-sent, the ack answers as before and
+    the lease answers the jobs the first run leased (its request id), leasing nothing more."""
+    ids = [(await http.post(f"/v1/queues/{queue}/jobs", json={"payload": n})).json()["id"] for n in range(4)]
+    job = await lease_one(http, queue, lease_ms=60_000)
+    proxy.lose_reply_to(b"resent-ack-result")
+    response = await job_call(
+        http,
+        queue,
+        job["id"],
+        "ack",
+        lease_id=job["lease_id"],
+        result="resent-ack-result",
+        lease_next={"worker": "resend-next", "max_jobs": 2, "lease_ms": 60_000},
+    )
+    assert proxy.dropped == 1
+    assert response.status_code == 200, response.text
+    leased = response.json()["jobs"]
+    assert [next_job["id"] for next_job in leased] == ids[1:3]
+    assert [next_job["attempt"] for next_job in leased] == [1, 1]
+    ledger = (await http.get(f"/v1/queues/{queue}/active")).json()["jobs"]
+    assert sorted(entry["id"] for entry in ledger) == sorted(ids[1:3])
+    assert (await counts(http, queue))["waiting"] == 1
+    assert (await get_job(http, queue, job["id"]))["result"] == "resent-ack-result"
 
 
 async def test_a_re_sent_enqueue_of_a_new_job_answers_created(http, proxy, queue) -> None:

@@ -10,8 +10,10 @@
 //   a lease repeated after a lost answer leases nothing twice. A lease waits (long poll) up to
 //   waitMs for jobs to come.
 // - Returning acks with the value as the result. Acks are gathered for up to ackBatchMs (or until
-//   no handler runs) into one ack-many call whose lease_next leases the next jobs for the slots
-//   that freed up. Throwing fails the attempt with the error's text; an error with
+//   no handler runs, or a PIPELINE-th of the slots is done) into ack-many calls whose lease_next
+//   leases the next jobs for the slots that freed up. A full worker keeps about PIPELINE such
+//   calls in flight, so the service and Redis work on one batch while this process runs another.
+//   Throwing fails the attempt with the error's text; an error with
 //   `retry: false` dead-letters the job, one with `retryAfterMs` sets the delay (see JobError).
 // - One heartbeat-many every heartbeatMs (leaseMs / 3) renews every lease held. A lease found
 //   lost (the heartbeat answers lease_lost / job_not_found, or it could not be renewed before it
@@ -94,6 +96,7 @@ export interface WorkerStats {
 const MAX_ERROR_CHARS = 8000;
 const MAX_BATCH = 1000; // ack-many and heartbeat-many take at most this many items
 const MAX_LEASE = 100; // a lease takes at most this many jobs
+const PIPELINE = 2; // ack-many calls (each with its lease_next) a full worker keeps in flight
 const FATAL = [Unauthorized, Forbidden, InvalidRequest, NotFound]; // retrying cannot help
 const TRANSIENT = [ConnectionFailed, BackendUnavailable, TooManyRequests]; // the service may take it later
 
@@ -101,7 +104,11 @@ type State = "running" | "settling" | "releasing" | "gone";
 
 interface Entry {
   job: LeasedJob;
-  abort: AbortController;
+  /** Made when the handler first reads job.signal (most never do: an AbortController per job
+   * is a noticeable part of a small job's cost). */
+  abort?: AbortController;
+  /** Why the job was taken away, once it was: a signal made later starts aborted. */
+  aborted?: JobAborted;
   /** When the lease runs out by this process's clock, conservatively (performance.now()). */
   expiresAt: number;
   state: State;
@@ -145,6 +152,19 @@ function safeJson(value: unknown): string | undefined {
 }
 
 const now = () => performance.now();
+
+function signalOf(entry: Entry): AbortSignal {
+  if (entry.abort === undefined) {
+    entry.abort = new AbortController();
+    if (entry.aborted !== undefined) entry.abort.abort(entry.aborted);
+  }
+  return entry.abort.signal;
+}
+
+function abortEntry(entry: Entry, reason: JobAborted): void {
+  entry.aborted ??= reason;
+  entry.abort?.abort(reason);
+}
 
 export class Worker {
   readonly queue: string;
@@ -285,7 +305,7 @@ export class Worker {
       if (entry.state !== "running") continue;
       entry.state = "releasing";
       this.running -= 1;
-      entry.abort.abort(new JobAborted("stopped", "the worker stopped and the grace period ran out"));
+      abortEntry(entry, new JobAborted("stopped", "the worker stopped and the grace period ran out"));
     }
     // 3. Acks gathered so far, fails, and the lease calls in flight (whatever they bring is
     //    released as it comes): all settled before the running jobs are released, or a lease in
@@ -323,7 +343,7 @@ export class Worker {
   /** Sends what is due: gathered acks (with a lease for the free slots), else a lease. */
   private pump(): void {
     if (this.acks.length > 0) {
-      if (this.acks.length >= MAX_BATCH || this.running === 0 || this.stopping) this.flushAcks();
+      if (this.acks.length >= this.share() || this.running === 0 || this.stopping) this.flushAcks();
       else this.ackTimer ??= setTimeout(() => this.flushAcks(), this.ackBatchMs);
     }
     if (!this.stopping && !this.polling && this.acks.length === 0 && this.free() > 0) {
@@ -381,7 +401,7 @@ export class Worker {
   /** Jobs a lease brought: started, or released when the worker is stopping. */
   private accept(jobs: LeasedJob[], sentAt: number): void {
     for (const job of jobs) {
-      const entry: Entry = { job, abort: new AbortController(), expiresAt: sentAt + this.leaseMs, state: "running" };
+      const entry: Entry = { job, expiresAt: sentAt + this.leaseMs, state: "running" };
       this.held.set(job.lease_id, entry);
       if (this.stopping || this.running >= this.concurrency) {
         entry.state = "releasing";
@@ -396,7 +416,8 @@ export class Worker {
   // --- one job -----------------------------------------------------------------------------------
 
   private async runHandler(entry: Entry): Promise<void> {
-    const job: Job = { ...entry.job, signal: entry.abort.signal };
+    const job = { ...entry.job } as Job;
+    Object.defineProperty(job, "signal", { enumerable: true, get: () => signalOf(entry) });
     let ok: boolean;
     let value: unknown;
     try {
@@ -428,7 +449,7 @@ export class Worker {
   private lose(entry: Entry, why: string): void {
     if (entry.state === "running") {
       this.running -= 1;
-      entry.abort.abort(new JobAborted("lease_lost", why));
+      abortEntry(entry, new JobAborted("lease_lost", why));
       this.stats.lost += 1;
       this.log.warn(`job ${entry.job.id}: ${why}; outcome discarded`);
       if (this.running === 0) this.wakeIdle();
@@ -449,14 +470,20 @@ export class Worker {
       clearTimeout(this.ackTimer);
       this.ackTimer = undefined;
     }
-    while (this.acks.length > 0) {
-      const batch = this.acks.splice(0, MAX_BATCH);
-      this.track(this.sendAcks(batch));
+    const size = this.share();
+    for (let left = Math.ceil(this.acks.length / size); left > 0; left -= 1) {
+      this.track(this.sendAcks(this.acks.splice(0, size), left));
     }
   }
 
-  private async sendAcks(batch: Ack[], mayLease = true): Promise<void> {
-    const wanted = this.stopping || !mayLease ? 0 : Math.max(0, this.free());
+  /** The acks worth a call of their own: a PIPELINE-th of the slots. */
+  private share(): number {
+    return Math.min(MAX_BATCH, Math.ceil(this.concurrency / PIPELINE));
+  }
+
+  /** Acks batch; its lease_next takes a 1/parts part of the free slots (parts 0: no lease). */
+  private async sendAcks(batch: Ack[], parts = 1): Promise<void> {
+    const wanted = this.stopping || parts === 0 ? 0 : Math.max(0, Math.ceil(this.free() / parts));
     const leaseNext: LeaseNext | undefined =
       wanted > 0
         ? { worker: this.workerId, lease_ms: this.leaseMs, max_jobs: wanted, wait_ms: 0, request_id: this.nextRequestId() }
@@ -487,7 +514,7 @@ export class Worker {
     } catch (error) {
       if ((error instanceof InvalidRequest || error instanceof PayloadTooLarge) && batch.length > 1) {
         // One result the service refuses refuses the whole batch (nothing was acked): one by one.
-        await Promise.all(batch.map((ack) => this.sendAcks([ack], false)));
+        await Promise.all(batch.map((ack) => this.sendAcks([ack], 0)));
       } else if (error instanceof InvalidRequest || error instanceof PayloadTooLarge) {
         await this.fail(batch[0]!.entry, new TypeError(`the service refused the result: ${error.detail}`));
       } else {

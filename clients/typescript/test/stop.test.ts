@@ -119,7 +119,8 @@ test("running: a handler that returns within the grace is acked; one that outliv
 test("returned, its ack gathered and not yet sent: stop() sends it", async () => {
   const { queue, hooked, runs } = await scene("a", "b");
   runs.gate("b");
-  const w = hookedWorker(hooked, queue, runs, { concurrency: 2, ackBatchMs: 60_000 });
+  // Acks wait a minute for company while b runs (and a share of the slots, 2 of 4, is not done).
+  const w = hookedWorker(hooked, queue, runs, { concurrency: 4, ackBatchMs: 60_000 });
   const run = w.run();
   await Promise.all([runs.startedOf("a").promise, runs.startedOf("b").promise]);
   await sleep(100); // a returned at once: its ack waits in the batch (b still runs)

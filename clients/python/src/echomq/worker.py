@@ -10,8 +10,11 @@
   (run as a task). At most ``concurrency`` run at once.
 - Requests are batched. A lease asks for every free slot at once (``max_jobs``, a long poll of
   ``wait_ms`` when the queue is empty). Finished jobs' acks are gathered for ``ack_batch_s``
-  (or until no handler is running) into one ack-many whose ``lease_next`` leases the jobs for
-  the slots they free: one request per batch of finished jobs. One heartbeat-many every
+  (or until no handler is running, or a ``PIPELINE``-th of the slots is done) into ack-manies
+  whose ``lease_next`` leases the jobs for the slots they free. Up to ``PIPELINE`` such requests
+  are in flight at once, so the service and Redis work on one batch while this process runs the
+  jobs of another (one batch at a time would leave each side idle while the others work).
+  One heartbeat-many every
   ``heartbeat_s`` (default ``lease_ms / 3``) renews the leases of every job held.
 - If the service answers that a lease is lost (or it could not be renewed before it ran out),
   the job is not ours any more: an async handler is cancelled, a sync handler sees
@@ -92,6 +95,7 @@ DEFAULT_ACK_BATCH_S = 0.005
 MAX_LEASE_JOBS = 100  # the API's limit per lease
 MAX_BATCH = 1000  # the API's limit per ack-many and heartbeat-many
 MAX_BATCH_RESULT_BYTES = 256 * 1024  # well under the service's 1 MiB body limit
+PIPELINE = 2  # ack-manies (each with its lease_next) a full worker keeps in flight
 CANCEL_WAIT_S = 5.0  # how long cancelled async handlers get to unwind before their jobs are released
 _FATAL = (Unauthorized, Forbidden, InvalidRequest, NotFound)  # retrying cannot help
 _TRANSIENT = (ConnectionFailed, BackendUnavailable, TooManyRequests)  # a later try may succeed
@@ -299,8 +303,9 @@ class Worker:
         self._outbox_bytes = 0
         self._outbox_since = 0.0
         self._requests: set[asyncio.Task[Any]] = set()  # every request of ours in flight
-        self._leasing = False  # a lease (alone or as an ack's lease_next) is in flight
-        self._lease_retry: Optional[_Lease] = None  # a lease whose answer was lost
+        self._leases = 0  # leases in flight (alone or as an ack's lease_next)
+        self._polling = False  # a lease alone (a long poll) is in flight
+        self._lease_retries: list[_Lease] = []  # leases whose answers were lost
         self._lease_failures = 0
         self._lease_after = 0.0  # monotonic: no lease before (backing off)
         self._fatal: Optional[EchoMQError] = None
@@ -416,10 +421,11 @@ class Worker:
             if self._flush_in() == 0:
                 self._flush()
             if self._may_lease():
+                self._polling = True
                 self._spawn(self._lease(self._reserve_lease(self.wait_ms)))
             if self._is_stopping and self._wound_down:
-                if self._lease_retry is not None and not self._leasing:
-                    self._spawn(self._collect_lost_lease())
+                if self._lease_retries and not self._leases:
+                    self._spawn(self._collect_lost_leases())
                 if not self._outbox and not self._requests:
                     return
             await self._sleep(self._flush_in(), self._backing_off_for())
@@ -437,35 +443,45 @@ class Worker:
         if not self._outbox:
             return None
         full = len(self._outbox) >= MAX_BATCH or self._outbox_bytes >= MAX_BATCH_RESULT_BYTES
-        if full or self._running == 0 or self._is_stopping:
+        if full or len(self._outbox) >= self._share() or self._running == 0 or self._is_stopping:
             return 0.0  # nothing else will finish soon, or nothing may wait
         return max(0.0, self._outbox_since + self.ack_batch_s - time.monotonic())
 
+    def _share(self) -> int:
+        """The acks worth a request of their own: a PIPELINE-th of the slots."""
+        return max(1, -(-self.concurrency // PIPELINE))
+
     def _backing_off_for(self) -> Optional[float]:
         left = self._lease_after - time.monotonic()
-        return left if left > 0 and self._wants_lease() else None
+        return left if left > 0 and self._wants_lease() and not self._polling else None
 
     def _wants_lease(self) -> bool:
-        return not self._is_stopping and self._fatal is None and not self._leasing and self._free_slots() > 0
+        return not self._is_stopping and self._fatal is None and self._free_slots() > 0
 
     def _may_lease(self) -> bool:
         # Gathered acks carry the next lease themselves (lease_next) when they are sent.
-        return self._wants_lease() and not self._outbox and time.monotonic() >= self._lease_after
+        return (
+            self._wants_lease()
+            and not self._polling
+            and not self._outbox
+            and time.monotonic() >= self._lease_after
+        )
 
-    def _reserve_lease(self, wait_ms: int) -> _Lease:
+    def _reserve_lease(self, wait_ms: int, most: int = MAX_LEASE_JOBS) -> _Lease:
         """The next lease request, its slots taken from now until it is answered."""
-        lease, self._lease_retry = self._lease_retry, None
-        if lease is None:
-            lease = _Lease(next(self._request_ids), min(self._free_slots(), MAX_LEASE_JOBS), wait_ms)
-        # else the same request_id again: it answers what that lease took, never more
-        self._leasing = True
+        if self._lease_retries and self._lease_retries[0].max_jobs <= self._free_slots():
+            lease = self._lease_retries.pop(0)  # the same request_id: it answers what it took, never more
+        else:
+            lease = _Lease(next(self._request_ids), min(self._free_slots(), most, MAX_LEASE_JOBS), wait_ms)
+        self._leases += 1
         self._no_lease.clear()
         self._asked += lease.max_jobs
         return lease
 
     def _unreserve(self, lease: _Lease) -> None:
-        self._leasing = False
-        self._no_lease.set()
+        self._leases -= 1
+        if not self._leases:
+            self._no_lease.set()
         self._asked -= lease.max_jobs
 
     def _spawn(self, request: Awaitable[Any]) -> None:
@@ -501,13 +517,14 @@ class Worker:
             self._lease_failed(lease, error)
             return
         finally:
+            self._polling = False
             self._unreserve(lease)
         self._lease_failures = 0
         self._take(jobs, sent_at)
 
     def _lease_failed(self, lease: _Lease, error: EchoMQError) -> None:
         # The answer may be lost after the service leased: the next lease repeats this one.
-        self._lease_retry = lease
+        self._lease_retries.append(lease)
         self._lease_failures += 1
         delay = backoff_s(self._lease_failures)
         self._lease_after = time.monotonic() + delay
@@ -626,10 +643,15 @@ class Worker:
         self._outbox.append((held, item))
 
     def _flush(self) -> None:
-        """Send the gathered acks in one ack-many; its lease_next takes the free slots."""
-        batch, self._outbox, self._outbox_bytes = self._outbox[:MAX_BATCH], self._outbox[MAX_BATCH:], 0
-        lease = self._reserve_lease(wait_ms=0) if self._wants_lease() else None
-        self._spawn(self._send_acks(batch, lease))
+        """Send the gathered acks: a share of the slots' worth per ack-many (PIPELINE), each
+        with a lease_next for its part of the free slots."""
+        outbox, self._outbox, self._outbox_bytes = self._outbox, [], 0
+        size = min(MAX_BATCH, self._share())
+        batches = [outbox[start : start + size] for start in range(0, len(outbox), size)]
+        for left, batch in zip(range(len(batches), 0, -1), batches):
+            wanted = -(-self._free_slots() // left)  # this batch's part of the free slots
+            lease = self._reserve_lease(0, wanted) if wanted > 0 and self._wants_lease() else None
+            self._spawn(self._send_acks(batch, lease))
 
     async def _send_acks(self, batch: list[tuple[_Held, AckItem]], lease: Optional[_Lease]) -> None:
         items = [item for _, item in batch]
@@ -657,7 +679,7 @@ class Worker:
             return
         except EchoMQError as error:
             if lease is not None:
-                self._lease_retry = lease  # it may have leased: the next lease repeats it
+                self._lease_retries.append(lease)  # it may have leased: the next lease repeats it
             for held, _ in batch:
                 self._settle(held, "error", f"ack not taken ({error})")
             return
@@ -840,23 +862,22 @@ class Worker:
             self._handler_ended.clear()
             await wait_at_most(self._handler_ended, left)
 
-    async def _collect_lost_lease(self) -> None:
-        """A lease whose answer was lost may hold jobs: the same request_id answers them, to be
+    async def _collect_lost_leases(self) -> None:
+        """Leases whose answers were lost may hold jobs: the same request_id answers them, to be
         released now instead of when their leases run out."""
-        lease, self._lease_retry = self._lease_retry, None
-        if lease is None:
-            return
-        sent_at = time.monotonic()
-        try:
-            jobs = await self._api.lease(
-                self.queue,
-                self.worker_id,
-                lease_ms=self.lease_ms,
-                max_jobs=lease.max_jobs,
-                wait_ms=0,
-                request_id=lease.request_id,
-            )
-        except EchoMQError as error:
-            log.warning("worker %s: could not collect a lost lease (%s)", self.worker_id, error)
-            return
-        self._take(jobs, sent_at)
+        leases, self._lease_retries = self._lease_retries, []
+        for lease in leases:
+            sent_at = time.monotonic()
+            try:
+                jobs = await self._api.lease(
+                    self.queue,
+                    self.worker_id,
+                    lease_ms=self.lease_ms,
+                    max_jobs=lease.max_jobs,
+                    wait_ms=0,
+                    request_id=lease.request_id,
+                )
+            except EchoMQError as error:
+                log.warning("worker %s: could not collect a lost lease (%s)", self.worker_id, error)
+                continue
+            self._take(jobs, sent_at)

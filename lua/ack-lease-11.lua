@@ -1,0 +1,25 @@
+-- Acknowledge finished jobs, then lease the next ones, in one call: an ack (or ack-many) with
+-- lease_next. Each part does exactly what the ack and lease scripts do (include/ack.lua,
+-- include/lease.lua); together they cost the worker's request one round trip to Redis, not two.
+-- KEYS[1..11] the queue's keys (see include/common.lua)
+-- ARGV[1]     key prefix "emq:{queue}:"
+-- ARGV[2]     JSON array of [id, lease_id] pairs (at most 1000: the API's batch limit)
+-- ARGV[3..8]  the lease: worker, lease_ms, max_jobs, lease ids, request id, record ms (as the
+--             lease script's ARGV[2..7])
+-- ARGV[9]     "1": lease only if every ack was taken (a single ack that fails leases nothing);
+--             "0": lease whatever the acks' codes (ack-many)
+-- ARGV[10..]  each ack's result as raw JSON, in the same order as ARGV[2]; "" = no result
+-- Returns     the ack script's reply (2 entries per ack), then the lease script's reply (stale,
+--             10 entries per job), or nothing more when it did not lease
+-- @include common
+-- @include ack
+-- @include lease
+local reply = ack_jobs(cjson.decode(ARGV[2]), 10)
+if ARGV[9] == '1' then
+  for i = 1, #reply, 2 do
+    if reply[i] <= 0 then return reply end
+  end
+end
+local leased = lease_jobs(ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8])
+for i = 1, #leased do reply[#reply + 1] = leased[i] end
+return reply

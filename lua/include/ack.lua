@@ -1,0 +1,50 @@
+-- Acknowledging finished jobs, for the scripts that do it (ack, ack-lease).
+
+-- Each ack's job leaves the in-flight ledger (LREM) and becomes completed, if the ack's lease is
+-- the job's live lease. Acking again with the lease that completed the job answers "already
+-- completed", so a worker whose response was lost can retry safely.
+-- acks: {{id, lease_id}, ...}; ARGV[results_from + i - 1]: the i-th ack's result as raw JSON,
+-- "" = no result. Returns a flat array, 2 entries per ack: code (1 completed now, 2 already
+-- completed by this lease, JOB_NOT_FOUND, LEASE_LOST) and, for code 1, how long the lease was
+-- held (ms, lease to ack), else 0.
+local function ack_jobs(acks, results_from)
+  local now = now_ms()
+  local now_text = text(now)
+  local reply = {}
+  local departures = new_departures()
+  local completed = {} -- ZADD arguments: score, id, ...
+  for i, ack in ipairs(acks) do
+    local id, lease_id = ack[1], ack[2]
+    local key = job_key(id)
+    local job = redis.call('HMGET', key, 'state', 'worker', 'leased_at', 'done_lease', 'lease_id')
+    local result = ARGV[results_from + i - 1]
+    local code, held_ms = 0, 0
+    if not job[1] then
+      code = JOB_NOT_FOUND
+    elseif job[5] == lease_id and job[2] and redis.call('DEL', lock_key(id)) == 1 then
+      -- The lease's own id and an unexpired lock: holds_lease in one call fewer, as the lock
+      -- always names the lease_id and worker of the hash while it exists (both set by lease).
+      held_ms = now - tonumber(job[3])
+      leave_ledger(departures, id, key, job[2], true)
+      if result ~= '' then
+        redis.call('HSET', key, 'state', 'completed', 'done_lease', lease_id, 'finished_at', now_text,
+          'updated_at', now_text, 'result', result)
+      else
+        redis.call('HSET', key, 'state', 'completed', 'done_lease', lease_id, 'finished_at', now_text,
+          'updated_at', now_text)
+      end
+      completed[#completed + 1] = now_text
+      completed[#completed + 1] = id
+      code = 1
+    elseif job[1] == 'completed' and job[4] == lease_id then
+      code = 2
+    else
+      code = LEASE_LOST
+    end
+    reply[#reply + 1] = code
+    reply[#reply + 1] = held_ms
+  end
+  detach(departures)
+  record_completed(completed, now)
+  return reply
+end
