@@ -758,7 +758,10 @@ def describe(outcome: Outcome | None) -> str:
 def script_sha(operation: str) -> str:
     from echomq_http.scripts import lua_dir, render
 
-    (path,) = lua_dir().glob(f"{operation}-*.lua")
+    # "<operation>-<numkeys>.lua" exactly: "ack-*.lua" also matches ack-lease-11.lua
+    (path,) = (
+        path for path in lua_dir().glob(f"{operation}-*.lua") if path.stem.rsplit("-", 1)[0] == operation
+    )
     return hashlib.sha1(render(path).encode()).hexdigest()
 
 
@@ -1065,33 +1068,43 @@ def run_ts_worker(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
     """The TypeScript SDK's Worker (bench/ts_worker_bench.mjs) against BullMQ's Worker, both
     concurrency 50 with a no-op handler, on TS_WORKER_JOBS pre-filled jobs, from start to the
     last ack. Part of the default run; --only ts_worker runs it alone."""
-    if not enabled("ts_worker") or not build_ts_sdk():
+    if not (enabled("ts_worker") or enabled("ts_next")) or not build_ts_sdk():
         return []
 
-    def ours() -> Outcome:
-        bench.prefill("bench", TS_WORKER_JOBS)
+    def node_client(script: str, **extra: Any) -> Outcome:
         spec = {
             "url": bench.service.urls[0],
             "queue": "bench",
             "concurrency": TS_WORKER_CONCURRENCY,
-            "prefill": TS_WORKER_JOBS,
-            "duration_ms": 120_000,
             "lease_ms": CYCLE_LEASE_MS,
             "watch": bench.watch,
             "clk_tck": os.sysconf("SC_CLK_TCK"),
             "deadline_ms": 150_000,
-        }
+        } | extra
         done = subprocess.run(
-            ["node", str(BENCH_DIR / "ts_worker_bench.mjs"), json.dumps(spec)],
+            ["node", str(BENCH_DIR / script), json.dumps(spec)],
             capture_output=True,
             text=True,
             timeout=180,
             check=False,
         )
         if done.returncode != 0:
-            raise RuntimeError(f"ts_worker_bench failed: {done.stderr.strip()[-2000:]}")
+            raise RuntimeError(f"{script} failed: {done.stderr.strip()[-2000:]}")
         return outcome_of([json.loads(done.stdout.strip().splitlines()[-1])])
 
+    def ours() -> Outcome:
+        bench.prefill("bench", TS_WORKER_JOBS)
+        return node_client("ts_worker_bench.mjs", prefill=TS_WORKER_JOBS, duration_ms=120_000)
+
+    def ours_next() -> Outcome:
+        bench.prefill("bench", bench.plan.prefill_cycle)
+        return node_client(
+            "ts_next_bench.mjs",
+            warmup_ms=int(bench.plan.warmup_s * 1000),
+            duration_ms=int(bench.plan.duration_s * 1000),
+        )
+
+    rows = []
     mine, theirs = measure_pair(
         bench,
         "ts_worker",
@@ -1105,19 +1118,40 @@ def run_ts_worker(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
         ),
         enabled,
     )
-    if mine is None:
-        return []
-    return [
-        Row(
-            "ts_worker",
-            f"TypeScript SDK Worker, c={TS_WORKER_CONCURRENCY}, no-op, {TS_WORKER_JOBS:,} jobs",
-            "jobs/s",
-            mine,
-            theirs,
-            f"Worker, concurrency {TS_WORKER_CONCURRENCY}, no-op",
-            target=">= 1.5x",
+    if mine is not None:
+        rows.append(
+            Row(
+                "ts_worker",
+                f"TypeScript SDK Worker, c={TS_WORKER_CONCURRENCY}, no-op, {TS_WORKER_JOBS:,} jobs",
+                "jobs/s",
+                mine,
+                theirs,
+                f"Worker, concurrency {TS_WORKER_CONCURRENCY}, no-op",
+                target=">= 1.5x",
+            )
         )
-    ]
+    mine, theirs = measure_pair(
+        bench,
+        "ts_next",
+        ours_next,
+        lambda: bench.bullmq(
+            "fetch_next", concurrency=TS_WORKER_CONCURRENCY, prefill=bench.plan.prefill_bull_manual
+        ),
+        enabled,
+    )
+    if mine is not None:
+        rows.append(
+            Row(
+                "ts_next",
+                f"TS SDK ack with lease_next (1 job), {TS_WORKER_CONCURRENCY} loops",
+                "jobs/s",
+                mine,
+                theirs,
+                f"moveToCompleted(fetchNext), {TS_WORKER_CONCURRENCY} loops",
+                target=">= 0.6x",
+            )
+        )
+    return rows
 
 
 def run_all(bench: Bench) -> list[Row]:

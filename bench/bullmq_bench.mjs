@@ -26,6 +26,7 @@ import { performance } from 'node:perf_hooks';
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { cpuSample as cpuSampleOf } from './cpu.mjs';
+import { Window as MeasuredWindow } from './window.mjs';
 
 const spec = JSON.parse(process.argv[2]);
 // Resolve bullmq from the cache folder bench.py installed it in (spec.node_modules).
@@ -38,58 +39,9 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const cpuSample = () => cpuSampleOf(spec.watch, spec.clk_tck || 100);
 
-class Window {
+class Window extends MeasuredWindow {
   constructor(warmupMs, durationMs) {
-    const now = Date.now();
-    this.start = now + warmupMs;
-    this.end = this.start + durationMs;
-    this.jobs = 0;
-    this.requests = 0;
-    this.errors = 0;
-    this.firstEmptyAt = null;
-    this.latencies = [];
-    this.cpuStart = null;
-    this.cpuEnd = null;
-    setTimeout(() => { this.cpuStart = cpuSample(); }, warmupMs);
-    setTimeout(() => { if (this.cpuEnd === null) this.cpuEnd = cpuSample(); }, warmupMs + durationMs);
-  }
-  // The work is done before the planned end (a drain): the window and its CPU end now.
-  closeNow() {
-    if (this.cpuEnd !== null) return;
-    this.end = Math.min(this.end, Date.now());
-    this.cpuEnd = cpuSample();
-  }
-  inside(now) { return now >= this.start && now < this.end && this.firstEmptyAt === null; }
-  note(jobs, requests, latencyMs) {
-    if (this.inside(Date.now())) {
-      this.jobs += jobs;
-      this.requests += requests;
-      this.latencies.push(latencyMs);
-    }
-  }
-  empty() {
-    const now = Date.now();
-    if (now >= this.start && now < this.end && this.firstEmptyAt === null) this.firstEmptyAt = now;
-  }
-  over() { return Date.now() >= this.end; }
-  async finished() {
-    while (this.cpuEnd === null) await sleep(5);
-  }
-  result(extra = {}) {
-    const end = this.firstEmptyAt ?? this.end;
-    const cpu = {};
-    for (const name of Object.keys(this.cpuEnd)) cpu[name] = this.cpuEnd[name] - this.cpuStart[name];
-    return {
-      jobs: this.jobs,
-      requests: this.requests,
-      errors: this.errors,
-      empty: this.firstEmptyAt === null ? 0 : 1,
-      window_s: Math.max(1e-9, (end - this.start) / 1000),
-      planned_window_s: (this.end - this.start) / 1000,
-      latencies_ms: this.latencies.map((ms) => Math.round(ms * 10000) / 10000),
-      cpu_s: cpu,
-      ...extra,
-    };
+    super(warmupMs, durationMs, cpuSample);
   }
 }
 
