@@ -250,6 +250,28 @@ async def test_completed_and_failed_jobs_never_exceed_their_caps(q):
     assert set(await q.zset(q.keys.failed)) == set(ids[17:20])
 
 
+async def test_a_queue_at_its_cap_trims_a_few_dozen_at_once_never_exceeding_it(q):
+    """Past the cap a trim takes a 64th of the cap more than the excess (here 10 of 640), so the
+    next acks skip the trim; the count never goes over the cap."""
+    capped = await q.scripts_with(COMPLETED_MAX=640)
+    call = lambda operation, *args: capped.call(operation, q.keys.script_keys, (q.keys.prefix, *args))  # noqa: E731
+    ids = await fill(q, 700)
+    jobs = await lease_all(q, 700)
+    for start in range(0, 640, 64):
+        pairs = [[job.id, job.lease_id] for job in jobs[start : start + 64]]
+        await call("ack", json.dumps(pairs), *[b""] * len(pairs))
+    assert await q.redis.zcard(q.keys.completed) == 640  # at the cap: nothing trimmed yet
+    trims = []
+    for job in jobs[640:660]:
+        await call("ack", json.dumps([[job.id, job.lease_id]]), b"")
+        trims.append(await q.redis.zcard(q.keys.completed))
+    # The 641st ack trims 11 (1 over, 10 more): 630; the next 10 fill up to 640; the 652nd trims again.
+    assert trims[:11] == list(range(630, 641))
+    assert trims[11] == 630 and max(trims) <= 640
+    assert await q.job(ids[0]) == {}  # the oldest 22 went, with their hashes
+    assert await q.job(ids[21]) == {} and await q.job(ids[22]) != {}
+
+
 # --- deleting a queue ---------------------------------------------------------------------------
 
 
