@@ -12,6 +12,7 @@
 
 import { performance } from 'node:perf_hooks';
 import { cpuSample as cpuSampleOf } from './cpu.mjs';
+import { printResult } from './window.mjs';
 
 const spec = JSON.parse(process.argv[2]);
 const { Worker } = await import(new URL('../clients/typescript/dist/index.js', import.meta.url).href);
@@ -57,16 +58,4 @@ async function main() {
   };
 }
 
-const deadline = setTimeout(() => {
-  process.stderr.write('ts_worker_bench: passed its deadline\n');
-  process.exit(2);
-}, spec.deadline_ms || 120000);
-deadline.unref();
-
-main().then(
-  (result) => process.stdout.write(JSON.stringify(result) + '\n', () => process.exit(0)),
-  (error) => {
-    process.stderr.write(`ts_worker_bench: ${error?.stack || error}\n`);
-    process.exit(1);
-  },
-);
+printResult('ts_worker_bench', spec.deadline_ms, main);

@@ -1,7 +1,8 @@
 // A throughput workload's measured window, for the Node benchmark clients (bullmq_bench.mjs,
 // ts_next_bench.mjs): work before the warm-up ends is not counted, the window ends early when
 // the queue runs dry, and the CPU of the watched processes is sampled at its start and end.
-// cpuSample: () => {name: seconds of CPU so far} (cpu.mjs).
+// cpuSample: () => {name: seconds of CPU so far} (cpu.mjs). And printResult: how the SDK bench
+// clients (ts_worker_bench.mjs, ts_next_bench.mjs) end.
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -61,3 +62,20 @@ export class Window {
   }
 }
 
+
+// Runs main() under a deadline and prints its result as one JSON line (exit 0), or the error
+// (exit 1); exit 2 when the deadline passes first.
+export function printResult(name, deadlineMs, main) {
+  const deadline = setTimeout(() => {
+    process.stderr.write(`${name}: passed its deadline\n`);
+    process.exit(2);
+  }, deadlineMs || 120000);
+  deadline.unref();
+  main().then(
+    (result) => process.stdout.write(JSON.stringify(result) + '\n', () => process.exit(0)),
+    (error) => {
+      process.stderr.write(`${name}: ${error?.stack || error}\n`);
+      process.exit(1);
+    },
+  );
+}

@@ -497,17 +497,20 @@ class Worker:
 
     # --- leasing ---------------------------------------------------------------------------------
 
+    def _send_lease(self, lease: _Lease, wait_ms: int) -> Awaitable[list[LeasedJob]]:
+        return self._api.lease(
+            self.queue,
+            self.worker_id,
+            lease_ms=self.lease_ms,
+            max_jobs=lease.max_jobs,
+            wait_ms=wait_ms,
+            request_id=lease.request_id,
+        )
+
     async def _lease(self, lease: _Lease) -> None:
         sent_at = time.monotonic()
         try:
-            jobs = await self._api.lease(
-                self.queue,
-                self.worker_id,
-                lease_ms=self.lease_ms,
-                max_jobs=lease.max_jobs,
-                wait_ms=lease.wait_ms,
-                request_id=lease.request_id,
-            )
+            jobs = await self._send_lease(lease, lease.wait_ms)
         except _FATAL as error:
             log.error("worker %s: lease refused (%s); stopping", self.worker_id, error)
             self._fatal = error
@@ -869,14 +872,7 @@ class Worker:
         for lease in leases:
             sent_at = time.monotonic()
             try:
-                jobs = await self._api.lease(
-                    self.queue,
-                    self.worker_id,
-                    lease_ms=self.lease_ms,
-                    max_jobs=lease.max_jobs,
-                    wait_ms=0,
-                    request_id=lease.request_id,
-                )
+                jobs = await self._send_lease(lease, 0)
             except EchoMQError as error:
                 log.warning("worker %s: could not collect a lost lease (%s)", self.worker_id, error)
                 continue
