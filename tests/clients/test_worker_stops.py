@@ -154,6 +154,38 @@ async def assert_ended_once(
     assert {(job.id, job.attempt) for job in again} == {(job_id, 1) for job_id in back}
 
 
+def test_a_worker_whose_loop_shuts_down_settles_and_ends(service_url: str, queue: str) -> None:
+    """asyncio.run cancels every task left when its main coroutine returns, the worker's own
+    wind-down task among them: the worker still gives its jobs back and ends (it used to wait
+    for that task for ever, and so did the loop)."""
+    started = threading.Event()
+
+    async def handle(job: JobContext) -> None:
+        started.set()
+        await asyncio.Event().wait()  # never returns by itself
+
+    async def main() -> None:
+        async with AsyncClient(service_url) as client:
+            await client.enqueue(queue, "held", id="held")
+        worker = Worker(queue, handle, url=service_url, lease_ms=60_000)
+        running = asyncio.ensure_future(worker.arun())
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, DEADLINE_S)
+        assert not running.done()
+        # main returns with the worker running: asyncio.run cancels it, and waits for it
+
+    runner = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    runner.start()
+    runner.join(DEADLINE_S)
+    assert not runner.is_alive(), "the loop never finished shutting down"
+
+    async def check() -> None:
+        async with AsyncClient(service_url) as client:
+            job = await client.get_job(queue, "held")
+            assert job.state == "waiting" and job.attempt == 1  # given back, not left to expire
+
+    asyncio.run(check())
+
+
 # --- how the worker batches its requests -----------------------------------------------------------
 
 

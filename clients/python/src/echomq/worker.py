@@ -371,9 +371,14 @@ class Worker:
         try:
             await self._drive()
         except asyncio.CancelledError:
-            # Cancelled from outside: no grace, but still settle what is held before going.
+            # Cancelled from outside: no grace, but still settle what is held before going. The
+            # wind-down runs here, not in its task: when the loop shuts down (asyncio.run's end)
+            # every task is cancelled at once, that one too, and the driver would wait for it.
             self._hurry_requested = self._stop_requested = True
             self._begin_stop()
+            winding.cancel()
+            if not self._wound_down:
+                await self._wind_down()
             await self._drive()
             raise
         finally:
