@@ -94,6 +94,12 @@ def _lease_args(worker: str, lease_ms: int, max_jobs: int, request_id: str | Non
     return (worker, lease_ms, max_jobs, lease_ids, request_id or new_request_id(), ttl_ms)
 
 
+def _ack_args(acks: Sequence[tuple[str, str, Raw | UnsetType]]) -> tuple[bytes, list[bytes]]:
+    """The ack scripts' arguments: [id, lease_id] pairs as JSON, and each result ("" for none)."""
+    pairs = [(job_id, lease_id) for job_id, lease_id, _ in acks]
+    return _encode(pairs), [_NO_RESULT if result is UNSET else bytes(result) for _, _, result in acks]
+
+
 # An ack's lease_next, as the lease script takes it: worker, lease_ms, max_jobs, request id.
 NextLease = tuple[str, int, int, str | None]
 
@@ -367,15 +373,12 @@ class JobQueues:
         """Acks, then a lease (worker, lease_ms, max_jobs, request_id), in one script call
         (lua/ack-lease-11.lua): each ack's code, and the jobs leased (None when it did not lease:
         only_if_all_taken and an ack was refused)."""
-        pairs = [(ack_id, lease_id) for ack_id, lease_id, _ in acks]
-        results = [_NO_RESULT if result is UNSET else bytes(result) for _, _, result in acks]
+        pairs, results = _ack_args(acks)
         lease = _lease_args(*next_lease)
         condition = b"1" if only_if_all_taken else b"0"
         split = len(acks) * _ACK_REPLY_FIELDS
         try:
-            reply = await self._call(
-                "ack-lease", queue, _encode(pairs), *lease, condition, *results, job_id=job_id
-            )
+            reply = await self._call("ack-lease", queue, pairs, *lease, condition, *results, job_id=job_id)
         except WriteNotConfirmed as unconfirmed:
             if isinstance(unconfirmed.reply, list):
                 await self._give_back_unconfirmed(queue, unconfirmed.reply[split:])
@@ -441,9 +444,8 @@ class JobQueues:
     async def _ack_codes(
         self, queue: str, acks: Sequence[tuple[str, str, Raw | UnsetType]], job_id: str | None = None
     ) -> list[int]:
-        pairs = [(job_id, lease_id) for job_id, lease_id, _ in acks]
-        results = [_NO_RESULT if result is UNSET else bytes(result) for _, _, result in acks]
-        reply = await self._call("ack", queue, _encode(pairs), *results, job_id=job_id)
+        pairs, results = _ack_args(acks)
+        reply = await self._call("ack", queue, pairs, *results, job_id=job_id)
         return self._completed(queue, reply)
 
     def _completed(self, queue: str, ack_reply: list[Any]) -> list[int]:

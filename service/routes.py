@@ -457,9 +457,9 @@ async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
     if ask is None:
         await queues.ack_one(queue, id, done.lease_id, done.result)
         return json_response(AckResponse(id=id, state="completed"))
-    request_id = ask.request_id or new_request_id()
-    jobs = await queues.ack_one_and_lease(queue, id, done.lease_id, done.result, next_lease(ask, request_id))
-    jobs = jobs or await lease_later(request, queue, ask, request_id)
+    lease = next_lease(ask)
+    jobs = await queues.ack_one_and_lease(queue, id, done.lease_id, done.result, lease)
+    jobs = jobs or await lease_later(request, queue, ask, lease)
     return json_response(AckResponse(id=id, state="completed", jobs=jobs))
 
 
@@ -480,9 +480,9 @@ async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queues, ask = queues_of(request), batch.lease_next
     if ask is None:
         return json_response(AckManyResponse(results=await queues.ack(queue, batch.acks)))
-    request_id = ask.request_id or new_request_id()
-    results, jobs = await queues.ack_and_lease(queue, batch.acks, next_lease(ask, request_id))
-    jobs = jobs or await lease_later(request, queue, ask, request_id)
+    lease = next_lease(ask)
+    results, jobs = await queues.ack_and_lease(queue, batch.acks, lease)
+    jobs = jobs or await lease_later(request, queue, ask, lease)
     return json_response(AckManyResponse(results=results, jobs=jobs))
 
 
@@ -490,13 +490,14 @@ async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
 # (wait_ms) that found nothing waiting then waits as the lease route does, same request id.
 
 
-def next_lease(ask: LeaseRequest, request_id: str) -> NextLease:
-    return (ask.worker, ask.lease_ms, ask.max_jobs, request_id)
+def next_lease(ask: LeaseRequest) -> NextLease:
+    return (ask.worker, ask.lease_ms, ask.max_jobs, ask.request_id or new_request_id())
 
 
 async def lease_later(
-    request: Request[Any, Any, State], queue: str, ask: LeaseRequest, request_id: str
+    request: Request[Any, Any, State], queue: str, ask: LeaseRequest, lease: NextLease
 ) -> list[LeasedJob]:
+    request_id = lease[3]
     return await lease_jobs(request, queue, ask, request_id) if ask.wait_ms > 0 else []
 
 

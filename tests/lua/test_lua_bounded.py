@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 from echomq_http.keys import REQUEST_SUFFIX, queue_prefix
 from tests.lua.conftest import REQUEST_TTL_MS, LuaQueue
@@ -233,9 +234,14 @@ async def test_a_delayed_job_puts_its_queue_in_the_due_index(q):
 # --- finished jobs are capped by count ----------------------------------------------------------
 
 
+async def capped_calls(q: LuaQueue, **caps: int) -> Any:
+    """call(operation, *args): the queue's scripts, loaded with other finished-job caps."""
+    capped = await q.scripts_with(**caps)
+    return lambda operation, *args: capped.call(operation, q.keys.script_keys, (q.keys.prefix, *args))
+
+
 async def test_completed_and_failed_jobs_never_exceed_their_caps(q):
-    capped = await q.scripts_with(COMPLETED_MAX=5, FAILED_MAX=3)
-    call = lambda operation, *args: capped.call(operation, q.keys.script_keys, (q.keys.prefix, *args))  # noqa: E731
+    call = await capped_calls(q, COMPLETED_MAX=5, FAILED_MAX=3)
     ids = await fill(q, 20)
     jobs = await lease_all(q, 20)
     for start in range(0, 12, 4):
@@ -253,8 +259,7 @@ async def test_completed_and_failed_jobs_never_exceed_their_caps(q):
 async def test_a_queue_at_its_cap_trims_a_few_dozen_at_once_never_exceeding_it(q):
     """Past the cap a trim takes a 64th of the cap more than the excess (here 10 of 640), so the
     next acks skip the trim; the count never goes over the cap."""
-    capped = await q.scripts_with(COMPLETED_MAX=640)
-    call = lambda operation, *args: capped.call(operation, q.keys.script_keys, (q.keys.prefix, *args))  # noqa: E731
+    call = await capped_calls(q, COMPLETED_MAX=640)
     ids = await fill(q, 700)
     jobs = await lease_all(q, 700)
     for start in range(0, 640, 64):
