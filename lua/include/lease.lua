@@ -25,10 +25,10 @@ local function take_waiting(wanted)
   end
   wanted = wanted - #ids
   if wanted > 0 then
-    local oldest = redis.call('LRANGE', WAIT, -wanted, -1)
-    if #oldest > 0 then
-      redis.call('LTRIM', WAIT, 0, -(#oldest + 1))
-      for i = #oldest, 1, -1 do ids[#ids + 1] = oldest[i] end
+    -- RPOP with a count (Redis >= 6.2): the oldest first, nil when WAIT is empty
+    local oldest = redis.call('RPOP', WAIT, wanted)
+    if oldest then
+      for i = 1, #oldest do ids[#ids + 1] = oldest[i] end
     end
   end
   return ids
@@ -54,13 +54,14 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
     end
     return reply
   end
-  if redis.call('HEXISTS', META, 'paused') == 1 then return {0} end
+  local meta = redis.call('HMGET', META, 'paused', 'fence')
+  if meta[1] then return {0} end
   local now = now_ms()
   promote_due(now, max_jobs)
 
   local expires_at = now + lease_ms
   local now_text, expires_text = text(now), text(expires_at)
-  local fence = tonumber(redis.call('HGET', META, 'fence') or 0)
+  local fence = number_or(meta[2], 0)
   local leased, deadlines, held, record = {}, {}, {}, {}
   local reply = {0}
   -- A dropped entry leaves room for another job: a few more rounds, never an unbounded loop.
