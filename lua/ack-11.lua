@@ -11,4 +11,5 @@
 --             (ms, lease to ack), else 0
 -- @include common
 -- @include ack
-return ack_jobs(cjson.decode(ARGV[2]), 3)
+local now = now_ms()
+return finish(ack_jobs(cjson.decode(ARGV[2]), 3, now), now)

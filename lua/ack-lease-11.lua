@@ -14,12 +14,13 @@
 -- @include common
 -- @include ack
 -- @include lease
-local reply = ack_jobs(cjson.decode(ARGV[2]), 10)
+local now = now_ms()
+local reply = ack_jobs(cjson.decode(ARGV[2]), 10, now)
 if ARGV[9] == '1' then
   for i = 1, #reply, 2 do
-    if reply[i] <= 0 then return reply end
+    if reply[i] <= 0 then return finish(reply, now) end
   end
 end
-local leased = lease_jobs(ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8])
+local leased = lease_jobs(ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], now)
 for i = 1, #leased do reply[#reply + 1] = leased[i] end
-return reply
+return finish(reply, now)

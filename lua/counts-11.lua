@@ -1,7 +1,7 @@
 -- Read a queue's pause flag and the number of jobs in each state, as one consistent snapshot.
 -- KEYS[1..11] the queue's keys (see include/common.lua); reads only
 -- ARGV[1]     key prefix "emq:{queue}:"
--- Returns     {paused (0|1), waiting, delayed, active, completed, failed}
+-- Returns     {paused (0|1), waiting, delayed, active, completed, failed, cancelled}
 -- @include common
 return {
   redis.call('HEXISTS', META, 'paused'),
@@ -10,4 +10,5 @@ return {
   redis.call('LLEN', ACTIVE),
   redis.call('ZCARD', COMPLETED),
   redis.call('ZCARD', FAILED),
+  redis.call('ZCARD', CANCELLED),
 }

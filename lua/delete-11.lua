@@ -3,6 +3,7 @@
 --             or FAILED (whichever holds the job) and deletes the job's hash
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     job id
+-- Emits deleted.
 -- Returns     1 deleted, -1 job not found, -3 job active
 -- @include common
 local id = ARGV[2]
@@ -16,8 +17,11 @@ elseif state == 'delayed' then
   redis.call('ZREM', DELAYED, id)
 elseif state == 'completed' then
   redis.call('ZREM', COMPLETED, id)
+elseif state == 'cancelled' then
+  redis.call('ZREM', CANCELLED, id)
 else
   redis.call('ZREM', FAILED, id)
 end
 redis.call('DEL', key)
-return 1
+emit('deleted', id, '')
+return finish(1, now_ms())

@@ -4,8 +4,9 @@
 -- queue's own keys and its entry in the due index. Without force, the first step refuses a
 -- queue with jobs in its ledger; once begun, the deletion takes whatever it finds (a job leased
 -- meanwhile is gone for its worker, whose later calls answer "job not found").
--- KEYS[1..11] the queue's keys (see include/common.lua); deletes every one of them but WAKE, and
---             the per-job and per-worker keys derived from the prefix
+-- KEYS[1..11] the queue's keys (see include/common.lua); deletes every one of them but WAKE, the
+--             per-job and per-worker keys derived from the prefix, and the queue's cancelled
+--             jobs, events and history
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     "1" = force (jobs in flight are deleted too), "0" = refuse while any are
 -- ARGV[3]     "1" on the first step
@@ -44,15 +45,15 @@ call_chunked('ZREM', DEADLINES, in_flight)
 delete_jobs(in_flight, true)
 delete_jobs(take_from_zset(PRIO), false)
 delete_jobs(take_from_list(WAIT), false)
-for _, finished in ipairs({DELAYED, COMPLETED, FAILED}) do delete_jobs(take_from_zset(finished), false) end
+for _, finished in ipairs({DELAYED, COMPLETED, FAILED, CANCELLED}) do delete_jobs(take_from_zset(finished), false) end
 if budget > 0 then
   for _, worker in ipairs(redis.call('SPOP', WORKERS, budget)) do redis.call('DEL', held_key(worker)) end
 end
-for _, key in ipairs({ACTIVE, PRIO, WAIT, DELAYED, COMPLETED, FAILED, WORKERS}) do
+for _, key in ipairs({ACTIVE, PRIO, WAIT, DELAYED, COMPLETED, FAILED, CANCELLED, WORKERS}) do
   if redis.call('EXISTS', key) == 1 then return 0 end
 end
 -- Nothing left but the queue's own small keys. DEADLINES can only hold entries of jobs that
 -- were in the ledger, all deleted above.
-redis.call('UNLINK', META, DEADLINES)
+redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY)
 redis.call('ZREM', DUE, QUEUE)
 return 1

@@ -8,6 +8,7 @@
 --             not choose are random ones made by the service; traceparent is the producer's W3C
 --             trace context, handed to the job's workers
 -- ARGV[3..]   the jobs' payloads as raw JSON, in the same order
+--             Emits enqueued per job stored; counts them in the history.
 -- Returns     {first, then 3 entries per job: id, state ("waiting"|"delayed" or the stored job's
 --             state), created (1 = stored now, 0 = the id existed)}; first = 1 when the queue
 --             had no keys before (its first job since it was created or deleted)
@@ -22,8 +23,8 @@ end
 
 local jobs = cjson.decode(ARGV[2])
 local now = now_ms()
-local reply = {redis.call('EXISTS', META, WAIT, PRIO, DELAYED, ACTIVE, COMPLETED, FAILED) == 0 and 1 or 0}
-local leasable = 0
+local reply = {redis.call('EXISTS', META, WAIT, PRIO, DELAYED, ACTIVE, COMPLETED, FAILED, CANCELLED) == 0 and 1 or 0}
+local leasable, created_count = 0, 0
 local unprioritised = {} -- priority 0: pushed onto WAIT in one LPUSH, in order, at the end
 for i, job in ipairs(jobs) do
   local id = job.id
@@ -41,6 +42,8 @@ for i, job in ipairs(jobs) do
     unless_default(fields, 'backoff_ms', job.backoff_ms, DEFAULT_BACKOFF_MS)
     unless_default(fields, 'traceparent', job.traceparent, nil)
     redis.call('HSET', key, unpack(fields))
+    emit('enqueued', id, '"state":"' .. state .. '"')
+    created_count = created_count + 1
     if state == 'delayed' then
       redis.call('ZADD', DELAYED, now + job.delay_ms, id)
       sweep_needed_by(now + job.delay_ms)
@@ -60,4 +63,5 @@ if #unprioritised > 0 then
   leasable = leasable + #unprioritised
 end
 wake_waiters(leasable)
-return reply
+count_history('enqueued', created_count)
+return finish(reply, now)

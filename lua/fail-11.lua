@@ -11,13 +11,15 @@
 --             applies: fixed = backoff_ms, exponential = backoff_ms * 2^(attempt-1) capped at
 --             @MAX_EXPONENTIAL_BACKOFF_MS@ ms (1 h)
 -- ARGV[5]     error text
--- Returns     {1, state, attempt} with state "waiting"|"delayed"|"failed",
+-- A job whose cancellation was requested ends cancelled instead, whatever retry says.
+-- Emits retrying, failed (reason "fail") or cancelled; a dead letter counts in the history.
+-- Returns     {1, state, attempt} with state "waiting"|"delayed"|"failed"|"cancelled",
 --             {-1} job not found, {-2} lease lost
 -- @include common
 local id, lease_id = ARGV[2], ARGV[3]
 local key = job_key(id)
 local job = redis.call('HMGET', key, 'state', 'worker', 'attempt', 'max_attempts', 'backoff_type',
-  'backoff_ms', 'priority', 'done_lease')
+  'backoff_ms', 'priority', 'done_lease', 'cancel_requested', 'cancel_reason')
 if not job[1] then return {JOB_NOT_FOUND} end
 if not holds_lease(id, lease_id, job[2]) then
   local first = ended_as(job[8], lease_id) -- "fail:<state>:<attempt>" after this very call
@@ -30,15 +32,23 @@ local now = now_ms()
 local attempt, max_attempts = number_or(job[3], 0), number_or(job[4], DEFAULT_MAX_ATTEMPTS)
 leave_ledger_now(id, key, job[2])
 
-local function settle(state)
-  redis.call('HSET', key, 'error', ARGV[5], 'updated_at', now,
+local function settle(state, error_text)
+  redis.call('HSET', key, 'error', error_text or ARGV[5], 'updated_at', now,
     'done_lease', lease_id .. ':fail:' .. state .. ':' .. attempt)
-  return {1, state, attempt}
+  return finish({1, state, attempt}, now)
 end
 
+if job[9] then
+  cancel_job(id, key, now, job[10])
+  return settle('cancelled', job[10] or 'cancelled')
+end
 if not options.retry or attempt >= max_attempts then
-  dead_letter(id, key, now)
+  dead_letter(id, key, now, attempt, 'fail', ARGV[5])
   return settle('failed')
+end
+local function retrying(state)
+  emit('retrying', id, '"attempt":' .. attempt .. ',"state":"' .. state .. '","error":' .. json_text(ARGV[5]))
+  return settle(state)
 end
 local delay_ms = options.retry_after_ms
 if delay_ms == nil then
@@ -53,9 +63,9 @@ if delay_ms > 0 then
   redis.call('HSET', key, 'state', 'delayed')
   redis.call('ZADD', DELAYED, now + delay_ms, id)
   sweep_needed_by(now + delay_ms)
-  return settle('delayed')
+  return retrying('delayed')
 end
 redis.call('HSET', key, 'state', 'waiting')
 push_waiting(id, number_or(job[7], 0), false)
 wake_waiters(1)
-return settle('waiting')
+return retrying('waiting')

@@ -4,10 +4,12 @@
 -- KEYS[1..11] the queue's keys (see include/common.lua); writes DEADLINES, DUE, the jobs' locks
 --             and hashes
 -- ARGV[1]     key prefix "emq:{queue}:"
--- ARGV[2]     JSON array of [id, lease_id, lease_ms] entries (at most 1000: the API's batch
---             limit); lease_ms 0 = the lease's own length
--- Returns     flat array, 2 entries per lease, in order: code (1 renewed, -1 job not found,
---             -2 lease lost) and, for code 1, the new lease_expires_at (ms), else 0
+-- ARGV[2]     JSON array of [id, lease_id, lease_ms, progress] entries (at most 1000: the API's
+--             batch limit); lease_ms 0 = the lease's own length; progress: JSON text to store on
+--             the job (and emit as a progress event), "" = none
+-- Returns     flat array, 3 entries per lease, in order: code (1 renewed, -1 job not found,
+--             -2 lease lost), for code 1 the new lease_expires_at (ms) else 0, and 1 when the
+--             job's cancellation was requested else 0
 -- @include common
 local leases = cjson.decode(ARGV[2])
 local now = now_ms()
@@ -16,28 +18,34 @@ local deadlines = {} -- ZADD arguments: score, id, ...
 local earliest = nil -- the soonest new expiry: when the sweep may have work
 
 -- One lease: its code and new expiry (0 when it is not renewed).
-local function renew(id, lease_id, lease_ms)
+local function renew(id, lease_id, lease_ms, progress)
   local key = job_key(id)
-  local job = redis.call('HMGET', key, 'state', 'worker', 'lease_ms')
-  if not job[1] then return JOB_NOT_FOUND, 0 end
-  if not holds_lease(id, lease_id, job[2]) then return LEASE_LOST, 0 end
+  local job = redis.call('HMGET', key, 'state', 'worker', 'lease_ms', 'cancel_requested')
+  if not job[1] then return JOB_NOT_FOUND, 0, 0 end
+  if not holds_lease(id, lease_id, job[2]) then return LEASE_LOST, 0, 0 end
   if lease_ms == 0 then lease_ms = tonumber(job[3]) end
   local expires_at = now + lease_ms
   local expires_text = text(expires_at)
   redis.call('PEXPIRE', lock_key(id), text(lease_ms))
-  redis.call('HSET', key, 'lease_expires_at', expires_text, 'updated_at', now_text)
+  if progress and progress ~= '' then
+    redis.call('HSET', key, 'lease_expires_at', expires_text, 'updated_at', now_text, 'progress', progress)
+    emit('progress', id, '"worker":"' .. job[2] .. '","progress":' .. progress)
+  else
+    redis.call('HSET', key, 'lease_expires_at', expires_text, 'updated_at', now_text)
+  end
   deadlines[#deadlines + 1] = expires_text
   deadlines[#deadlines + 1] = id
   if earliest == nil or expires_at < earliest then earliest = expires_at end
-  return 1, expires_at
+  return 1, expires_at, job[4] and 1 or 0
 end
 
 local reply = {}
 for _, lease in ipairs(leases) do
-  local code, expires_at = renew(lease[1], lease[2], tonumber(lease[3]))
+  local code, expires_at, cancel_requested = renew(lease[1], lease[2], tonumber(lease[3]), lease[4])
   reply[#reply + 1] = code
   reply[#reply + 1] = expires_at
+  reply[#reply + 1] = cancel_requested
 end
 call_chunked('ZADD', DEADLINES, deadlines)
 if earliest ~= nil then sweep_needed_by(earliest) end
-return reply
+return finish(reply, now)

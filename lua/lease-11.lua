@@ -20,7 +20,8 @@
 --             traceparent (nil when the producer sent none)}; stale = index entries dropped.
 --             No jobs when paused or nothing waits. The fence comes from one counter per queue
 --             (META "fence"), so it grows with every lease of a job, never goes back even when an
---             id is reused, and orders leases.
+--             id is reused, and orders leases. Emits leased per job.
 -- @include common
 -- @include lease
-return lease_jobs(ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7])
+local now = now_ms()
+return finish(lease_jobs(ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], now), now)

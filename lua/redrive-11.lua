@@ -9,6 +9,7 @@
 --             skipped. An empty array means a step of all of them, as below
 -- ARGV[3]     limit: at most this many jobs in a step of all
 -- ARGV[4]     bound (ms, a failure time) for a step of all; "" on the first step (then: now)
+--             Emits enqueued (with "redriven": true) per job redriven.
 -- Returns     {bound, entries read (a step of all with fewer than limit is the last), redriven
 --             ids...}
 -- @include common
@@ -28,6 +29,7 @@ for _, id in ipairs(ids) do
       redis.call('HSET', key, 'state', 'waiting', 'attempt', 0, 'updated_at', now)
       redis.call('HDEL', key, 'error', 'finished_at', 'redeliver')
       push_waiting(id, number_or(job[2], 0), false)
+      emit('enqueued', id, '"state":"waiting","redriven":true')
       reply[#reply + 1] = id
       redriven = redriven + 1
     else
@@ -36,4 +38,4 @@ for _, id in ipairs(ids) do
   end
 end
 wake_waiters(redriven)
-return reply
+return finish(reply, now)

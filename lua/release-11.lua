@@ -5,8 +5,10 @@
 --             WAIT or PRIO, META, publishes on WAKE
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     JSON array of [id, lease_id] pairs (at most 100: what one lease hands out)
--- Returns     one code per pair: 1 released, 2 already released by this lease, -1 job not found,
---             -2 lease lost
+-- A job whose cancellation was requested ends cancelled instead (code 3). Emits released or
+-- cancelled.
+-- Returns     one code per pair: 1 released, 2 already released by this lease, 3 cancelled (now or
+--             by this lease before), -1 job not found, -2 lease lost
 -- @include common
 local pairs_ = cjson.decode(ARGV[2])
 local now = now_ms()
@@ -15,17 +17,25 @@ local codes, returning = {}, {}
 for i, pair in ipairs(pairs_) do
   local id, lease_id = pair[1], pair[2]
   local key = job_key(id)
-  local job = redis.call('HMGET', key, 'state', 'worker', 'priority', 'done_lease')
+  local job = redis.call('HMGET', key, 'state', 'worker', 'priority', 'done_lease', 'cancel_requested', 'cancel_reason')
   if not job[1] then
     codes[i] = JOB_NOT_FOUND
+  elseif job[5] and holds_lease(id, lease_id, job[2]) then
+    leave_ledger(departures, id, key, job[2])
+    cancel_job(id, key, now, job[6])
+    redis.call('HSET', key, 'done_lease', lease_id .. ':release-cancelled')
+    codes[i] = 3
   elseif holds_lease(id, lease_id, job[2]) then
     leave_ledger(departures, id, key, job[2])
     redis.call('HSET', key, 'state', 'waiting', 'redeliver', 1, 'updated_at', now,
       'done_lease', lease_id .. ':release')
     returning[#returning + 1] = {id, number_or(job[3], 0)}
+    emit('released', id, '"worker":"' .. job[2] .. '"')
     codes[i] = 1
   elseif ended_as(job[4], lease_id) == 'release' then
     codes[i] = 2
+  elseif ended_as(job[4], lease_id) == 'release-cancelled' then
+    codes[i] = 3
   else
     codes[i] = LEASE_LOST
   end
@@ -34,4 +44,4 @@ detach(departures)
 -- The last given back goes in front last: the first of the batch ends up first in line.
 for i = #returning, 1, -1 do push_waiting(returning[i][1], returning[i][2], true) end
 wake_waiters(#returning)
-return codes
+return finish(codes, now)

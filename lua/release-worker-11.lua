@@ -13,6 +13,8 @@
 --             current fence)
 -- ARGV[4]     step: at most this many jobs
 -- ARGV[5]     ledger offset: where this step's window starts (0, or the previous step's answer)
+-- A job whose cancellation was requested ends cancelled instead (not among the released).
+-- Emits released or cancelled.
 -- Returns     {bound, more (1 when jobs are left), stale, offset, released ids, oldest lease
 --             first}
 -- @include common
@@ -21,13 +23,14 @@ local held = held_key(worker)
 local bound = ARGV[3]
 if bound == '' then bound = redis.call('HGET', META, 'fence') or '0' end
 local ids = redis.call('ZREVRANGEBYSCORE', held, bound, '-inf', 'LIMIT', 0, step)
-local wanted, left, gone, priority = {}, 0, {}, {}
+local wanted, left, gone, priority, cancelling = {}, 0, {}, {}, {}
 for _, id in ipairs(ids) do
-  local job = redis.call('HMGET', job_key(id), 'state', 'worker', 'priority')
+  local job = redis.call('HMGET', job_key(id), 'state', 'worker', 'priority', 'cancel_requested', 'cancel_reason')
   if job[1] == 'active' and job[2] == worker then
     wanted[id] = true
     left = left + 1
     priority[id] = number_or(job[3], 0)
+    if job[4] then cancelling[id] = job[5] or false end
   else
     gone[#gone + 1] = id
   end
@@ -48,9 +51,14 @@ for _, id in ipairs(ids) do -- newest first, each pushed to the front: the oldes
     if index_of[id] then cut[#cut + 1] = index_of[id] end
     local key = job_key(id)
     leave_ledger(departures, id, key, worker)
-    redis.call('HSET', key, 'state', 'waiting', 'redeliver', 1, 'updated_at', now)
-    push_waiting(id, priority[id], true)
-    released[#released + 1] = id
+    if cancelling[id] ~= nil then
+      cancel_job(id, key, now, cancelling[id] or nil)
+    else
+      redis.call('HSET', key, 'state', 'waiting', 'redeliver', 1, 'updated_at', now)
+      push_waiting(id, priority[id], true)
+      released[#released + 1] = id
+      emit('released', id, '"worker":"' .. worker .. '"')
+    end
   elseif priority[id] then
     more = 1 -- beyond this step's window: a later step finds it
   end
@@ -65,4 +73,4 @@ end
 wake_waiters(#released)
 local reply = {bound, more, stale_entries, reached_end and 0 or offset + scanned - #cut}
 for i = #released, 1, -1 do reply[#reply + 1] = released[i] end
-return reply
+return finish(reply, now)

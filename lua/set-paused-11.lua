@@ -4,11 +4,13 @@
 -- ARGV[2]     "1" = pause, "0" = resume
 -- Returns     1 paused, 0 not paused
 -- @include common
+-- Emits paused or resumed when the flag changes.
 if ARGV[2] == '1' then
-  redis.call('HSET', META, 'paused', 1)
-  return 1
+  if redis.call('HSET', META, 'paused', 1) == 1 then emit('paused', '-', '') end
+  return finish(1, now_ms())
 end
 if redis.call('HDEL', META, 'paused') == 1 then
   wake_waiters(redis.call('LLEN', WAIT) + redis.call('ZCARD', PRIO))
+  emit('resumed', '-', '')
 end
-return 0
+return finish(0, now_ms())

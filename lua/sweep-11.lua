@@ -7,6 +7,9 @@
 -- entries past its oldest end: the whole ledger when it is short; else the next step goes on
 -- where this one stopped, so a step costs the same whatever the ledger's length. Safe to run
 -- from several processes at once: each step re-checks what it moves.
+-- A reclaimed job counts a stall (job field "stalls"); one whose cancellation was requested ends
+-- cancelled instead. Emits reclaimed, failed (reason "lease_expired") or cancelled, and counts
+-- reclaimed and dead-lettered jobs in the history.
 -- Last, the queue's entry in the due index is set to when its next sweep has work to do, or
 -- removed when nothing lies ahead.
 -- KEYS[1..11] the queue's keys (see include/common.lua)
@@ -55,7 +58,8 @@ local function settle(id, index)
   end
   if index then cut[#cut + 1] = index end
   local key = job_key(id)
-  local job = redis.call('HMGET', key, 'state', 'worker', 'attempt', 'max_attempts', 'priority')
+  local job = redis.call('HMGET', key, 'state', 'worker', 'attempt', 'max_attempts', 'priority', 'stalls',
+    'cancel_requested', 'cancel_reason')
   if job[1] ~= 'active' then
     -- No job in flight behind this deadline: drop it (and its ledger entry, if any).
     stale_entries = stale_entries + 1
@@ -64,14 +68,21 @@ local function settle(id, index)
   end
   local worker = job[2] or nil
   leave_ledger(departures, id, key, worker)
-  redis.call('HSET', key, 'error', 'lease expired: worker ' .. (worker or '?') .. ' stopped heartbeating')
-  if number_or(job[3], 0) >= number_or(job[4], DEFAULT_MAX_ATTEMPTS) then
-    dead_letter(id, key, now)
+  if job[7] then
+    cancel_job(id, key, now, job[8])
+    return
+  end
+  local error_text = 'lease expired: worker ' .. (worker or '?') .. ' stopped heartbeating'
+  local attempt = number_or(job[3], 0)
+  redis.call('HSET', key, 'error', error_text, 'stalls', text(number_or(job[6], 0) + 1))
+  if attempt >= number_or(job[4], DEFAULT_MAX_ATTEMPTS) then
+    dead_letter(id, key, now, attempt, 'lease_expired', error_text)
     dead_lettered = dead_lettered + 1
   else
     redis.call('HSET', key, 'state', 'waiting', 'updated_at', now)
     returning[#returning + 1] = {id, number_or(job[5], 0)}
     reclaimed = reclaimed + 1
+    emit('reclaimed', id, '"worker":"' .. (worker or '') .. '","attempt":' .. attempt)
   end
 end
 
@@ -104,7 +115,9 @@ local next_offset = reached_end and 0 or offset + scanned - cut_in_window
 local promoted, due = promote_due(now, batch)
 if due == batch then more = 1 end
 local deleted = 0
-for _, retention in ipairs({{COMPLETED, COMPLETED_RETENTION_MS}, {FAILED, FAILED_RETENTION_MS}}) do
+for _, retention in ipairs({
+  {COMPLETED, COMPLETED_RETENTION_MS}, {FAILED, FAILED_RETENTION_MS}, {CANCELLED, FAILED_RETENTION_MS},
+}) do
   local finished = retention[1]
   local old = redis.call('ZRANGEBYSCORE', finished, '-inf', now - retention[2], 'LIMIT', 0, batch)
   for _, id in ipairs(old) do redis.call('DEL', job_key(id)) end
@@ -112,12 +125,13 @@ for _, retention in ipairs({{COMPLETED, COMPLETED_RETENTION_MS}, {FAILED, FAILED
   if #old == batch then more = 1 end
   deleted = deleted + #old
 end
-for _, cap in ipairs({{COMPLETED, COMPLETED_MAX}, {FAILED, FAILED_MAX}}) do
+for _, cap in ipairs({{COMPLETED, COMPLETED_MAX}, {FAILED, FAILED_MAX}, {CANCELLED, FAILED_MAX}}) do
   local trimmed = keep_at_most(cap[1], cap[2], batch)
   if trimmed == batch then more = 1 end
   deleted = deleted + trimmed
 end
 wake_waiters(reclaimed + promoted)
+count_history('reclaimed', reclaimed)
 
 -- When the next sweep of this queue has work to do.
 local function earliest(key, after_ms)
@@ -129,6 +143,7 @@ local next_at = more == 1 and now or nil
 for _, due_at in ipairs({
   earliest(DEADLINES, 0) or false, earliest(DELAYED, 0) or false,
   earliest(COMPLETED, COMPLETED_RETENTION_MS) or false, earliest(FAILED, FAILED_RETENTION_MS) or false,
+  earliest(CANCELLED, FAILED_RETENTION_MS) or false,
 }) do
   if due_at and (next_at == nil or due_at < next_at) then next_at = due_at end
 end
@@ -137,4 +152,4 @@ if next_at then
 else
   redis.call('ZREM', DUE, QUEUE)
 end
-return {reclaimed, dead_lettered, promoted, deleted, more, stale_entries, next_offset}
+return finish({reclaimed, dead_lettered, promoted, deleted, more, stale_entries, next_offset}, now)

@@ -33,6 +33,7 @@ from echomq_http.config import Settings
 from echomq_http.deadlines import Deadlines
 from echomq_http.docs import DOCS_HANDLERS
 from echomq_http.errors import PROBLEMS, QueueError, problem_type
+from echomq_http.events import EventHub
 from echomq_http.fastpath import FastPath
 from echomq_http.longpoll import ShardedWakeHub, TooManyWaiters, WakeHub
 from echomq_http.queue import JobQueues
@@ -171,10 +172,11 @@ def tracing_plugin(telemetry: Telemetry) -> OpenTelemetryPlugin:
     return OpenTelemetryPlugin(config)
 
 
-def hook_shutdown_signals(hub: WakeHub) -> None:
+def hook_shutdown_signals(hub: WakeHub, events: EventHub) -> None:
     """Before uvicorn waits for requests to finish, answer the long polls (else shutdown would
-    wait up to wait_ms) and lease nothing more. uvicorn has installed its SIGTERM/SIGINT
-    handlers by the time the lifespan starts; ours runs first, then passes the signal on."""
+    wait up to wait_ms), end the event streams and outcome waits, and lease nothing more. uvicorn
+    has installed its SIGTERM/SIGINT handlers by the time the lifespan starts; ours runs first,
+    then passes the signal on."""
     if threading.current_thread() is not threading.main_thread():
         return  # signals reach only the main thread (an app served from a thread, as in tests)
     loop = asyncio.get_running_loop()
@@ -183,6 +185,7 @@ def hook_shutdown_signals(hub: WakeHub) -> None:
 
         def handler(number: int, frame: FrameType | None, previous: Any = previous) -> None:
             loop.call_soon_threadsafe(hub.begin_closing)
+            loop.call_soon_threadsafe(events.begin_closing)
             if callable(previous):
                 previous(number, frame)
 
@@ -240,6 +243,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
             failed_retention_s=settings.failed_retention_s,
             completed_max=settings.completed_max,
             failed_max=settings.failed_max,
+            events_maxlen=settings.events_maxlen,
             sweep_batch=settings.sweep_batch,
             telemetry=telemetry,
             max_concurrent_calls=settings.redis_pool_size,
@@ -252,12 +256,19 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
             else WakeHub(client, settings.max_waiters)
         )
         telemetry.waiters = lambda: hub.waiting
+        events = EventHub(
+            client,
+            max_subscribers=settings.max_waiters,
+            buffer_events=settings.events_buffer,
+            keepalive_s=settings.events_keepalive_ms / 1000,
+        )
         sweeper = Sweeper(queues, settings.sweep_interval_ms)
         deadlines = Deadlines(settings.body_timeout_s)
         app.state.update(
             client=client,
             queues=queues,
             hub=hub,
+            events=events,
             sweeper=sweeper,
             auth=auth,
             body_timeout_s=settings.body_timeout_s,
@@ -268,11 +279,12 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
         deadlines.start()
         if replica is not None:
             replica.start()
-        hook_shutdown_signals(hub)
+        hook_shutdown_signals(hub, events)
         try:
             yield
         finally:
             await hub.stop()
+            await events.stop()
             await sweeper.stop()
             await deadlines.stop()
             await queues.aclose()

@@ -22,6 +22,7 @@ class Action(StrEnum):
     READ = "read"  # inspect jobs, queues, the ledger
     ENQUEUE = "enqueue"
     WORK = "work"  # lease, heartbeat, ack, fail, release
+    CANCEL = "cancel"  # cancel a job
     ADMIN = "admin"  # pause/resume, redrive, delete, operator release
     METRICS = "metrics"  # any valid token
 
@@ -33,7 +34,7 @@ class Role(StrEnum):
 
 
 ALLOWED: dict[Role, frozenset[Action]] = {
-    Role.PRODUCER: frozenset({Action.READ, Action.ENQUEUE, Action.METRICS}),
+    Role.PRODUCER: frozenset({Action.READ, Action.ENQUEUE, Action.CANCEL, Action.METRICS}),
     Role.WORKER: frozenset({Action.READ, Action.WORK, Action.METRICS}),
     Role.ADMIN: frozenset(Action),
 }

@@ -17,6 +17,9 @@ MAX_SWEEP_BATCH = 5000  # one sweep step stays short, and its id lists far from 
 DEFAULT_COMPLETED_RETENTION_S = 3600
 DEFAULT_FAILED_RETENTION_S = 7 * 24 * 3600
 DEFAULT_COMPLETED_MAX = 10_000  # completed jobs kept per queue, at most
+DEFAULT_EVENTS_MAXLEN = 10_000  # events kept per queue, at least; 0 = no events
+DEFAULT_EVENTS_BUFFER = 10_000  # events a subscriber may fall behind before it is dropped
+DEFAULT_EVENTS_KEEPALIVE_MS = 15_000  # a comment on an idle event stream at least this often
 DEFAULT_FAILED_MAX = 100_000  # dead-lettered jobs kept per queue, at most
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_WAITERS = 2000
@@ -118,6 +121,9 @@ class Settings:
     failed_retention_s: int = DEFAULT_FAILED_RETENTION_S
     completed_max: int = DEFAULT_COMPLETED_MAX
     failed_max: int = DEFAULT_FAILED_MAX
+    events_maxlen: int = DEFAULT_EVENTS_MAXLEN
+    events_buffer: int = DEFAULT_EVENTS_BUFFER
+    events_keepalive_ms: int = DEFAULT_EVENTS_KEEPALIVE_MS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_waiters: int = DEFAULT_MAX_WAITERS  # long-poll requests waiting at once, per process
     redis_pool_size: int = DEFAULT_REDIS_POOL_SIZE
@@ -163,6 +169,9 @@ class Settings:
             failed_retention_s=integer("EMQ_FAILED_RETENTION_S", DEFAULT_FAILED_RETENTION_S, 0),
             completed_max=integer("EMQ_COMPLETED_MAX", DEFAULT_COMPLETED_MAX, 0),
             failed_max=integer("EMQ_FAILED_MAX", DEFAULT_FAILED_MAX, 0),
+            events_maxlen=integer("EMQ_EVENTS_MAXLEN", DEFAULT_EVENTS_MAXLEN, 0, 10_000_000),
+            events_buffer=integer("EMQ_EVENTS_BUFFER", DEFAULT_EVENTS_BUFFER, 10),
+            events_keepalive_ms=integer("EMQ_EVENTS_KEEPALIVE_MS", DEFAULT_EVENTS_KEEPALIVE_MS, 100, 15_000),
             max_body_bytes=integer("EMQ_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1024),
             max_waiters=integer("EMQ_MAX_WAITERS", DEFAULT_MAX_WAITERS, 1),
             redis_pool_size=integer("EMQ_REDIS_POOL_SIZE", DEFAULT_REDIS_POOL_SIZE, 2),

@@ -61,6 +61,12 @@ def job_view(**fields: Any) -> Example:
         "updated_at": LEASED_AT + 2_480,
         "worker": None,
         "lease_expires_at": None,
+        "progress": None,
+        "cancel_requested": False,
+        "group": None,
+        "stalls": 0,
+        "schedule": None,
+        "finished_at": LEASED_AT + 2_480,
     }
     return {**job, **fields}
 
@@ -72,6 +78,7 @@ FAILED_JOB = job_view(
     error="SMTP 550: mailbox unavailable",
     attempt=2,
     updated_at=LEASED_AT + 61_250,
+    finished_at=LEASED_AT + 61_250,
 )
 NEXT = {"worker": "w1", "wait_ms": 5000, "request_id": "w1-next-118"}
 
@@ -172,7 +179,7 @@ REQUESTS: dict[str, dict[str, Example]] = {
     },
 }
 
-COUNTS = {"waiting": 1204, "delayed": 17, "active": 8, "completed": 9876, "failed": 3}
+COUNTS = {"waiting": 1204, "delayed": 17, "active": 8, "completed": 9876, "failed": 3, "cancelled": 1}
 
 # operationId -> status -> example name -> example of the answer
 RESPONSES: dict[str, dict[int, dict[str, Example]]] = {
@@ -275,6 +282,8 @@ RESPONSES: dict[str, dict[int, dict[str, Example]]] = {
                     worker="w1",
                     lease_expires_at=EXPIRES_AT,
                     updated_at=LEASED_AT,
+                    progress={"done": 40, "of": 100},
+                    finished_at=None,
                 ),
             ),
         }
@@ -296,6 +305,7 @@ RESPONSES: dict[str, dict[int, dict[str, Example]]] = {
                                 "active": 0,
                                 "completed": 12,
                                 "failed": 0,
+                                "cancelled": 0,
                             },
                         },
                     ]

@@ -16,6 +16,11 @@ MAX_WAIT_MS = 20_000
 
 MAX_BATCH = 1000  # jobs per enqueue-many, acks per ack-many, leases per heartbeat-many
 MAX_ERROR_BYTES = 8 * 1024
+MAX_PROGRESS_BYTES = 64 * 1024  # a heartbeat's progress, as JSON text
+MAX_CANCEL_REASON_BYTES = 1024
+MAX_OUTCOME_WAIT_MS = 60_000  # GET .../jobs/{id}?wait_ms
+DEFAULT_HISTORY_MINUTES = 60
+MAX_HISTORY_MINUTES = 1440
 MAX_JSON_DEPTH = 64  # nesting of payloads and results: deeper breaks many workers' JSON parsers
 MAX_PAGE = 1000  # jobs per page of the failed list
 DEFAULT_PAGE = 100

@@ -187,8 +187,10 @@ def _operation(handler: HTTPRouteHandler, path_params: list[str]) -> tuple[dict[
     ]
     for name, kind, description, maximum in opt.get("query", ()):
         schema: dict[str, Any] = {"type": kind}
-        if kind == "integer":
-            schema["minimum"] = 0 if name == "offset" else 1
+        if isinstance(kind, dict):
+            schema = kind  # a schema of its own (a list in a string, an opaque cursor)
+        elif kind == "integer":
+            schema["minimum"] = 0 if name in ("offset", "wait_ms", "after") else 1
             schema["maximum"] = maximum
         elif kind == "boolean":
             schema["default"] = False
@@ -226,6 +228,12 @@ def _operation(handler: HTTPRouteHandler, path_params: list[str]) -> tuple[dict[
     responses: dict[str, Any] = {}
     answered = examples.RESPONSES.get(operation_id, {})
     for status, answer in opt.get("responses", {}).items():
+        if isinstance(answer, dict):  # not JSON: {"media", "schema", "description", "struct"?}
+            if answer.get("struct") is not None:
+                structs.append(answer["struct"])
+            content = {answer["media"]: {"schema": answer["schema"]}}
+            responses[str(status)] = {"description": answer["description"], "content": content}
+            continue
         struct, text = answer if isinstance(answer, tuple) else (answer, None)
         if struct is None:
             responses[str(status)] = {"description": text or "Done; no content"}

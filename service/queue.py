@@ -32,6 +32,7 @@ from echomq_http.keys import QUEUE_REGISTRY, QueueKeys, keys_of
 from echomq_http.schemas import (
     AckItem,
     AckResult,
+    CancelResponse,
     Counts,
     EnqueueRequest,
     EnqueueResponse,
@@ -39,6 +40,7 @@ from echomq_http.schemas import (
     HeartbeatItem,
     HeartbeatResponse,
     HeartbeatResult,
+    HistoryMinute,
     JobView,
     LeasedJob,
     LedgerEntry,
@@ -50,11 +52,13 @@ from echomq_http.telemetry import Telemetry
 
 _LEASED_JOB_FIELDS = 10
 _ACK_REPLY_FIELDS = 2
-_HEARTBEAT_REPLY_FIELDS = 2
+_HEARTBEAT_REPLY_FIELDS = 3
 _LEDGER_ENTRY_FIELDS = 5
 _ENQUEUE_REPLY_FIELDS = 3
 _NO_RESULT = b""
-READ_ONLY_OPERATIONS = frozenset({"counts", "ledger", "workers", "failed-page"})
+READ_ONLY_OPERATIONS = frozenset({"counts", "ledger", "workers", "failed-page", "job"})
+RELEASED_AS_CANCELLED = 3  # release-11.lua: the job ended cancelled (its cancellation was requested)
+FINAL_STATES = frozenset({"completed", "failed", "cancelled"})
 
 # A lease request's record (what it leased, under its request id): a client's request_id is
 # honoured for the contract's 5 minutes; the id the service gives every other lease call only
@@ -142,11 +146,22 @@ def _int(value: bytes | None) -> int | None:
     return None if value is None else int(value)
 
 
+def _compact(value: Raw | UnsetType) -> str:
+    """JSON text without layout (a progress is one line of an event), or "" for none."""
+    if value is UNSET:
+        return ""
+    return _encode(msgspec.json.decode(value)).decode()  # type: ignore[arg-type]
+
+
+HISTORY_KINDS = ("enqueued", "completed", "failed", "reclaimed")  # HistoryMinute's order
+
+
 def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
     """A job's hash (HGETALL) as the API's job view. The hash leaves out fields that hold
     their default (lua/include/common.lua), so those are filled in here."""
     name = fields.get(b"name") or None
     result = fields.get(b"result")
+    progress = fields.get(b"progress")
     active = fields[b"state"] == b"active"
     created_at = int(fields[b"created_at"])
     return JobView(
@@ -164,6 +179,10 @@ def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
         updated_at=int(fields.get(b"updated_at", created_at)),
         worker=_text(fields.get(b"worker")) if active else None,
         lease_expires_at=_int(fields.get(b"lease_expires_at")) if active else None,
+        progress=None if progress is None else Raw(progress),
+        cancel_requested=b"cancel_requested" in fields,
+        stalls=int(fields.get(b"stalls", 0)),
+        finished_at=_int(fields.get(b"finished_at")),
     )
 
 
@@ -215,6 +234,7 @@ class JobQueues:
         confirm_timeout_ms: int = 0,
         completed_max: int = config.DEFAULT_COMPLETED_MAX,
         failed_max: int = config.DEFAULT_FAILED_MAX,
+        events_maxlen: int = config.DEFAULT_EVENTS_MAXLEN,
     ) -> None:
         self.client = client
         self.cluster = isinstance(client, RedisCluster)
@@ -227,10 +247,11 @@ class JobQueues:
         self.scripts = Scripts(
             client,
             placeholders=retention_placeholders(
-                completed_retention_s, failed_retention_s, completed_max, failed_max
+                completed_retention_s, failed_retention_s, completed_max, failed_max, events_maxlen
             ),
         )
         self.sweep_batch = sweep_batch
+        self.events_maxlen = events_maxlen
         self.due_index = DueIndex(client)
 
     async def aclose(self) -> None:
@@ -411,34 +432,47 @@ class JobQueues:
         ]
 
     async def _renewals(
-        self, queue: str, leases: Sequence[tuple[str, str, int | None]], job_id: str | None = None
-    ) -> list[tuple[int, int]]:
-        """(code, new lease_expires_at) per (id, lease id, lease_ms) given, in order."""
-        entries = [(lease_job, lease_id, lease_ms or 0) for lease_job, lease_id, lease_ms in leases]
+        self,
+        queue: str,
+        leases: Sequence[tuple[str, str, int | None, Raw | UnsetType]],
+        job_id: str | None = None,
+    ) -> list[tuple[int, int, int]]:
+        """(code, new lease_expires_at, cancel requested) per (id, lease id, lease_ms, progress)
+        given, in order."""
+        entries = [
+            (lease_job, lease_id, lease_ms or 0, _compact(progress))
+            for lease_job, lease_id, lease_ms, progress in leases
+        ]
         reply = await self._call("heartbeat", queue, _encode(entries), job_id=job_id)
-        return list(zip(reply[::_HEARTBEAT_REPLY_FIELDS], reply[1::_HEARTBEAT_REPLY_FIELDS], strict=True))
+        step = _HEARTBEAT_REPLY_FIELDS
+        return list(zip(reply[::step], reply[1::step], reply[2::step], strict=True))
 
     async def heartbeat(
-        self, queue: str, job_id: str, lease_id: str, lease_ms: int | None
+        self, queue: str, job_id: str, lease_id: str, lease_ms: int | None, progress: Raw | UnsetType = UNSET
     ) -> HeartbeatResponse:
-        ((code, expires_at),) = await self._renewals(queue, [(job_id, lease_id, lease_ms)], job_id=job_id)
+        ((code, expires_at, cancel),) = await self._renewals(
+            queue, [(job_id, lease_id, lease_ms, progress)], job_id=job_id
+        )
         raise_for_code(code, job_id)
-        return HeartbeatResponse(id=job_id, lease_id=lease_id, lease_expires_at=expires_at)
+        return HeartbeatResponse(
+            id=job_id, lease_id=lease_id, lease_expires_at=expires_at, cancel_requested=cancel == 1
+        )
 
     async def heartbeat_many(self, queue: str, leases: Sequence[HeartbeatItem]) -> list[HeartbeatResult]:
-        renewals = await self._renewals(queue, [(item.id, item.lease_id, item.lease_ms) for item in leases])
+        renewals = await self._renewals(
+            queue, [(item.id, item.lease_id, item.lease_ms, item.progress) for item in leases]
+        )
         return [
-            # Cancellation is not there yet: no lease is ever asked to stop.
             HeartbeatResult(
                 id=item.id,
                 ok=True,
                 lease_id=item.lease_id,
                 lease_expires_at=expires_at,
-                cancel_requested=False,
+                cancel_requested=cancel == 1,
             )
             if code > 0
             else HeartbeatResult(id=item.id, ok=False, code=problem_code_of(code))  # type: ignore[arg-type]
-            for item, (code, expires_at) in zip(leases, renewals, strict=True)
+            for item, (code, expires_at, cancel) in zip(leases, renewals, strict=True)
         ]
 
     async def _ack_codes(
@@ -496,12 +530,15 @@ class JobQueues:
         reply = await self._call("fail", queue, job_id, lease_id, options, error, job_id=job_id)
         raise_for_code(reply[0], job_id)
         state = reply[1].decode()
-        self.telemetry.record_failed(queue, state)
+        if state != "cancelled":
+            self.telemetry.record_failed(queue, state)
         return FailResponse(id=job_id, state=state, attempt=reply[2])  # type: ignore[arg-type]
 
-    async def release(self, queue: str, job_id: str, lease_id: str) -> None:
+    async def release(self, queue: str, job_id: str, lease_id: str) -> str:
+        """The job's state after the release: waiting, or cancelled (its cancellation was requested)."""
         (code,) = await self._call("release", queue, _encode([(job_id, lease_id)]), job_id=job_id)
         raise_for_code(code, job_id)
+        return "cancelled" if code == RELEASED_AS_CANCELLED else "waiting"
 
     async def release_many(self, queue: str, leases: Sequence[tuple[str, str]]) -> list[int]:
         """Give jobs back (id, lease id), unspent, in one call: the codes of lua/release-11.lua."""
@@ -557,6 +594,37 @@ class JobQueues:
         if not fields:
             raise_for_code(ScriptCode.JOB_NOT_FOUND, job_id)
         return job_view(queue, job_id, fields)
+
+    async def cancel(self, queue: str, job_id: str, reason: str | None) -> CancelResponse:
+        reply = await self._call("cancel", queue, job_id, reason or "", job_id=job_id)
+        if isinstance(reply, int):
+            raise_for_code(reply, job_id)
+        state, requested = reply
+        return CancelResponse(id=job_id, state=state.decode(), cancel_requested=requested == 1)  # type: ignore[arg-type]
+
+    async def job_and_position(self, queue: str, job_id: str) -> tuple[JobView | None, int]:
+        """The job (None when there is none) and the number of the queue's last event, read in
+        one step: every event after that number happened after this view of the job."""
+        position, *flat = await self._call("job", queue, job_id, job_id=job_id)
+        if not flat:
+            return None, int(position)
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        return job_view(queue, job_id, fields), int(position)
+
+    async def history(self, queue: str, minutes: int) -> list[HistoryMinute]:
+        """Per-minute counts of the last `minutes` minutes (the last one the current), from the
+        queue's history hash (lua/include/common.lua count_history), zeros included."""
+        async with self._gate:
+            seconds, micros = await self.client.time()
+            history_key = self.keys(queue).history
+            now = seconds * 1000 + micros // 1000
+            current = now - now % 60_000
+            starts = [current - 60_000 * back for back in range(minutes - 1, -1, -1)]
+            fields = [f"{start}:{kind}" for start in starts for kind in HISTORY_KINDS]
+            counts = await self.client.hmget(history_key, fields)
+        values = [int(count) if count is not None else 0 for count in counts]
+        width = len(HISTORY_KINDS)
+        return [HistoryMinute(start, *values[i * width : (i + 1) * width]) for i, start in enumerate(starts)]
 
     async def set_paused(self, queue: str, paused: bool) -> bool:
         await self._register(queue)

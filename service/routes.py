@@ -24,14 +24,17 @@ from litestar.response import Stream
 
 from echomq_http import limits
 from echomq_http.auth import Action, Authenticator, Grant
-from echomq_http.errors import BodyTimeout, InvalidRequest
+from echomq_http.errors import BodyTimeout, InvalidRequest, ScriptCode, raise_for_code
+from echomq_http.events import EVENT_TYPES, OUTCOME_TYPES, EventHub, event_stream
 from echomq_http.longpoll import WakeHub, lease_with_wait
-from echomq_http.queue import JobQueues, NextLease, new_request_id
+from echomq_http.queue import FINAL_STATES, JobQueues, NextLease, new_request_id
 from echomq_http.schemas import (
     AckManyRequest,
     AckManyResponse,
     AckRequest,
     AckResponse,
+    CancelRequest,
+    CancelResponse,
     EnqueueManyRequest,
     EnqueueManyResponse,
     EnqueueRequest,
@@ -43,6 +46,7 @@ from echomq_http.schemas import (
     HeartbeatManyResponse,
     HeartbeatRequest,
     HeartbeatResponse,
+    HistoryView,
     JobView,
     LeasedJob,
     LeaseRequest,
@@ -55,6 +59,7 @@ from echomq_http.schemas import (
     RedriveResponse,
     ReleaseRequest,
     ReleaseResponse,
+    StreamEvent,
     WorkerReleaseResponse,
     WorkersView,
     is_name,
@@ -63,7 +68,7 @@ from echomq_http.schemas import (
 S = TypeVar("S", bound=msgspec.Struct)
 
 JSON = "application/json"
-_DIGITS = re.compile(r"[0-9]{1,12}")
+_DIGITS = re.compile(r"[0-9]{1,16}")
 _encoder = msgspec.json.Encoder()
 _decoders: dict[type, msgspec.json.Decoder[Any]] = {}
 _lenient_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
@@ -251,6 +256,10 @@ def hub_of(request: Request[Any, Any, State]) -> WakeHub:
     return request.app.state.hub  # type: ignore[no-any-return]
 
 
+def events_of(request: Request[Any, Any, State]) -> EventHub:
+    return request.app.state.events  # type: ignore[no-any-return]
+
+
 # A response: its Struct (None: no content), or the Struct and what that status means.
 Answer = type | None | tuple[type | None, str]
 
@@ -406,7 +415,9 @@ async def _watch_hang_up(request: Request[Any, Any, State], client_gone: asyncio
 async def heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
     beat = await read_body(request, HeartbeatRequest)
-    return json_response(await queues_of(request).heartbeat(queue, id, beat.lease_id, beat.lease_ms))
+    return json_response(
+        await queues_of(request).heartbeat(queue, id, beat.lease_id, beat.lease_ms, beat.progress)
+    )
 
 
 @post(
@@ -537,22 +548,230 @@ async def fail(request: Request[Any, Any, State]) -> Response[bytes]:
 async def release(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
     given_back = await read_body(request, ReleaseRequest)
-    await queues_of(request).release(queue, id, given_back.lease_id)
-    return json_response(ReleaseResponse(id=id, state="waiting"))
+    state = await queues_of(request).release(queue, id, given_back.lease_id)
+    return json_response(ReleaseResponse(id=id, state=state))  # type: ignore[arg-type]
+
+
+GET_JOB_QUERY = (
+    (
+        "wait_ms",
+        "integer",
+        f"wait up to this long for the job's outcome (0-{limits.MAX_OUTCOME_WAIT_MS}, default 0: answer now)",
+        limits.MAX_OUTCOME_WAIT_MS,
+    ),
+)
 
 
 @get(
     JOB,
     operation_id="getJob",
     summary="Inspect a job",
-    description="Reads a job in any state: its payload, state, attempts, result or latest error, and "
-    "who holds it while it is leased. Completed and dead-lettered jobs can be read for their "
-    "retention time; 404 after that, and for an id never enqueued or deleted.",
-    opt=_opt(Action.READ, JOBS, None, {200: JobView}, ("job_not_found",)),
+    description="Reads a job in any state: its payload, state, attempts, result or latest error, "
+    "progress, and who holds it while it is leased. Completed, dead-lettered and cancelled jobs "
+    "can be read for their retention time; 404 after that, and for an id never enqueued or "
+    "deleted. With wait_ms, waits for the job's outcome: answers as soon as the job is completed, "
+    "failed or cancelled (at once if it already is), or after wait_ms with its state then; 404 "
+    "when it is deleted meanwhile. The state and the position in the queue's events are read "
+    "together, and the wait follows the events from there, so an outcome that happens as the call "
+    "arrives is never missed. A wait holds no Redis connection; each counts toward "
+    "EMQ_MAX_WAITERS (429 past it).",
+    opt=_opt(Action.READ, JOBS, None, {200: JobView}, ("job_not_found", "too_many_requests"), GET_JOB_QUERY),
 )
 async def get_job(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
-    return json_response(await queues_of(request).get_job(queue, id))
+    wait_ms = query_int(request, "wait_ms", 0, 0, limits.MAX_OUTCOME_WAIT_MS)
+    queues = queues_of(request)
+    if wait_ms == 0:
+        return json_response(await queues.get_job(queue, id))
+    return json_response(await wait_for_outcome(events_of(request), queues, queue, id, wait_ms / 1000))
+
+
+OUTCOME_POLL_S = 0.1  # how often a wait reads the job when the service keeps no events
+
+
+async def wait_for_outcome(
+    hub: EventHub, queues: JobQueues, queue: str, job_id: str, wait_s: float
+) -> JobView:
+    """The job once it is final, or after wait_s. Subscribed before reading: every event after
+    the position read with the job reaches the subscriber."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    async with hub.subscribe(queue, OUTCOME_TYPES, job_id) as (_, subscriber):
+        view, position = await queues.job_and_position(queue, job_id)
+        if view is None:
+            raise_for_code(ScriptCode.JOB_NOT_FOUND, job_id)
+        if view.state in FINAL_STATES:  # type: ignore[union-attr]
+            return view  # type: ignore[return-value]
+        while (remaining := deadline - loop.time()) > 0:
+            if queues.events_maxlen == 0:  # no events to follow: look again now and then
+                await asyncio.sleep(min(OUTCOME_POLL_S, remaining))
+                view = await queues.get_job(queue, job_id)
+                if view.state in FINAL_STATES:
+                    return view
+                continue
+            event = await subscriber.next(remaining)
+            if subscriber.dropped or subscriber.resync is not None:
+                break  # shutting down, or the queue was deleted: answer with what is there now
+            if event is not None and event.number > position:
+                break
+    return await queues.get_job(queue, job_id)
+
+
+@post(
+    JOB + "/cancel",
+    operation_id="cancel",
+    summary="Cancel a job",
+    description="A waiting or delayed job is cancelled at once: it is never leased, and is kept "
+    "like a dead letter (state cancelled, the reason as its error). An active job stays active "
+    "with cancel_requested: its worker's heartbeats say so; an ack still completes it, while a "
+    "fail (whatever its retry), a release, an operator release or an expired lease make it "
+    "cancelled, never retried. A completed, failed or cancelled job is left as it is, and the "
+    "answer shows its state. Idempotent: cancelling again changes nothing.",
+    opt=_opt(
+        Action.CANCEL, JOBS, CancelRequest, {200: CancelResponse}, ("job_not_found",), body_optional=True
+    ),
+)
+async def cancel(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue, id = path_queue(request), path_job_id(request)
+    ask = await read_body(request, CancelRequest, optional=True)
+    return json_response(await queues_of(request).cancel(queue, id, ask.reason))
+
+
+_EVENT_TYPE = "(" + "|".join(sorted(EVENT_TYPES)) + ")"
+EVENT_TYPES_PATTERN = f"^{_EVENT_TYPE}(,{_EVENT_TYPE})*$"
+EVENTS_QUERY = (
+    (
+        "after",
+        "integer",
+        "resume after this event id (0: from the oldest kept event); the Last-Event-ID header, when "
+        "sent, takes its place. Without either, only new events are sent",
+        2**53,
+    ),
+    (
+        "types",
+        {"type": "string", "pattern": EVENT_TYPES_PATTERN},
+        "only events of these types, comma-separated (e.g. completed,failed)",
+        None,
+    ),
+    ("job", "string", "only the events of this job", None),
+)
+
+
+def _events_query(request: Request[Any, Any, State]) -> tuple[int | None, frozenset[str] | None, str | None]:
+    after: int | None = None
+    last_event_id = request.headers.get("last-event-id")
+    if last_event_id is not None:
+        if not _DIGITS.fullmatch(last_event_id.strip()):
+            raise InvalidRequest(f"Last-Event-ID must be an event id (a whole number), got {last_event_id!r}")
+        after = int(last_event_id)
+    elif "after" in request.query_params:
+        after = query_int(request, "after", 0, 0, 2**53)
+    types: frozenset[str] | None = None
+    raw_types = request.query_params.get("types")
+    if raw_types is not None:
+        types = frozenset(raw_types.split(","))
+        unknown = sorted(types - EVENT_TYPES)
+        if unknown or not raw_types:
+            raise InvalidRequest(f"unknown event types {unknown}: known are {sorted(EVENT_TYPES)}")
+    job = request.query_params.get("job")
+    if job is not None:
+        checked_name(job, "job")
+    return after, types, job
+
+
+@get(
+    Q + "/events",
+    operation_id="events",
+    summary="Follow the queue's events (Server-Sent Events)",
+    description="A text/event-stream of what happens to the queue's jobs, in the order it happens: "
+    "enqueued, leased, progress, completed, retrying, failed (dead-lettered), released, reclaimed, "
+    "cancel_requested, cancelled, deleted, and the queue's paused and resumed. Each event is "
+    "written by the same script call as the change it reports, so none is lost or out of order. "
+    "Event ids are whole numbers that grow within the queue: resume after one with the "
+    "Last-Event-ID header (browsers' EventSource sends it by itself) or ?after=; ?after=0 starts "
+    "from the oldest kept event (the last EMQ_EVENTS_MAXLEN, at least). A resume from an id that "
+    "is no longer kept first sends one resync event: read the state again. A comment line comes "
+    "at least every 15 s on an idle stream. A subscriber that falls too far behind is "
+    "disconnected and resumes by id. No event carries a payload, a result or a lease id. "
+    "Subscribers hold no Redis connection each; each counts toward EMQ_MAX_WAITERS (429 past it).",
+    opt=_opt(
+        Action.READ,
+        INSPECT,
+        None,
+        {
+            200: {
+                "media": "text/event-stream",
+                "schema": {
+                    "type": "object",
+                    "description": "one event of the stream (SSE fields); comment lines are keep-alives",
+                    "properties": {
+                        "id": {"type": "string", "description": "the event's id, a whole number"},
+                        "event": {"type": "string", "description": "the event's type"},
+                        "data": {
+                            "type": "string",
+                            "description": "a StreamEvent as JSON",
+                            "contentMediaType": "application/json",
+                            "contentSchema": {"$ref": "#/components/schemas/StreamEvent"},
+                        },
+                        "retry": {
+                            "type": "integer",
+                            "description": "sent once: reconnect after this many ms",
+                        },
+                    },
+                },
+                "description": "The stream: every event's data is a StreamEvent",
+                "struct": StreamEvent,
+            }
+        },
+        ("too_many_requests",),
+        EVENTS_QUERY,
+    ),
+)
+async def events(request: Request[Any, Any, State]) -> Stream:
+    queue = path_queue(request)
+    after, types, job = _events_query(request)
+    body = event_stream(events_of(request), queue, after, types, job)
+    first = await anext(body)  # subscribed (or 429) before the answer's status goes out
+    return Stream(
+        _prepend(first, body),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        yield first
+        async for chunk in rest:
+            yield chunk
+    finally:
+        await rest.aclose()  # type: ignore[attr-defined]
+
+
+HISTORY_QUERY = (
+    (
+        "minutes",
+        "integer",
+        f"this many minutes back, the current one included (default {limits.DEFAULT_HISTORY_MINUTES})",
+        limits.MAX_HISTORY_MINUTES,
+    ),
+)
+
+
+@get(
+    Q + "/history",
+    operation_id="history",
+    summary="Per-minute counts of the last hours",
+    description="For each of the last `minutes` minutes, oldest first and the current (partial) "
+    "one last: how many jobs were enqueued, completed, dead-lettered and reclaimed (lease "
+    "expired). Counted in Redis by the scripts themselves, so every replica answers the same; "
+    "kept 24 hours.",
+    opt=_opt(Action.READ, INSPECT, None, {200: HistoryView}, (), HISTORY_QUERY),
+)
+async def history(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
+    minutes = query_int(request, "minutes", limits.DEFAULT_HISTORY_MINUTES, 1, limits.MAX_HISTORY_MINUTES)
+    return json_response(HistoryView(minutes=await queues_of(request).history(queue, minutes)))
 
 
 @delete(
@@ -766,6 +985,9 @@ QUEUE_HANDLERS = [
     fail,
     release,
     get_job,
+    cancel,
+    events,
+    history,
     delete_job,
     list_queues,
     get_queue,

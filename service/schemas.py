@@ -26,7 +26,7 @@ MaxAttempts = Annotated[int, Meta(ge=1, le=limits.MAX_ATTEMPTS)]
 LeaseMs = Annotated[int, Meta(ge=limits.MIN_LEASE_MS, le=limits.MAX_LEASE_MS)]
 LeaseId = Annotated[str, Meta(min_length=1, max_length=128)]
 EpochMs = Annotated[int, Meta(description="epoch milliseconds, Redis server clock")]
-JobState = Literal["waiting", "delayed", "active", "completed", "failed"]
+JobState = Literal["waiting", "delayed", "active", "completed", "failed", "cancelled"]
 
 # Fields that several schemas share, described once.
 JobId = Annotated[str, Meta(description="the job's id")]
@@ -328,6 +328,30 @@ LeaseNext = Annotated[
         "answers as before), and with request_id the repeat answers the same jobs"
     ),
 ]
+Progress = Annotated[
+    Raw | UnsetType,
+    Meta(
+        description='how far the job has got, any JSON value of at most 64 KiB (e.g. {"done": 40, '
+        '"of": 100}): stored on the job (job view progress) and sent as a progress event; leave it out '
+        "to keep the last one"
+    ),
+]
+CancelRequested = Annotated[
+    bool,
+    Meta(
+        description="the job's cancellation was requested (POST .../cancel): stop working on it and fail or "
+        "release it (it then ends cancelled, not retried); an ack still completes it"
+    ),
+]
+
+
+def _require_progress(progress: Raw | UnsetType) -> None:
+    if isinstance(progress, Raw):
+        if len(progress) > limits.MAX_PROGRESS_BYTES:
+            raise ValueError(f"progress is larger than {limits.MAX_PROGRESS_BYTES} bytes")
+        _require_shallow(progress)
+
+
 NextJobs = Annotated[
     list[LeasedJob],
     Meta(description="only with lease_next: what that lease request answered (possibly no jobs)"),
@@ -335,10 +359,14 @@ NextJobs = Annotated[
 
 
 class HeartbeatRequest(Request):
-    """Renew a lease."""
+    """Renew a lease, and report progress."""
 
     lease_id: LeaseIdIn
     lease_ms: RenewLeaseMs = None
+    progress: Progress = UNSET
+
+    def __post_init__(self) -> None:
+        _require_progress(self.progress)
 
 
 class HeartbeatResponse(Struct):
@@ -347,6 +375,7 @@ class HeartbeatResponse(Struct):
     id: JobId
     lease_id: Annotated[str, Meta(description="the lease renewed: a heartbeat keeps the lease's id")]
     lease_expires_at: Annotated[int, Meta(description="the lease's new end (epoch ms, Redis clock)")]
+    cancel_requested: CancelRequested = False
 
 
 class HeartbeatItem(Request):
@@ -355,9 +384,11 @@ class HeartbeatItem(Request):
     id: JobIdIn
     lease_id: LeaseIdIn
     lease_ms: RenewLeaseMs = None
+    progress: Progress = UNSET
 
     def __post_init__(self) -> None:
         _require_names(self.id)
+        _require_progress(self.progress)
 
 
 class HeartbeatManyRequest(Request):
@@ -383,7 +414,10 @@ class HeartbeatResult(Struct, omit_defaults=True):
         int | None, Meta(description="only when ok: the lease's new end (epoch ms, Redis clock)")
     ] = None
     cancel_requested: Annotated[
-        bool | None, Meta(description="only when ok: the job is asked to stop; always false in this version")
+        bool | None,
+        Meta(
+            description="only when ok: the job's cancellation was requested (stop, then fail or release it)"
+        ),
     ] = None
     code: ItemCode = None
 
@@ -494,10 +528,11 @@ class FailResponse(Struct):
 
     id: JobId
     state: Annotated[
-        Literal["waiting", "delayed", "failed"],
+        Literal["waiting", "delayed", "failed", "cancelled"],
         Meta(
             description="delayed: it waits out its backoff (or retry_after_ms); waiting: it is retried at "
-            "once, at the back of the line; failed: dead-lettered (no attempts left, or retry false)"
+            "once, at the back of the line; failed: dead-lettered (no attempts left, or retry false); "
+            "cancelled: its cancellation had been requested, so it is not retried"
         ),
     ]
     attempt: Annotated[int, Meta(description="the number of the attempt that failed")]
@@ -514,8 +549,11 @@ class ReleaseResponse(Struct):
 
     id: JobId
     state: Annotated[
-        Literal["waiting"],
-        Meta(description="always waiting: first in line within its priority, the attempt not counted"),
+        Literal["waiting", "cancelled"],
+        Meta(
+            description="waiting: first in line within its priority, the attempt not counted; cancelled: its "
+            "cancellation had been requested, so it ends instead"
+        ),
     ]
 
 
@@ -529,7 +567,8 @@ class JobView(Struct):
         JobState,
         Meta(
             description="waiting: leasable; delayed: leasable later (delay_ms, or a retry's backoff); "
-            "active: leased; completed: acked; failed: dead-lettered"
+            "active: leased; completed: acked; failed: dead-lettered; cancelled: cancelled (never leased "
+            "again)"
         ),
     ]
     payload: Annotated[Raw, Meta(description="the payload, exactly as enqueued")]
@@ -562,6 +601,123 @@ class JobView(Struct):
         int | None,
         Meta(description="only while active: when the lease ends unless renewed (epoch ms, Redis clock)"),
     ]
+    progress: Annotated[
+        Raw | None, Meta(description="the last progress a heartbeat reported (compact JSON), or null")
+    ] = None
+    cancel_requested: Annotated[
+        bool, Meta(description="its cancellation was requested (a cancelled job's always was)")
+    ] = False
+    group: Annotated[
+        str | None, Meta(description="the job's group; null (groups come in a later version)")
+    ] = None
+    stalls: Annotated[
+        int, Meta(description="how many times its lease expired (or its worker's session lapsed) so far")
+    ] = 0
+    schedule: Annotated[
+        str | None, Meta(description="the schedule that made it; null (schedules come in a later version)")
+    ] = None
+    finished_at: Annotated[
+        int | None,
+        Meta(
+            description="when it completed, was dead-lettered or cancelled (epoch ms, Redis clock); else null"
+        ),
+    ] = None
+
+
+class CancelRequest(Request):
+    """Cancel a job."""
+
+    reason: Annotated[
+        Annotated[str, Meta(max_length=limits.MAX_CANCEL_REASON_BYTES)] | None,
+        Meta(description="why, at most 1 KiB; kept as the cancelled job's error"),
+    ] = None
+
+    def __post_init__(self) -> None:
+        if self.reason is not None and len(self.reason.encode()) > limits.MAX_CANCEL_REASON_BYTES:
+            raise ValueError(f"reason is longer than {limits.MAX_CANCEL_REASON_BYTES} bytes")
+
+
+class CancelResponse(Struct):
+    """The job's state after the cancel."""
+
+    id: JobId
+    state: Annotated[
+        JobState,
+        Meta(
+            description="cancelled: it was waiting or delayed, and is cancelled now; active: it stays active "
+            "with cancel_requested until its worker acks (completed) or fails, releases or loses it "
+            "(cancelled); completed, failed, cancelled: it had already finished, and nothing changed"
+        ),
+    ]
+    cancel_requested: Annotated[bool, Meta(description="its cancellation was requested (now or before)")]
+
+
+class HistoryMinute(Struct):
+    """What happened in one minute."""
+
+    at: Annotated[int, Meta(description="the minute's start (epoch ms, Redis clock)")]
+    enqueued: Annotated[int, Meta(description="jobs enqueued (new ids only)")]
+    completed: Annotated[int, Meta(description="jobs acked")]
+    failed: Annotated[int, Meta(description="jobs dead-lettered")]
+    reclaimed: Annotated[int, Meta(description="jobs whose lease expired, returned to waiting")]
+
+
+class HistoryView(Struct):
+    """Per-minute counts, counted in Redis (the same on every replica), kept 24 hours."""
+
+    minutes: Annotated[
+        list[HistoryMinute],
+        Meta(
+            description="one entry per minute, oldest first, zeros included; the last is the current minute"
+        ),
+    ]
+
+
+class StreamEvent(Struct, omit_defaults=True):
+    """One event of GET .../events (its SSE data line): what happened to a job or the queue. No
+    event carries a payload, a result or a lease id."""
+
+    type: Annotated[
+        Literal[
+            "enqueued",
+            "leased",
+            "progress",
+            "completed",
+            "retrying",
+            "failed",
+            "released",
+            "reclaimed",
+            "cancel_requested",
+            "cancelled",
+            "deleted",
+            "paused",
+            "resumed",
+            "resync",
+        ],
+        Meta(
+            description="enqueued {state} (redriven: true for a redrive); leased {worker, attempt, fence, "
+            "lease_expires_at}; progress {worker, progress}; completed {worker, attempt}; retrying "
+            "{attempt, state, error}; failed {attempt, reason: fail|lease_expired, error} (dead-lettered); "
+            "released {worker}; reclaimed {worker, attempt}; cancel_requested; cancelled; deleted; paused "
+            "and resumed (no id); resync {after, oldest}: events after `after` are no longer kept"
+        ),
+    ]
+    queue: QueueName
+    id: Annotated[str | UnsetType, Meta(description="the job's id (not on queue events)")] = UNSET
+    at: Annotated[int | UnsetType, Meta(description="when it happened (epoch ms, Redis clock)")] = UNSET
+    state: Annotated[str | UnsetType, Meta(description="enqueued, retrying: the job's state")] = UNSET
+    worker: Annotated[str | UnsetType, Meta(description="the worker concerned")] = UNSET
+    attempt: Annotated[int | UnsetType, Meta(description="the attempt concerned")] = UNSET
+    fence: Annotated[int | UnsetType, Meta(description="leased: the lease's fence")] = UNSET
+    lease_expires_at: Annotated[int | UnsetType, Meta(description="leased: the lease's end")] = UNSET
+    progress: Annotated[Raw | UnsetType, Meta(description="progress: what the heartbeat reported")] = UNSET
+    error: Annotated[str | UnsetType | None, Meta(description="retrying, failed: the error text")] = UNSET
+    reason: Annotated[
+        Literal["fail", "lease_expired", "stalled"] | UnsetType, Meta(description="failed: why")
+    ] = UNSET
+    redriven: Annotated[bool | UnsetType, Meta(description="enqueued by a redrive")] = UNSET
+    after: Annotated[int | UnsetType, Meta(description="resync: the id asked to resume after")] = UNSET
+    oldest: Annotated[int | UnsetType, Meta(description="resync: the oldest event id kept")] = UNSET
 
 
 class Counts(Struct):
@@ -581,6 +737,13 @@ class Counts(Struct):
     ]
     failed: Annotated[
         int, Meta(description="dead-lettered and still kept (EMQ_FAILED_RETENTION_S, EMQ_FAILED_MAX)")
+    ]
+    cancelled: Annotated[
+        int,
+        Meta(
+            description="cancelled and still kept (as dead letters are: EMQ_FAILED_RETENTION_S, "
+            "EMQ_FAILED_MAX)"
+        ),
     ]
 
 

@@ -33,9 +33,11 @@ def retention_placeholders(
     failed_retention_s: int = config.DEFAULT_FAILED_RETENTION_S,
     completed_max: int = config.DEFAULT_COMPLETED_MAX,
     failed_max: int = config.DEFAULT_FAILED_MAX,
+    events_maxlen: int = config.DEFAULT_EVENTS_MAXLEN,
 ) -> dict[str, str]:
     """The service's retention settings, as the scripts read them (include/common.lua)."""
     return {
+        "EVENTS_MAXLEN": str(events_maxlen),
         "COMPLETED_RETENTION_MS": str(completed_retention_s * 1000),
         "FAILED_RETENTION_MS": str(failed_retention_s * 1000),
         "COMPLETED_MAX": str(completed_max),
@@ -48,6 +50,9 @@ PLACEHOLDERS: Mapping[str, str] = {
     "LOCK_SUFFIX": keys.LOCK_SUFFIX,
     "HELD_SUFFIX": keys.HELD_SUFFIX,
     "REQUEST_SUFFIX": keys.REQUEST_SUFFIX,
+    "EVENTS_NAME": keys.EVENTS_NAME,
+    "HISTORY_NAME": keys.HISTORY_NAME,
+    "CANCELLED_NAME": keys.CANCELLED_NAME,
     "QUEUE_NAME_START": str(len(keys.queue_prefix("")) - 1),  # where the name starts in the prefix
     "MAX_PRIORITY": str(limits.MAX_PRIORITY),
     "LEASE_ID_CHARS": str(limits.LEASE_ID_CHARS),

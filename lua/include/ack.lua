@@ -6,9 +6,8 @@
 -- acks: {{id, lease_id}, ...}; ARGV[results_from + i - 1]: the i-th ack's result as raw JSON,
 -- "" = no result. Returns a flat array, 2 entries per ack: code (1 completed now, 2 already
 -- completed by this lease, JOB_NOT_FOUND, LEASE_LOST) and, for code 1, how long the lease was
--- held (ms, lease to ack), else 0.
-local function ack_jobs(acks, results_from)
-  local now = now_ms()
+-- held (ms, lease to ack), else 0. Emits completed per job completed (count in the history).
+local function ack_jobs(acks, results_from, now)
   local now_text = text(now)
   local reply = {}
   local departures = new_departures()
@@ -16,7 +15,7 @@ local function ack_jobs(acks, results_from)
   for i, ack in ipairs(acks) do
     local id, lease_id = ack[1], ack[2]
     local key = job_key(id)
-    local job = redis.call('HMGET', key, 'state', 'worker', 'leased_at', 'done_lease', 'lease_id')
+    local job = redis.call('HMGET', key, 'state', 'worker', 'leased_at', 'done_lease', 'lease_id', 'attempt')
     local result = ARGV[results_from + i - 1]
     local code, held_ms = 0, 0
     if not job[1] then
@@ -35,6 +34,7 @@ local function ack_jobs(acks, results_from)
       end
       completed[#completed + 1] = now_text
       completed[#completed + 1] = id
+      emit('completed', id, '"worker":"' .. job[2] .. '","attempt":' .. (job[6] or '0'))
       code = 1
     elseif job[1] == 'completed' and job[4] == lease_id then
       code = 2
@@ -46,5 +46,6 @@ local function ack_jobs(acks, results_from)
   end
   detach(departures)
   record_completed(completed, now)
+  count_history('completed', #completed / 2)
   return reply
 end

@@ -70,6 +70,89 @@ local function call_chunked(command, key, values)
   end
 end
 
+-- Events: what a call did, as lines "<type> <job id, or - for the queue> <JSON members>" (the
+-- members of the event's data object after type, queue, id and at, which the service adds), all
+-- of one call in one entry of the queue's stream EVENTS: an event is written in the same script
+-- as its transition, and a batch costs one XADD. Events are numbered 1, 2, 3... per queue (META
+-- "event_seq"); an entry's id is "0-<number of its last event>", so an entry holds the events
+-- from the previous entry's number + 1 to its own. At least EVENTS_MAXLEN events are kept
+-- (approximate trimming by MINID: whole stream nodes at a time); 0 turns events off.
+local EVENTS = PREFIX .. '@EVENTS_NAME@'
+local EVENTS_MAXLEN = @EVENTS_MAXLEN@
+local event_lines = {}
+local function emit(kind, id, members)
+  if EVENTS_MAXLEN > 0 then event_lines[#event_lines + 1] = kind .. ' ' .. id .. ' ' .. members end
+end
+
+local function stream_entry_args(last, at)
+  return {'XADD', EVENTS, 'MINID', '~', '0-' .. text(math.max(last - EVENTS_MAXLEN + 1, 0)), '0-' .. text(last),
+    'at', at, 'e', table.concat(event_lines, '\n')}
+end
+
+-- One stream entry for the events emitted so far (none: nothing written). at: the time (ms text).
+local function flush_events(at)
+  local count = #event_lines
+  if count == 0 then return end
+  local last = redis.call('HINCRBY', META, 'event_seq', count)
+  local written = redis.pcall(unpack(stream_entry_args(last, at)))
+  if type(written) == 'table' and written.err then
+    -- The stream is ahead of the counter (META was deleted, the stream was not): go on from the
+    -- stream's last id, so that event numbers never go back.
+    local info = redis.call('XINFO', 'STREAM', EVENTS)
+    for i = 1, #info, 2 do
+      if info[i] == 'last-generated-id' then
+        last = tonumber(string.match(info[i + 1], '%-(%d+)$')) + count
+      end
+    end
+    redis.call('HSET', META, 'event_seq', text(last))
+    redis.call(unpack(stream_entry_args(last, at)))
+  end
+  event_lines = {}
+end
+
+-- A JSON string (error texts; names and ids never need escaping: their pattern excludes it).
+local function json_text(value)
+  if value == nil or value == false then return 'null' end
+  return cjson.encode(value)
+end
+
+-- Per-minute counts of what happened, kept 24 hours: HISTORY "<minute ms>:<kind>" for the kinds
+-- enqueued, completed, failed (dead-lettered) and reclaimed. The first count of a minute deletes
+-- the fields of the minutes that fell out of the 24 hours since the last first count ("last").
+local HISTORY = PREFIX .. '@HISTORY_NAME@'
+local HISTORY_KINDS = {'enqueued', 'completed', 'failed', 'reclaimed'}
+local HISTORY_MINUTES = 1440
+local history_counts = {}
+local function count_history(kind, n)
+  history_counts[kind] = (history_counts[kind] or 0) + n
+end
+
+local function flush_history(now)
+  local minute = now - now % 60000
+  local first_of_minute = false
+  for kind, n in pairs(history_counts) do
+    if n > 0 and redis.call('HINCRBY', HISTORY, text(minute) .. ':' .. kind, n) == n then first_of_minute = true end
+  end
+  history_counts = {}
+  if not first_of_minute then return end
+  local last = tonumber(redis.call('HGET', HISTORY, 'last') or (minute - 60000))
+  if last >= minute then return end
+  local stale = {}
+  local from = math.max(last, minute - 2 * HISTORY_MINUTES * 60000) - HISTORY_MINUTES * 60000 + 60000
+  for old = from, minute - HISTORY_MINUTES * 60000, 60000 do
+    for _, kind in ipairs(HISTORY_KINDS) do stale[#stale + 1] = text(old) .. ':' .. kind end
+  end
+  call_chunked('HDEL', HISTORY, stale)
+  redis.call('HSET', HISTORY, 'last', text(minute))
+end
+
+-- Every script that emits events or counts history ends with this.
+local function finish(reply, now)
+  flush_events(text(now))
+  flush_history(now)
+  return reply
+end
+
 -- The queue's entry in the due index: when its next sweep has work to do (a lease expires, a
 -- delayed job is due, a finished job's retention ends). Transitions that make such work only
 -- ever bring it forward (LT); the sweep sets it exactly and removes a queue with nothing ahead,
@@ -249,11 +332,26 @@ local function record_completed(entries, now)
   keep_at_most(COMPLETED, COMPLETED_MAX, added + TRIM_ALLOWANCE, size)
 end
 
-local function dead_letter(id, key, now)
+-- reason: "fail" (the worker's last attempt failed), "lease_expired" (its lease ran out).
+local function dead_letter(id, key, now, attempt, reason, error_text)
   redis.call('HSET', key, 'state', 'failed', 'finished_at', now, 'updated_at', now)
   redis.call('ZADD', FAILED, now, id)
   sweep_needed_by(now + FAILED_RETENTION_MS)
   keep_at_most(FAILED, FAILED_MAX, 1 + TRIM_ALLOWANCE)
+  emit('failed', id, '"attempt":' .. attempt .. ',"reason":"' .. reason .. '","error":' .. json_text(error_text))
+  count_history('failed', 1)
+end
+
+-- A job out of the ledger (or out of waiting or delayed) ends cancelled: kept like a dead letter
+-- (CANCELLED, with the failed jobs' retention and cap), its error the cancellation's reason.
+local CANCELLED = PREFIX .. '@CANCELLED_NAME@'
+local function cancel_job(id, key, now, reason)
+  redis.call('HSET', key, 'state', 'cancelled', 'cancel_requested', 1, 'finished_at', now, 'updated_at', now,
+    'error', reason or 'cancelled')
+  redis.call('ZADD', CANCELLED, now, id)
+  sweep_needed_by(now + FAILED_RETENTION_MS)
+  keep_at_most(CANCELLED, FAILED_MAX, 1 + TRIM_ALLOWANCE)
+  emit('cancelled', id, '')
 end
 
 -- Move due delayed jobs to waiting; returns how many moved and how many due entries were read.

@@ -37,8 +37,8 @@ end
 -- Lease up to max_jobs waiting jobs to worker (see lease-11.lua). lease_ms_text: the lease's
 -- length in ms, as text; lease_ids: max_jobs random tokens of @LEASE_ID_CHARS@ characters,
 -- concatenated; request_id: the call's id, its record kept record_ms. Returns the lease script's
--- reply: {stale, then 10 entries per leased job}.
-local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id, record_ms)
+-- reply: {stale, then 10 entries per leased job}. now: the time (ms).
+local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id, record_ms, now)
   local lease_ms = tonumber(lease_ms_text)
   local request = request_key(worker, request_id)
   local earlier = redis.call('GET', request)
@@ -56,7 +56,6 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
   end
   local meta = redis.call('HMGET', META, 'paused', 'fence')
   if meta[1] then return {0} end
-  local now = now_ms()
   promote_due(now, max_jobs)
 
   local expires_at = now + lease_ms
@@ -94,6 +93,8 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
         held[2 * i - 1], held[2 * i] = fence_text, id
         record[i] = id .. ' ' .. lease_id
         append_job(reply, id, job, attempt, lease_id, expires_at, fence)
+        emit('leased', id, '"worker":"' .. worker .. '","attempt":' .. attempt .. ',"fence":' .. fence_text ..
+          ',"lease_expires_at":' .. expires_text)
       end
     end
     if #leased == max_jobs then break end

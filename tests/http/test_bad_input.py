@@ -332,6 +332,9 @@ LONE_SURROGATE_BODIES = {
     for name, body in INVALID_UTF8_BODIES.items()
 }
 DEEP = b"[" * 5_000 + b"]" * 5_000  # deeper than any parser's recursion limit, yet only 10 KB
+NESTED_65: list[Any] = []  # one level deeper than limits.MAX_JSON_DEPTH
+for _ in range(limits.MAX_JSON_DEPTH):
+    NESTED_65 = [NESTED_65]
 # A float in the first field the endpoint reads makes the service decode the body a second time
 # (to read integral floats as integers): deep nesting must be refused on that path too.
 FLOAT_FIRST_FIELD = {
@@ -565,11 +568,18 @@ def batch_cases() -> list[Case]:
             "heartbeat_many-item-no-id", "POST", beats, {"leases": [beat, {"lease_id": LEASE}]}, hint="`id`"
         ),
         Case(
-            "heartbeat_many-item-progress",  # progress comes with a later version of the contract
+            "heartbeat_many-item-progress-too-large",
             "POST",
             beats,
-            {"leases": [{**beat, "progress": {"done": 1}}]},
+            {"leases": [{**beat, "progress": "x" * limits.MAX_PROGRESS_BYTES}]},
             hint="progress",
+        ),
+        Case(
+            "heartbeat_many-item-progress-too-deep",
+            "POST",
+            beats,
+            {"leases": [{**beat, "progress": NESTED_65}]},
+            hint="nested",
         ),
     ]
     # Only the 500th item (index 499) is bad. Were the rest stored, 999 new jobs would show.

@@ -21,4 +21,4 @@ def test_walkthrough_script(service_url: str, queue: str) -> None:
     lines = done.stdout.splitlines()
     assert json.loads(lines[lines.index("# ack") + 1])["state"] == "completed"
     counts = json.loads(lines[-1])["counts"]
-    assert counts == {"waiting": 0, "delayed": 0, "active": 0, "completed": 1, "failed": 0}
+    assert counts == {"waiting": 0, "delayed": 0, "active": 0, "completed": 1, "failed": 0, "cancelled": 0}

@@ -104,7 +104,14 @@ async def test_jobs_leased_for_a_client_that_hung_up_are_given_straight_back(
     proxy.let_replies_through()
 
     await poll_until(both_waiting, "the jobs to be given back")
-    assert await counts(http, queue) == {"waiting": 2, "delayed": 0, "active": 0, "completed": 0, "failed": 0}
+    assert await counts(http, queue) == {
+        "waiting": 2,
+        "delayed": 0,
+        "active": 0,
+        "completed": 0,
+        "failed": 0,
+        "cancelled": 0,
+    }
     assert (await http.get(f"/v1/queues/{queue}/active")).json() == {"jobs": []}
     assert (await http.get(f"/v1/queues/{queue}/workers")).json() == {"workers": []}
     for job_id in ids:

@@ -89,12 +89,22 @@ async def test_batch_size_is_1_to_1000(client: httpx.AsyncClient, queue: str) ->
     assert len(full) == limits.MAX_BATCH and all(result["ok"] for result in full)
 
 
-async def test_progress_is_not_a_field_yet(client: httpx.AsyncClient, queue: str) -> None:
-    await enqueue(client, queue, "x")
-    job = await lease_one(client, queue)
-    beat = {"id": job["id"], "lease_id": job["lease_id"], "progress": {"done": 1}}
-    assert (
-        "progress"
-        in assert_problem(await heartbeat_many(client, queue, [beat]), 400, "invalid_request")["detail"]
-    )
-    assert (await get_job(client, queue, job["id"]))["lease_expires_at"] == job["lease_expires_at"]
+async def test_progress_is_stored_and_cancellation_reported_per_lease(
+    client: httpx.AsyncClient, queue: str
+) -> None:
+    for n in range(2):
+        await enqueue(client, queue, n)
+    first, second = await lease(client, queue, "w1", max_jobs=2)
+    cancelled = await client.post(f"/v1/queues/{queue}/jobs/{second['id']}/cancel", json={})
+    assert cancelled.json() == {"id": second["id"], "state": "active", "cancel_requested": True}
+    beats = [
+        {"id": first["id"], "lease_id": first["lease_id"], "progress": {"done": 1, "of": 2}},
+        {"id": second["id"], "lease_id": second["lease_id"]},
+    ]
+    results = ok(await heartbeat_many(client, queue, beats))["results"]
+    assert [result["cancel_requested"] for result in results] == [False, True]
+    assert (await get_job(client, queue, first["id"]))["progress"] == {"done": 1, "of": 2}
+    assert (await get_job(client, queue, second["id"]))["progress"] is None
+    # A later heartbeat without progress keeps the last one.
+    ok(await heartbeat_many(client, queue, [{"id": first["id"], "lease_id": first["lease_id"]}]))
+    assert (await get_job(client, queue, first["id"]))["progress"] == {"done": 1, "of": 2}

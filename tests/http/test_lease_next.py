@@ -99,6 +99,7 @@ async def test_lease_next_takes_up_to_max_jobs(client: httpx.AsyncClient, queue:
         "active": 3,
         "completed": 1,
         "failed": 0,
+        "cancelled": 0,
     }
 
 
@@ -142,6 +143,7 @@ async def test_a_repeated_call_with_a_request_id_answers_the_same_jobs(
         "active": 2,
         "completed": 1,
         "failed": 0,
+        "cancelled": 0,
     }
 
 
@@ -163,6 +165,7 @@ async def test_a_failed_ack_leases_nothing(client: httpx.AsyncClient, queue: str
         "active": 1,
         "completed": 0,
         "failed": 0,
+        "cancelled": 0,
     }
     assert (await get_job(client, queue, job["id"]))["worker"] == "w1"
 

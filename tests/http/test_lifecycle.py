@@ -35,6 +35,7 @@ async def test_enqueue_lease_heartbeat_ack(client: AsyncClient, queue: str) -> N
         "active": 0,
         "completed": 1,
         "failed": 0,
+        "cancelled": 0,
     }
 
 
@@ -224,6 +225,7 @@ async def test_redrive_of_no_ids_redrives_nothing_and_without_ids_everything(
         "active": 0,
         "completed": 0,
         "failed": 3,
+        "cancelled": 0,
     }
 
     if no_ids is None:
@@ -237,6 +239,7 @@ async def test_redrive_of_no_ids_redrives_nothing_and_without_ids_everything(
         "active": 0,
         "completed": 0,
         "failed": 0,
+        "cancelled": 0,
     }
     for job_id in ids:
         view = await get_job(client, queue, job_id)
@@ -259,6 +262,7 @@ async def test_delete(client: AsyncClient, queue: str) -> None:
         "active": 1,
         "completed": 0,
         "failed": 0,
+        "cancelled": 0,
     }
 
 
@@ -310,11 +314,18 @@ async def test_queue_listing(client: AsyncClient, queue: str) -> None:
         {
             "name": queue,
             "paused": False,
-            "counts": {"waiting": 1, "delayed": 0, "active": 0, "completed": 0, "failed": 0},
+            "counts": {"waiting": 1, "delayed": 0, "active": 0, "completed": 0, "failed": 0, "cancelled": 0},
         }
     ]
     unknown = (await client.get("/v1/queues/never-used-queue")).json()
-    assert unknown["counts"] == {"waiting": 0, "delayed": 0, "active": 0, "completed": 0, "failed": 0}
+    assert unknown["counts"] == {
+        "waiting": 0,
+        "delayed": 0,
+        "active": 0,
+        "completed": 0,
+        "failed": 0,
+        "cancelled": 0,
+    }
 
 
 async def test_service_endpoints(client: AsyncClient) -> None:

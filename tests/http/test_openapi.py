@@ -43,6 +43,9 @@ CONTRACT = {
     ("post", "/v1/queues/{queue}/pause"),
     ("post", "/v1/queues/{queue}/resume"),
     ("post", "/v1/queues/{queue}/failed/retry"),
+    ("get", "/v1/queues/{queue}/events"),  # v1.1
+    ("post", "/v1/queues/{queue}/jobs/{id}/cancel"),  # v1.1
+    ("get", "/v1/queues/{queue}/history"),  # v1.1
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),

@@ -6,6 +6,7 @@ empty, as every name does)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,5 +55,7 @@ def test_schemathesis_finds_nothing(private_redis_url: str) -> None:
             capture_output=True,
             text=True,
             timeout=540,
+            env={**os.environ, "SCHEMATHESIS_HOOKS": "tests.http.schemathesis_hooks"},
+            cwd=Path(__file__).parents[2],
         )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]

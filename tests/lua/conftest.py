@@ -228,7 +228,13 @@ class LuaQueue:
         return await self.heartbeat_many((job_id, lease_id, lease_ms))
 
     async def heartbeat_many(self, *leases: tuple[str, str, int]) -> list[int]:
-        """The flat reply: code and new expiry per (id, lease id, lease_ms; 0 = its own length)."""
+        """Code and new expiry per (id, lease id, lease_ms; 0 = its own length), flat."""
+        reply = await self.heartbeat_reply(*leases)
+        return [value for i, value in enumerate(reply) if i % 3 != 2]
+
+    async def heartbeat_reply(self, *leases: tuple[str, str, int] | tuple[str, str, int, str]) -> list[int]:
+        """The flat reply: code, new expiry and cancel requested (0|1) per (id, lease id,
+        lease_ms, progress JSON text or "")."""
         return await self.call("heartbeat", json.dumps([list(lease) for lease in leases]))
 
     async def ack(self, *acks: tuple[str, str] | tuple[str, str, bytes]) -> list[int]:
@@ -324,7 +330,11 @@ class LuaQueue:
         return redriven
 
     async def counts(self) -> list[int]:
-        """[paused, waiting, delayed, active, completed, failed]."""
+        """[paused, waiting, delayed, active, completed, failed] (cancelled: all_counts)."""
+        return (await self.all_counts())[:6]
+
+    async def all_counts(self) -> list[int]:
+        """[paused, waiting, delayed, active, completed, failed, cancelled]."""
         return await self.call("counts")
 
     async def ledger(self, offset: int = 0, limit: int = 100, worker: str = "") -> list[list[str]]:

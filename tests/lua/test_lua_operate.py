@@ -15,6 +15,7 @@ NOT_FOUND, JOB_ACTIVE = ScriptCode.JOB_NOT_FOUND.value, ScriptCode.JOB_ACTIVE.va
 OPERATIONS = [
     "ack",
     "ack-lease",
+    "cancel",
     "counts",
     "delete",
     "delete-queue",
@@ -22,6 +23,7 @@ OPERATIONS = [
     "fail",
     "failed-page",
     "heartbeat",
+    "job",
     "lease",
     "ledger",
     "redrive",

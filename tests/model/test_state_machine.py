@@ -40,7 +40,7 @@ from echomq_http.keys import QUEUE_REGISTRY, QueueKeys, queue_prefix
 from echomq_http.scripts import lua_dir, render
 from tests.server import running_service
 
-STATES = ("waiting", "delayed", "active", "completed", "failed")
+STATES = ("waiting", "delayed", "active", "completed", "failed", "cancelled")
 WORKERS = ("w1", "w2", "w3")
 CLIENT_IDS = ("a", "b", "c", "d", "e", "f")
 MAX_JOBS = 8  # per example: enough for interesting orders, few enough to check every job each step

@@ -114,6 +114,7 @@ async def test_expiry_on_the_last_attempt_dead_letters(client: httpx.AsyncClient
         "active": 0,
         "completed": 0,
         "failed": 1,
+        "cancelled": 0,
     }
 
 
@@ -142,6 +143,7 @@ async def test_concurrent_workers_never_share_a_job(client: httpx.AsyncClient, q
         "active": 0,
         "completed": total,
         "failed": 0,
+        "cancelled": 0,
     }
 
 
