@@ -30,6 +30,7 @@ HELD_SUFFIX = ":held"  # ZSET: id -> fence of the jobs a worker holds (so: by le
 # STRING "<id> <lease_id> ..." with a PX TTL: what one lease request leased, under
 # "<worker>:<request_id>:req" (three segments: never a job's or a worker's key)
 REQUEST_SUFFIX = ":req"
+CANCELLED_NAME = "cancelled"  # ZSET: id -> cancellation time (ms), for retention
 DUE_INDEX = f"{KEY_ROOT}:due"  # ZSET: queue -> when its next sweep has work (ms)
 DUE_INDEX_FILLED = f"{KEY_ROOT}:due-filled"  # STRING: every registered queue was put in the index
 CLUSTER_SLOTS = 16384
@@ -58,6 +59,7 @@ class QueueKeys:
     wake: str  # pub/sub channel: "<n>" jobs became leasable
     due: str  # the due index this queue is in (due_index_key)
     script_keys: tuple[str, ...]  # the KEYS every script takes, in lua/include/common.lua's order
+    cancelled: str  # ZSET: id -> cancellation time (ms); not a script key (Lua derives it)
 
     @classmethod
     def for_queue(cls, queue: str, cluster: bool = False) -> QueueKeys:
@@ -66,7 +68,13 @@ class QueueKeys:
         names += ("completed", "failed", "wake")
         named = {name: prefix + name for name in names}
         named["due"] = due_index_key(queue, cluster)
-        return cls(queue=queue, prefix=prefix, script_keys=tuple(named.values()), **named)
+        return cls(
+            queue=queue,
+            prefix=prefix,
+            script_keys=tuple(named.values()),
+            cancelled=prefix + CANCELLED_NAME,
+            **named,
+        )
 
     def job(self, job_id: str) -> str:
         return self.prefix + job_id + JOB_SUFFIX

@@ -186,16 +186,22 @@ def _operation(handler: HTTPRouteHandler, path_params: list[str]) -> tuple[dict[
         for name in path_params
     ]
     for name, kind, description, maximum in opt.get("query", ()):
-        schema: dict[str, Any] = {"type": kind}
+        # kind: a JSON type; "cursor" (opaque text); or a tuple of the values allowed (required).
+        schema: dict[str, Any] = {"type": "string" if kind == "cursor" or isinstance(kind, tuple) else kind}
         if kind == "integer":
             schema["minimum"] = 0 if name == "offset" else 1
             schema["maximum"] = maximum
         elif kind == "boolean":
             schema["default"] = False
+        elif kind == "cursor":
+            schema["maxLength"] = limits.MAX_CURSOR_CHARS
+        elif isinstance(kind, tuple):
+            schema["enum"] = list(kind)
         else:
             schema["pattern"] = limits.NAME_PATTERN
+        required = isinstance(kind, tuple)
         parameters.append(
-            {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
+            {"name": name, "in": "query", "required": required, "description": description, "schema": schema}
         )
     description = " ".join(
         part for part in (handler.description, _roles(opt["action"], "queue" in path_params)) if part

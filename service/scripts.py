@@ -48,6 +48,7 @@ PLACEHOLDERS: Mapping[str, str] = {
     "LOCK_SUFFIX": keys.LOCK_SUFFIX,
     "HELD_SUFFIX": keys.HELD_SUFFIX,
     "REQUEST_SUFFIX": keys.REQUEST_SUFFIX,
+    "CANCELLED_NAME": keys.CANCELLED_NAME,
     "QUEUE_NAME_START": str(len(keys.queue_prefix("")) - 1),  # where the name starts in the prefix
     "MAX_PRIORITY": str(limits.MAX_PRIORITY),
     "LEASE_ID_CHARS": str(limits.LEASE_ID_CHARS),

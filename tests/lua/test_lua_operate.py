@@ -24,6 +24,7 @@ OPERATIONS = [
     "heartbeat",
     "lease",
     "ledger",
+    "list-jobs",
     "redrive",
     "release",
     "release-worker",
