@@ -36,7 +36,9 @@ async def fill(q: LuaQueue, count: int, prefix: str = "j", **options: Any) -> li
 async def cancelled(q: LuaQueue, scored: dict[str, int]) -> None:
     """Cancelled jobs as the coming cancel script will leave them: a hash and a ZSET entry."""
     for job_id in scored:
-        await q.redis.hset(q.keys.job(job_id), mapping={"state": "cancelled", "payload": "{}", "created_at": 1})
+        await q.redis.hset(
+            q.keys.job(job_id), mapping={"state": "cancelled", "payload": "{}", "created_at": 1}
+        )
     await q.redis.zadd(q.keys.cancelled, scored)
 
 
