@@ -65,7 +65,7 @@ class QueueKeys:
     script_keys: tuple[str, ...]  # the KEYS every script takes, in lua/include/common.lua's order
     events: str
     history: str
-    cancelled: str
+    cancelled: str  # ZSET: id -> cancellation time (ms); not a script key (Lua derives it)
 
     @classmethod
     def for_queue(cls, queue: str, cluster: bool = False) -> QueueKeys:

@@ -22,11 +22,12 @@ MAX_OUTCOME_WAIT_MS = 60_000  # GET .../jobs/{id}?wait_ms
 DEFAULT_HISTORY_MINUTES = 60
 MAX_HISTORY_MINUTES = 1440
 MAX_JSON_DEPTH = 64  # nesting of payloads and results: deeper breaks many workers' JSON parsers
-MAX_PAGE = 1000  # jobs per page of the failed list
+MAX_PAGE = 1000  # jobs per page of the failed list and of the job listing
 DEFAULT_PAGE = 100
 MAX_LEDGER_PAGE = 10_000
 DEFAULT_LEDGER_PAGE = 1000
 MAX_OFFSET = 2**31
+MAX_CURSOR_CHARS = 1024  # a job listing's cursor: its ids are names (at most 128 characters)
 
 LEASE_ID_BYTES = 16  # 128 random bits
 LEASE_ID_CHARS = LEASE_ID_BYTES * 2  # hex

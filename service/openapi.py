@@ -186,18 +186,25 @@ def _operation(handler: HTTPRouteHandler, path_params: list[str]) -> tuple[dict[
         for name in path_params
     ]
     for name, kind, description, maximum in opt.get("query", ()):
-        schema: dict[str, Any] = {"type": kind}
+        # kind: a JSON type; "cursor" (opaque text); a tuple of the values allowed (required); or a
+        # schema of its own (a dict).
+        schema: dict[str, Any] = {"type": "string" if kind == "cursor" or isinstance(kind, tuple) else kind}
         if isinstance(kind, dict):
-            schema = kind  # a schema of its own (a list in a string, an opaque cursor)
+            schema = kind
         elif kind == "integer":
             schema["minimum"] = 0 if name in ("offset", "wait_ms", "after") else 1
             schema["maximum"] = maximum
         elif kind == "boolean":
             schema["default"] = False
+        elif kind == "cursor":
+            schema["maxLength"] = limits.MAX_CURSOR_CHARS
+        elif isinstance(kind, tuple):
+            schema["enum"] = list(kind)
         else:
             schema["pattern"] = limits.NAME_PATTERN
+        required = isinstance(kind, tuple)
         parameters.append(
-            {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
+            {"name": name, "in": "query", "required": required, "description": description, "schema": schema}
         )
     description = " ".join(
         part for part in (handler.description, _roles(opt["action"], "queue" in path_params)) if part

@@ -24,7 +24,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from echomq_http import config, limits
+from echomq_http import config, cursors, limits
 from echomq_http.chunked_read import chunked, read_hashes
 from echomq_http.dueindex import DueIndex
 from echomq_http.errors import JobActive, ScriptCode, problem_code_of, raise_for_code
@@ -56,7 +56,7 @@ _HEARTBEAT_REPLY_FIELDS = 3
 _LEDGER_ENTRY_FIELDS = 5
 _ENQUEUE_REPLY_FIELDS = 3
 _NO_RESULT = b""
-READ_ONLY_OPERATIONS = frozenset({"counts", "ledger", "workers", "failed-page", "job"})
+READ_ONLY_OPERATIONS = frozenset({"counts", "ledger", "workers", "failed-page", "job", "list-jobs"})
 RELEASED_AS_CANCELLED = 3  # release-11.lua: the job ended cancelled (its cancellation was requested)
 FINAL_STATES = frozenset({"completed", "failed", "cancelled"})
 
@@ -184,6 +184,11 @@ def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
         stalls=int(fields.get(b"stalls", 0)),
         finished_at=_int(fields.get(b"finished_at")),
     )
+
+
+def _sized_ids(listing: list[Any]) -> list[tuple[str, int]]:
+    """A listing script's flat {id, payload bytes, ...} as (id, bytes) pairs."""
+    return [(job_id.decode(), size) for job_id, size in zip(listing[::2], listing[1::2], strict=True)]
 
 
 def _outcome(reply: Any) -> dict[str, Any]:
@@ -682,23 +687,33 @@ class JobQueues:
         payload sizes) come from one short script call; the hashes from chunked reads
         (echomq_http.chunked_read), so a page of large jobs never holds anything for long."""
         total, *listing = await self._call("failed-page", queue, offset, limit)
-        ids, sizes = listing[::2], listing[1::2]
-        sized_ids = [(job_id.decode(), size) for job_id, size in zip(ids, sizes, strict=True)]
-        return self._failed_jobs(queue, sized_ids), total
+        return self._jobs_still_in(queue, "failed", _sized_ids(listing)), total
 
-    async def _failed_jobs(
-        self, queue: str, sized_ids: list[tuple[str, int]]
+    async def list_jobs(
+        self, queue: str, state: str, limit: int, cursor: str | None
+    ) -> tuple[AsyncIterator[list[JobView]], str | None]:
+        """A page of the jobs in a state, from a cursor (None: the first page): the jobs chunk by
+        chunk as the caller iterates, and the next page's cursor (None: this is the last). The
+        ids come from one bounded script call (lua/list-jobs-11.lua), the hashes as for
+        failed_page. A malformed cursor, or one of another state, is an InvalidRequest."""
+        after = cursors.decode(cursor, state) if cursor is not None else [""]
+        listing, script_cursor = await self._call("list-jobs", queue, state, limit, *after)
+        return self._jobs_still_in(queue, state, _sized_ids(listing)), cursors.encode(state, script_cursor)
+
+    async def _jobs_still_in(
+        self, queue: str, state: str, sized_ids: list[tuple[str, int]]
     ) -> AsyncIterator[list[JobView]]:
-        """Each chunk's jobs that are still dead letters when it is read: one redriven or
-        deleted since its id was read is left out."""
+        """Each chunk's jobs that are still in the state when it is read: one that left it (a
+        dead letter redriven, a job deleted) since its id was read is left out."""
         queue_keys = keys_of(queue)
+        wanted = state.encode()
         for ids in chunked(sized_ids):
             async with self._gate:
                 hashes = await read_hashes(self.client, [queue_keys.job(job_id) for job_id in ids])
             yield [
                 job_view(queue, job_id, fields)
                 for job_id, fields in zip(ids, hashes, strict=True)
-                if fields.get(b"state") == b"failed"
+                if fields.get(b"state") == wanted
             ]
 
     async def sweep_queue(self, queue: str, max_steps: int, budget_s: float = math.inf) -> SweepReport:

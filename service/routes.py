@@ -11,7 +11,7 @@ import asyncio
 import math
 import re
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import msgspec
 from litestar import Request, Response, delete, get, post
@@ -47,6 +47,8 @@ from echomq_http.schemas import (
     HeartbeatRequest,
     HeartbeatResponse,
     HistoryView,
+    JobPage,
+    JobState,
     JobView,
     LeasedJob,
     LeaseRequest,
@@ -270,7 +272,7 @@ def _opt(
     request_body: type | None = None,
     responses: dict[int, Answer] | None = None,
     errors: tuple[str, ...] = (),
-    query: tuple[tuple[str, str, str, int | None], ...] = (),
+    query: tuple[tuple[str, str | tuple[str, ...], str, int | None], ...] = (),
     body_optional: bool = False,
 ) -> dict[str, Any]:
     """What the auth guard checks and echomq_http.openapi documents for a handler: its tag, body,
@@ -915,6 +917,39 @@ async def list_failed(request: Request[Any, Any, State]) -> Stream:
     return Stream(json_with_streamed_list(FailedPage(jobs=[], total=total), jobs), media_type=JSON)
 
 
+JOB_STATES: tuple[str, ...] = get_args(JobState)
+LIST_QUERY = (
+    ("state", JOB_STATES, "list the jobs in this state (required)", None),
+    ("limit", "integer", f"at most this many jobs (default {limits.DEFAULT_PAGE})", limits.MAX_PAGE),
+    ("cursor", "cursor", "the next_cursor of the previous page (same state); none for the first page", None),
+)
+
+
+@get(
+    Q + "/jobs",
+    operation_id="listJobs",
+    summary="List the jobs in one state, page by page",
+    description="A page of the queue's jobs in one state, in that state's order: waiting in the order "
+    "leases take them (highest priority first, then first in line), delayed by due time, active "
+    "oldest lease first, completed, failed and cancelled most recently finished first. Pass the "
+    "answer's next_cursor as cursor for the next page, until it is null. Following the cursors "
+    "lists every job that stays in the state meanwhile exactly once, whatever else happens to the "
+    "queue (one that enters or leaves the state may or may not be listed); a page may hold fewer "
+    "jobs than limit and still have a next one. A cursor is opaque, and valid only for its state. "
+    "The page is streamed; a queue never used lists nothing.",
+    opt=_opt(Action.READ, INSPECT, None, {200: JobPage}, (), LIST_QUERY),
+)
+async def list_jobs(request: Request[Any, Any, State]) -> Stream:
+    queue = path_queue(request)
+    state = request.query_params.get("state")
+    if state not in JOB_STATES:
+        raise InvalidRequest(f"query parameter state must be one of {', '.join(JOB_STATES)}, got {state!r}")
+    limit = query_int(request, "limit", limits.DEFAULT_PAGE, 1, limits.MAX_PAGE)
+    cursor = request.query_params.get("cursor")
+    jobs, next_cursor = await queues_of(request).list_jobs(queue, state, limit, cursor)
+    return Stream(json_with_streamed_list(JobPage(jobs=[], next_cursor=next_cursor), jobs), media_type=JSON)
+
+
 @post(
     Q + "/workers/{worker:str}/release",
     operation_id="releaseWorker",
@@ -995,6 +1030,7 @@ QUEUE_HANDLERS = [
     get_ledger,
     list_workers,
     list_failed,
+    list_jobs,
     release_worker,
     pause,
     resume,

@@ -821,6 +821,27 @@ class FailedPage(Struct):
     total: Annotated[int, Meta(description="dead-lettered jobs in the queue, on all pages")]
 
 
+class JobPage(Struct):
+    """A page of the jobs in one state, and where the next page starts."""
+
+    jobs: Annotated[
+        list[JobView],
+        Meta(
+            description="in the state's order: waiting as leases take them, delayed by due time, active "
+            "oldest lease first, completed, failed and cancelled most recently finished first; a job "
+            "that leaves the state while the page is read is left out, so a page can hold fewer jobs "
+            "than the limit and still have a next one"
+        ),
+    ]
+    next_cursor: Annotated[
+        str | None,
+        Meta(
+            description="opaque: pass it as cursor (with the same state) for the next page; null on the "
+            "last page"
+        ),
+    ]
+
+
 class WorkerReleaseResponse(Struct):
     """The jobs taken from the worker."""
 

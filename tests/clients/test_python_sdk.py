@@ -115,6 +115,10 @@ async def test_async_client_covers_the_api(asdk: AsyncClient, queue: str) -> Non
 
     page = await asdk.failed(queue, limit=10)
     assert page.total == 1 and page.jobs[0].id == "d" and page.jobs[0].error == "fatal"
+    listed = await asdk.list_jobs(queue, "failed", limit=1)
+    assert [job.id for job in listed.jobs] == ["d"] and listed.next_cursor is None
+    first = await asdk.list_jobs(queue, "completed", limit=1, cursor=None)
+    assert [job.id for job in first.jobs] == ["a"] and first.next_cursor is None
     assert await asdk.retry_failed(queue, ["d", "nope"]) == ["d"]
     assert (await asdk.get_job(queue, "d")).state == "waiting"
 
@@ -205,6 +209,7 @@ METHOD_OF_OPERATION = {
     "getLedger": "ledger",
     "listWorkers": "workers",
     "listFailed": "failed",
+    "listJobs": "list_jobs",
     "redriveFailed": "retry_failed",
     "releaseWorker": "release_worker",
     "pauseQueue": "pause",

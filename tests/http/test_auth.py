@@ -48,6 +48,7 @@ ENDPOINTS = [
     ("read", "GET", Q + "/active", None),
     ("read", "GET", Q + "/workers", None),
     ("read", "GET", Q + "/failed", None),
+    ("read", "GET", Q + "/jobs?state=waiting", None),
     ("admin", "DELETE", JOB, None),
     ("admin", "DELETE", Q, None),
     ("admin", "POST", Q + "/workers/w/release", None),

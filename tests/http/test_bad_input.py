@@ -274,6 +274,7 @@ ENDPOINTS: dict[str, Endpoint] = {
     "ledger": Endpoint("GET", "/v1/queues/{queue}/active"),
     "workers": Endpoint("GET", "/v1/queues/{queue}/workers"),
     "failed": Endpoint("GET", "/v1/queues/{queue}/failed"),
+    "list_jobs": Endpoint("GET", "/v1/queues/{queue}/jobs?state=failed"),
     "release_worker": Endpoint("POST", "/v1/queues/{queue}/workers/{worker}/release"),
     "pause": Endpoint("POST", "/v1/queues/{queue}/pause"),
     "resume": Endpoint("POST", "/v1/queues/{queue}/resume"),
@@ -725,10 +726,17 @@ def query_cases() -> list[Case]:
         ("fullwidth-digit", quote("\uff15")),
     ]
     cases = []
-    for name, high in (("ledger", limits.MAX_LEDGER_PAGE), ("failed", limits.MAX_PAGE)):
+    for name, high in (
+        ("ledger", limits.MAX_LEDGER_PAGE),
+        ("failed", limits.MAX_PAGE),
+        ("list_jobs", limits.MAX_PAGE),
+    ):
         path = ENDPOINTS[name].url()
+        sep = "&" if "?" in path else "?"
         for label, value in [*bad_ints, (f"above-{high}", str(high + 1))]:
-            cases.append(Case(f"{name}-limit-{label}", "GET", f"{path}?limit={value}", hint="limit"))
+            cases.append(Case(f"{name}-limit-{label}", "GET", f"{path}{sep}limit={value}", hint="limit"))
+        if name == "list_jobs":
+            continue
         for label, value in [
             ("negative", "-1"),
             ("abc", "abc"),
@@ -738,6 +746,39 @@ def query_cases() -> list[Case]:
             ("above-2^31", str(2**31 + 1)),
         ]:
             cases.append(Case(f"{name}-offset-{label}", "GET", f"{path}?offset={value}", hint="offset"))
+    return [*cases, *list_jobs_cases(), *flag_and_worker_cases()]
+
+
+def list_jobs_cases() -> list[Case]:
+    """The listing's state (required, one of the states) and cursor (one the service gave)."""
+    path = ENDPOINTS["list_jobs"].url().split("?")[0]
+    cases = [
+        Case(f"list_jobs-state-{label}", "GET", path + query, hint="state")
+        for label, query in (
+            ("missing", ""),
+            ("empty", "?state="),
+            ("unknown", "?state=dead"),
+            ("upper", "?state=FAILED"),
+        )
+    ]
+    garbage = {
+        "not-base64": "!!!",
+        "not-json": "bm90IGpzb24",  # "not json"
+        "empty-array": "W10",  # []
+        "other-state": "WyJ3YWl0aW5nIiwieiIsIjEiLCJhIl0",  # ["waiting","z","1","a"]
+        "bad-score": "WyJmYWlsZWQiLCJ6IiwiKDEiLCJhIl0",  # ["failed","z","(1","a"]
+        "bad-id": "WyJmYWlsZWQiLCJ6IiwiMSIsImE6YiJd",  # ["failed","z","1","a:b"]
+        "too-long": "A" * (limits.MAX_CURSOR_CHARS + 1),
+    }
+    for label, cursor in garbage.items():
+        cases.append(
+            Case(f"list_jobs-cursor-{label}", "GET", f"{path}?state=failed&cursor={cursor}", hint="cursor")
+        )
+    return cases
+
+
+def flag_and_worker_cases() -> list[Case]:
+    cases = []
     for label, value in (("yes", "yes"), ("one", "1"), ("empty", ""), ("upper", "TRUE")):
         path = ENDPOINTS["delete_queue"].url()
         cases.append(Case(f"delete_queue-force-{label}", "DELETE", f"{path}?force={value}", hint="force"))
@@ -768,7 +809,7 @@ def routing_cases() -> list[Case]:
     ]
     wrong_method = [
         ("PUT", f"{Q}/jobs"),
-        ("GET", f"{Q}/jobs"),
+        ("DELETE", f"{Q}/jobs"),
         ("DELETE", "/v1/queues"),
         ("POST", "/v1/queues"),
         ("PUT", Q),
@@ -1171,6 +1212,8 @@ EDGE_QUERIES = [
     ("failed", "?limit=1", [DEAD]),
     ("failed", f"?limit={limits.MAX_PAGE}", [DEAD]),
     ("failed", f"?offset={2**31}", []),
+    ("list_jobs", "&limit=1", [DEAD]),
+    ("list_jobs", f"&limit={limits.MAX_PAGE}", [DEAD]),
     ("ledger", "?limit=1", [HELD]),
     ("ledger", f"?limit={limits.MAX_LEDGER_PAGE}", [HELD]),
     ("ledger", f"?worker={'w' * 128}", []),  # nobody by that name holds anything

@@ -39,6 +39,7 @@ CONTRACT = {
     ("get", "/v1/queues/{queue}/active"),
     ("get", "/v1/queues/{queue}/workers"),
     ("get", "/v1/queues/{queue}/failed"),
+    ("get", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/workers/{worker}/release"),
     ("post", "/v1/queues/{queue}/pause"),
     ("post", "/v1/queues/{queue}/resume"),

@@ -26,6 +26,7 @@ OPERATIONS = [
     "job",
     "lease",
     "ledger",
+    "list-jobs",
     "redrive",
     "release",
     "release-worker",

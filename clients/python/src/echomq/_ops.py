@@ -165,6 +165,7 @@ _read_queue = reader(m.QueueInfo)
 _read_ledger = _field(m._Ledger, "jobs")
 _read_workers = _field(m._Workers, "workers")
 _read_failed_page = reader(m.FailedPage)
+_read_job_page = reader(m.JobPage)
 _read_redriven = _field(m._Redriven, "retried")
 _read_worker_released = _field(m._WorkerReleased, "released")
 _read_paused = reader(m.Paused)
@@ -430,6 +431,11 @@ def workers(queue: str) -> Op[list[m.WorkerHoldings]]:
 def failed(queue: str, *, limit: Optional[int], offset: Optional[int]) -> Op[m.FailedPage]:
     params = {k: v for k, v in {"limit": limit, "offset": offset}.items() if v is not None}
     return Op("GET", f"{_q(queue)}/failed", _read_failed_page, idempotent=True, params=params or None)
+
+
+def list_jobs(queue: str, state: str, *, limit: Optional[int], cursor: Optional[str]) -> Op[m.JobPage]:
+    params = {k: v for k, v in {"state": state, "limit": limit, "cursor": cursor}.items() if v is not None}
+    return Op("GET", f"{_q(queue)}/jobs", _read_job_page, idempotent=True, params=params)
 
 
 def retry_failed(queue: str, ids: Optional[Iterable[str]]) -> Op[list[str]]:

@@ -260,6 +260,13 @@ class Client(_Base):
         """Dead-lettered jobs, most recently failed first."""
         return self._call(_ops.failed(queue, limit=limit, offset=offset))
 
+    def list_jobs(
+        self, queue: str, state: m.JobState, *, limit: Optional[int] = None, cursor: Optional[str] = None
+    ) -> m.JobPage:
+        """A page of the jobs in one state, in its order; pass ``next_cursor`` as ``cursor`` for
+        the next page, until it is None."""
+        return self._call(_ops.list_jobs(queue, state, limit=limit, cursor=cursor))
+
     # --- operating -----------------------------------------------------------------------------
 
     def delete_job(self, queue: str, id: str) -> None:
@@ -496,6 +503,11 @@ class AsyncClient(_Base):
         self, queue: str, *, limit: Optional[int] = None, offset: Optional[int] = None
     ) -> m.FailedPage:
         return await self._call(_ops.failed(queue, limit=limit, offset=offset))
+
+    async def list_jobs(
+        self, queue: str, state: m.JobState, *, limit: Optional[int] = None, cursor: Optional[str] = None
+    ) -> m.JobPage:
+        return await self._call(_ops.list_jobs(queue, state, limit=limit, cursor=cursor))
 
     # --- operating -----------------------------------------------------------------------------
 

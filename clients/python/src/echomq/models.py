@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional
 
 import msgspec
 
-JobState = Literal["waiting", "delayed", "active", "completed", "failed"]
+JobState = Literal["waiting", "delayed", "active", "completed", "failed", "cancelled"]
 BackoffType = Literal["fixed", "exponential"]
 
 
@@ -212,6 +212,13 @@ class WorkerHoldings(_Model):
 class FailedPage(_Model):
     jobs: list[Job]
     total: int
+
+
+class JobPage(_Model):
+    """A page of the jobs in one state; ``next_cursor`` (None on the last page) asks for the next."""
+
+    jobs: list[Job]
+    next_cursor: Optional[str]
 
 
 # --- envelopes (internal: the client returns their contents) ---------------------------------
