@@ -102,6 +102,11 @@ class Plan:
     # ack_cost: jobs in flight, and at most this many acks per order (and a tenth of the size)
     ack_sizes: tuple[int, ...]
     ack_cost_samples: int
+    # bench/events_ops.py: rounds of events on/off, SSE subscribers and events, outcome waits
+    events_rounds: int
+    sse_subscribers: int
+    sse_events: int
+    wait_rounds: int
 
 
 FULL = Plan(
@@ -126,6 +131,10 @@ FULL = Plan(
     long_rest_s=5.0,
     ack_sizes=(1_000, 10_000, 100_000),
     ack_cost_samples=1000,
+    events_rounds=3,
+    sse_subscribers=1000,
+    sse_events=200,
+    wait_rounds=300,
 )
 QUICK = Plan(
     warmup_s=0.75,
@@ -149,6 +158,10 @@ QUICK = Plan(
     long_rest_s=3.0,
     ack_sizes=(1_000, 10_000, 100_000),
     ack_cost_samples=200,
+    events_rounds=1,
+    sse_subscribers=1000,
+    sse_events=50,
+    wait_rounds=100,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -946,22 +959,34 @@ LEDGER_OPS = (
     ("long_ops", "small requests during long operations", (180, 420)),
     ("ack_cost", "ack cost by ledger size and order", (240, 480)),
 )
+# The workloads of bench/events_ops.py (issue 14), the same way.
+EVENT_OPS = (
+    ("events_cost", "batched throughput, events on vs off", (90, 240)),
+    ("sse_fanout", "1,000 SSE subscribers of one queue", (60, 90)),
+    ("outcome_wait", "waiting for a job's outcome", (30, 60)),
+)
 HTTP_ONLY_WORKLOADS = {"enqueue", "enqueue_batch", "wakeup", "idle_sweep", "idle"}
 
 
-def run_ledger_ops(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
-    """idle_sweep, long_ops, ack_cost: their rows; their own tables and figures go in
-    bench.ledger_tables and bench.ledger_results. A workload that fails is reported as such
-    and the others still run."""
+def run_ledger_ops(
+    bench: Bench,
+    enabled: Callable[[str], bool],
+    module_name: str = "ledger_ops",
+    ops: Sequence[Any] = LEDGER_OPS,
+) -> list[Row]:
+    """The workloads of a module (idle_sweep, long_ops, ack_cost of bench/ledger_ops.py; those of
+    bench/events_ops.py): their rows; their own tables and figures go in bench.ledger_tables and
+    bench.ledger_results. A workload that fails is reported as such and the others still run."""
+    import importlib
     import traceback
 
-    import ledger_ops
+    ledger_ops = importlib.import_module(module_name)
 
     def row(key: str, title: str, unit: str, **fields: Any) -> Row:
         return Row(key, title, unit, None, None, **fields)
 
     rows: list[Row] = []
-    for key, what, _ in LEDGER_OPS:
+    for key, what, _ in ops:
         if not enabled(key):
             continue
         print(f"- {key}: {what} ...", file=sys.stderr, flush=True)
@@ -1417,6 +1442,7 @@ def run_all(bench: Bench) -> list[Row]:
 
     rows += run_ts_worker(bench, enabled)
     rows += run_ledger_ops(bench, enabled)
+    rows += run_ledger_ops(bench, enabled, "events_ops", EVENT_OPS)
 
     judge(rows, dur)
     return rows
@@ -1667,7 +1693,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         help="comma-separated: enqueue,enqueue_batch,cycle,cycle_50,batch,sdk_worker,sdk_next,wakeup,ledger,"
-        "memory,idle_sweep,long_ops,ack_cost,ts_worker (a first word selects all its workloads: cycle, "
+        "memory,idle_sweep,long_ops,ack_cost,events_cost,sse_fanout,outcome_wait,ts_worker "
+        "(a first word selects all its workloads: cycle, "
         "sdk, ...; sdk: the Python SDK, ts_worker: the TypeScript SDK's Worker)",
     )
     parser.add_argument(
@@ -1732,7 +1759,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"--service-dir {args.service_dir}: no service/__main__.py there", file=sys.stderr)
             return 2
     enabled = selection(args)
-    extra_s = sum(allow[0 if args.quick else 1] for key, _, allow in LEDGER_OPS if enabled(key))
+    extra_s = sum(
+        allow[0 if args.quick else 1] for key, _, allow in (*LEDGER_OPS, *EVENT_OPS) if enabled(key)
+    )
     extra_s += TS_WORKER_EXTRA_S if enabled("ts_worker") else 0
     watchdog(args.deadline_s or (300 if args.quick else 1200) + extra_s)
     atexit.register(stop_children)

@@ -1014,8 +1014,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--service-dir",
-        help="run the service of this checkout (default: this repository), "
-        "e.g. an export of a commit",
+        help="run the service of this checkout (default: this repository), e.g. an export of a commit",
     )
     parser.add_argument(
         "--hard-deadline-s",

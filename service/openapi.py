@@ -22,7 +22,7 @@ from echomq_http.auth import ALLOWED, Action, Role
 from echomq_http.schemas import NAME_RULE, Health, Problem
 
 TITLE = "EchoMQ HTTP"
-API_VERSION = "1.0.0"
+API_VERSION = "1.1.0-dev"  # the v1.1 additions in part: events, cancel, listing, history so far
 _PATH_PARAM = re.compile(r"\{(\w+):\w+\}")
 _REF = "#/components/schemas/{name}"
 BEARER = [{"bearer": []}]  # checked only when tokens are configured (EMQ_AUTH_TOKENS)

@@ -321,3 +321,18 @@ async def test_many_subscribers_share_one_reader(
             assert (await feed.next()).data["id"] == "x"
     # One reader (at most one more connection for it), not one per subscriber.
     assert during["connected_clients"] - before["connected_clients"] <= 2
+
+
+async def test_past_the_cap_a_subscriber_gets_429(redis_url: str, queue: str) -> None:
+    settings = Settings(redis_url=redis_url, sweep_interval_ms=TEST_SWEEP_INTERVAL_MS, max_waiters=2)
+    with running_service(settings) as url:
+        async with (
+            httpx.AsyncClient(base_url=url) as client,
+            subscribed(client, queue),
+            subscribed(client, queue),
+        ):
+            response = await client.get(f"/v1/queues/{queue}/events")
+            assert_problem(response, 429, "too_many_requests")
+            assert "retry-after" in response.headers
+            waited = await client.get(f"/v1/queues/{queue}/jobs/x", params={"wait_ms": 1000})
+            assert_problem(waited, 429, "too_many_requests")

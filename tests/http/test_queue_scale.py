@@ -110,6 +110,8 @@ async def test_a_redrive_of_all_2500_dead_letters_redrives_each_once(client, que
 async def test_a_queue_with_jobs_in_flight_is_deleted_only_with_force(client, queue, redis_client) -> None:
     await enqueue(client, queue, "waits")
     await enqueue(client, queue, "later", delay_ms=60_000)
+    cancelled = await enqueue(client, queue, "cancelled", delay_ms=60_000)
+    assert (await client.post(f"/v1/queues/{queue}/jobs/{cancelled['id']}/cancel")).status_code == 200
     done = await lease_one(client, queue)
     await job_call(client, queue, done["id"], "ack", lease_id=done["lease_id"])
     await enqueue(client, queue, "held")
