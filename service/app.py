@@ -262,6 +262,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
             buffer_events=settings.events_buffer,
             keepalive_s=settings.events_keepalive_ms / 1000,
         )
+        telemetry.subscribers = lambda: events.subscribed
         sweeper = Sweeper(queues, settings.sweep_interval_ms)
         deadlines = Deadlines(settings.body_timeout_s)
         app.state.update(

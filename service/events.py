@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import msgspec
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from echomq_http.background import stop_task
@@ -51,6 +52,7 @@ READ_BLOCK_MS = 2000  # below the Redis client's socket timeout
 READ_COUNT = 500  # stream entries per read (each a script call's events)
 IDLE_STOP_S = 30.0  # a feed nobody uses stops after this long
 RETRY_DELAY_S = 0.5
+READY_TIMEOUT_S = 5.0  # a feed that cannot read its start within this: Redis is not there
 BACKFILL_COUNT = 200
 SSE_RETRY_MS = 2000  # what a client's EventSource waits before reconnecting
 
@@ -210,6 +212,7 @@ class EventHub:
         self.keepalive_s = keepalive_s
         self.block_ms = block_ms
         self.idle_stop_s = idle_stop_s
+        self.ready_timeout_s = READY_TIMEOUT_S
         self.stopping = asyncio.Event()
         self._feeds: dict[str, QueueFeed] = {}
         self._count = 0
@@ -226,7 +229,10 @@ class EventHub:
         feed = self._feeds.get(queue)
         if feed is None or feed.task.done():
             feed = self._feeds[queue] = QueueFeed(self, queue)
-        await feed.ready.wait()
+        try:
+            await asyncio.wait_for(feed.ready.wait(), self.ready_timeout_s)
+        except TimeoutError:  # Redis does not answer: a 503 rather than a hung request
+            raise RedisConnectionError(f"the event feed of {queue!r} could not start") from None
         return feed
 
     @contextlib.asynccontextmanager

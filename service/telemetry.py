@@ -36,6 +36,7 @@ DURATION_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25
 HELD_BUCKETS_S = (0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 43200)
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
 WAITERS = "emq_long_poll_waiters"
+SUBSCRIBERS = "emq_event_subscribers"
 # The gauges read from Redis, the same whichever process reads them: name -> help.
 QUEUE_GAUGES = {
     "emq_queue_depth": "Jobs waiting to be leased.",
@@ -153,17 +154,23 @@ class Telemetry:
         self.tallies = tuple(value for value in vars(self).values() if isinstance(value, Tally))
         self.queue_counts: dict[str, Mapping[str, int]] = {}
         self.waiters: Callable[[], int] = lambda: 0
+        self.subscribers: Callable[[], int] = lambda: 0
         for name, description in QUEUE_GAUGES.items():
             meter.create_observable_gauge(name, [self._queue_observer(name)], description=description)
         waiters_help = "Long-poll lease requests waiting."
         meter.create_observable_gauge(
             WAITERS, [lambda _: [Observation(self.waiters())]], description=waiters_help
         )
+        subscribers_help = "Event stream subscribers and outcome waits open."
+        meter.create_observable_gauge(
+            SUBSCRIBERS, [lambda _: [Observation(self.subscribers())]], description=subscribers_help
+        )
         # What /metrics shows, in this order.
         self.families = (
             *(Family(tally.name, tally.description, "counter") for tally in self.tallies),
             *(Family(name, description, "gauge") for name, description in QUEUE_GAUGES.items()),
             Family(WAITERS, waiters_help, "gauge"),
+            Family(SUBSCRIBERS, subscribers_help, "gauge"),
             *(Family(h.name, h.description, "histogram", h.bounds) for h in self.histograms),
         )
 
@@ -252,7 +259,7 @@ class Telemetry:
             # Copies: what a snapshot holds must not move as the counting goes on.
             counters={tally.name: dict(tally.totals) for tally in self.tallies},
             histograms={histogram.name: histogram.counts() for histogram in self.histograms},
-            gauges={WAITERS: {(): self.waiters()}},
+            gauges={WAITERS: {(): self.waiters()}, SUBSCRIBERS: {(): self.subscribers()}},
         )
 
 

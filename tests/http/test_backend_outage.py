@@ -40,6 +40,10 @@ async def test_redis_outage_gives_503_and_service_recovers(private_valkey: Valke
             )
             assert_problem(await http.get("/readyz"), 503, "backend_unavailable")
             assert (await http.get("/healthz")).status_code == 200
+            # A new event subscriber or outcome wait answers 503 too, not a request left hanging.
+            assert_problem(await http.get(f"/v1/queues/{queue}/events"), 503, "backend_unavailable")
+            waited = await http.get(f"/v1/queues/{queue}/jobs/x", params={"wait_ms": 1000})
+            assert_problem(waited, 503, "backend_unavailable")
 
             private_valkey.start()  # same port, empty (it kept nothing on disk)
             deadline = time.monotonic() + RECOVERY_DEADLINE_S

@@ -17,7 +17,7 @@ import pytest
 from echomq_http.config import Settings
 from tests.conftest import TEST_SWEEP_INTERVAL_MS
 from tests.server import running_service
-from tests.support import assert_problem, enqueue, get_job, job_call, lease_one
+from tests.support import assert_problem, enqueue, get_job, job_call, lease_one, metric_value
 
 READ_TIMEOUT_S = 30.0
 
@@ -316,6 +316,7 @@ async def test_many_subscribers_share_one_reader(
     async with contextlib.AsyncExitStack() as stack:
         feeds = [await stack.enter_async_context(subscribed(client, queue)) for _ in range(50)]
         during = await redis_client.info("clients")
+        assert metric_value((await client.get("/metrics")).text, "emq_event_subscribers") >= 50
         await enqueue(client, queue, id="x")
         for feed in feeds:
             assert (await feed.next()).data["id"] == "x"
