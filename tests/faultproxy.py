@@ -67,6 +67,15 @@ class FaultProxy:
         only Valkey writes (valkey_version, server_name) are left out."""
         self._posed_version = version.encode()
 
+    def cut(self) -> None:
+        """Hang up every connection open now (as a network failure would); new ones still pass."""
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
     def close(self) -> None:
         self._closed = True
         self._let_through.set()

@@ -78,10 +78,26 @@ def test_enqueue_stats_pause_resume(service_url: str, queue: str) -> None:
     assert emq_json("enqueue", queue, "[1, 2]", "--delay-ms", "60000", url=service_url)["state"] == "delayed"
 
     stats = emq_json("stats", queue, url=service_url)
-    assert stats["counts"] == {"waiting": 2, "delayed": 1, "active": 0, "completed": 0, "failed": 0}
+    assert stats["counts"] == {
+        "waiting": 2,
+        "delayed": 1,
+        "active": 0,
+        "completed": 0,
+        "failed": 0,
+        "cancelled": 0,
+    }
     table = emq("stats", url=service_url).stdout.splitlines()
-    assert table[0].split() == ["QUEUE", "PAUSED", "WAITING", "DELAYED", "ACTIVE", "COMPLETED", "FAILED"]
-    assert [queue, "no", "2", "1", "0", "0", "0"] in [line.split() for line in table]
+    assert table[0].split() == [
+        "QUEUE",
+        "PAUSED",
+        "WAITING",
+        "DELAYED",
+        "ACTIVE",
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+    ]
+    assert [queue, "no", "2", "1", "0", "0", "0", "0"] in [line.split() for line in table]
     assert emq("pause", queue, url=service_url).stdout.strip() == f"queue {queue} paused"
     assert emq_json("stats", queue, url=service_url)["paused"] is True
     assert emq_json("resume", queue, url=service_url) == {"name": queue, "paused": False}
@@ -182,6 +198,70 @@ def test_ledger_failed_and_retry(service_url: str, queue: str) -> None:
     assert emq("retry", queue, url=service_url).stdout.strip() == "nothing to retry"
     shown = emq("job", queue, held[0].id, url=service_url).stdout
     assert "state:        waiting" in shown
+
+
+def test_jobs_cancel_and_wait(service_url: str, sdk: Client, queue: str) -> None:
+    sdk.enqueue_many(queue, [{"payload": n, "id": f"j{n}", "name": "mail"} for n in range(5)])
+    listed = emq_json("jobs", queue, "--state", "waiting", "--limit", "3", url=service_url)
+    assert [job["id"] for job in listed["jobs"]] == ["j0", "j1", "j2"] and listed["next_cursor"]
+    shown = emq("jobs", queue, "--state", "waiting", "--limit", "3", url=service_url).stdout.splitlines()
+    assert shown[0].split() == ["JOB", "NAME", "ATTEMPTS", "UPDATED"]
+    assert shown[1].split()[:3] == ["j0", "mail", "0/3"]
+    assert shown[-1].startswith(f"more: emq jobs {queue} --state waiting --cursor ")
+    rest = emq_json("jobs", queue, "--state", "waiting", "--cursor", listed["next_cursor"], url=service_url)
+    assert [job["id"] for job in rest["jobs"]] == ["j3", "j4"] and rest["next_cursor"] is None
+
+    assert (
+        emq("cancel", queue, "j0", "--reason", "typo", url=service_url).stdout.strip() == "job j0 cancelled"
+    )
+    assert emq("cancel", queue, "j0", url=service_url).stdout.strip() == "job j0 cancelled"  # idempotent
+    (held,) = sdk.lease(queue, "w1")
+    assert "cancellation requested" in emq("cancel", queue, held.id, url=service_url).stdout
+    cancelled = emq("jobs", queue, "--state", "cancelled", url=service_url).stdout
+    assert "j0" in cancelled and "typo" in cancelled
+
+    waited = emq("wait", queue, "j0", url=service_url, check=False)
+    assert (waited.returncode, waited.stdout.strip()) == (1, "job j0 cancelled: typo")
+    pending = emq("wait", queue, "j2", "--timeout", "0.2", url=service_url, check=False)
+    assert (pending.returncode, pending.stdout.strip()) == (3, "job j2 still waiting after 0.2 s")
+    (next_job,) = sdk.lease(queue, "w1")
+    sdk.ack(queue, next_job.id, next_job.lease_id, {"ok": 1})
+    done = emq("wait", queue, next_job.id, url=service_url)
+    assert done.stdout.strip() == f'job {next_job.id} completed: {{"ok": 1}}'
+
+
+def test_events_tails_the_feed(service_url: str, sdk: Client, queue: str) -> None:
+    sdk.enqueue(queue, 1, id="a")
+    tail = subprocess.Popen(
+        [
+            *EMQ,
+            "events",
+            queue,
+            "--after",
+            "0",
+            "--type",
+            "enqueued",
+            "--type",
+            "cancelled",
+            "--url",
+            service_url,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
+    try:
+        assert tail.stdout is not None
+        first = tail.stdout.readline().split()
+        sdk.cancel(queue, "a", reason="no")
+        second = tail.stdout.readline().split()
+    finally:
+        tail.send_signal(signal.SIGINT)
+        tail.communicate(timeout=10)
+    assert first[0] == "1" and first[3:] == ["enqueued", "a", "state=waiting"]
+    assert second[0] == "2" and second[3:5] == ["cancelled", "a"]
+    assert tail.returncode == 130
 
 
 def test_errors_and_usage(service_url: str, queue: str) -> None:

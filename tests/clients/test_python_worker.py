@@ -194,3 +194,102 @@ async def test_grace_lets_running_jobs_finish(asdk: AsyncClient, queue: str) -> 
     stats = await asyncio.wait_for(task, 5)
     assert (stats.acked, stats.released) == (1, 0)
     assert (await asdk.get_job(queue, "j")).result == "finished"
+
+
+async def test_progress_reported_reaches_the_job_view(asdk: AsyncClient, queue: str) -> None:
+    release = asyncio.Event()
+
+    async def handle(job: JobContext) -> str:
+        job.report_progress({"done": 1})
+        job.report_progress({"done": 2, "of": 3})  # the latest by the next heartbeat wins
+        await release.wait()
+        return "ok"
+
+    await asdk.enqueue(queue, None, id="p")
+    worker = Worker(queue, handle, client=asdk, heartbeat_s=0.1, **FAST)
+    task = asyncio.create_task(worker.arun())
+
+    async def reported() -> bool:
+        return (await asdk.get_job(queue, "p")).progress == {"done": 2, "of": 3}
+
+    await await_until(reported, timeout=5)
+    release.set()
+    await await_until(lambda: completed(asdk, queue, 1))
+    worker.stop()
+    await asyncio.wait_for(task, 5)
+    feed = asdk.events(queue, after=0, types=["progress"])
+    assert (await feed.__anext__()).progress == {"done": 2, "of": 3}  # sent once
+    await feed.aclose()
+
+
+async def test_a_cancel_stops_an_async_handler_and_the_job_ends_cancelled(
+    asdk: AsyncClient, queue: str
+) -> None:
+    events: list[str] = []
+    outcomes: list[tuple[str, str]] = []
+
+    async def handle(job: JobContext) -> str:
+        events.append("start")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            events.append(f"cancelled cancel_requested={job.cancel_requested}")
+            raise
+        return "must not be acked"
+
+    await asdk.enqueue(queue, None, id="c", max_attempts=3)
+    worker = Worker(
+        queue,
+        handle,
+        client=asdk,
+        heartbeat_s=0.1,
+        on_outcome=lambda j, o, d: outcomes.append((o, d)),
+        **FAST,
+    )
+    task = asyncio.create_task(worker.arun())
+    await await_until(lambda: asdk.ledger(queue))
+    assert (await asdk.cancel(queue, "c")).cancel_requested
+    job = await asdk.wait(queue, "c", timeout_s=5)
+    worker.stop()
+    await asyncio.wait_for(task, 5)
+    assert (job.state, job.attempt) == ("cancelled", 1)
+    assert events == ["start", "cancelled cancel_requested=True"]
+    assert outcomes == [("failed", "cancelled")] and worker.stats.acked == 0
+
+
+async def test_a_cancel_flags_a_sync_handler_whose_return_fails_the_job(
+    asdk: AsyncClient, queue: str
+) -> None:
+    def handle(job: JobContext) -> str:
+        job.wait_cancelled(30)
+        return "returned after the cancel"
+
+    await asdk.enqueue(queue, None, id="s")
+    worker = Worker(queue, handle, client=asdk, heartbeat_s=0.1, **FAST)
+    task = asyncio.create_task(worker.arun())
+    await await_until(lambda: asdk.ledger(queue))
+    await asdk.cancel(queue, "s")
+    job = await asdk.wait(queue, "s", timeout_s=5)
+    worker.stop()
+    await asyncio.wait_for(task, 5)
+    assert (job.state, job.result) == ("cancelled", None) and "cancel" in (job.error or "")
+    assert (worker.stats.failed, worker.stats.acked) == (1, 0)
+
+
+async def test_a_handler_done_before_the_cancel_is_noticed_is_acked(asdk: AsyncClient, queue: str) -> None:
+    cancelled = asyncio.Event()
+
+    async def handle(job: JobContext) -> str:
+        await cancelled.wait()  # the cancel is requested while it runs; no heartbeat comes before the end
+        return "finished"
+
+    await asdk.enqueue(queue, None, id="d")
+    worker = Worker(queue, handle, client=asdk, heartbeat_s=10, **FAST)
+    task = asyncio.create_task(worker.arun())
+    await await_until(lambda: asdk.ledger(queue))
+    await asdk.cancel(queue, "d")
+    cancelled.set()
+    job = await asdk.wait(queue, "d", timeout_s=5)
+    worker.stop()
+    await asyncio.wait_for(task, 5)
+    assert (job.state, job.result) == ("completed", "finished")

@@ -25,6 +25,7 @@ export type AckResult = Schemas["AckResult"];
 export type AckManyResponse = Schemas["AckManyResponse"];
 export type FailResponse = Schemas["FailResponse"];
 export type ReleaseResponse = Schemas["ReleaseResponse"];
+export type CancelResponse = Schemas["CancelResponse"];
 export type JobView = Schemas["JobView"];
 export type QueueView = Schemas["QueueView"];
 export type Counts = Schemas["Counts"];
@@ -252,6 +253,17 @@ export class Client {
       body: leaseNext ? { acks, lease_next: leaseNext } : { acks },
       ...ackRepeat(leaseNext),
       ...rest,
+    });
+  }
+
+  /** Cancel a job: a waiting or delayed one at once; an active one is flagged (cancel_requested)
+   * for its worker, whose fail or release ends it cancelled (an ack still completes it). Safe to
+   * repeat: cancelling again changes nothing. */
+  cancel(queue: string, id: string, reason?: string): Promise<CancelResponse> {
+    return this.call("post", "/v1/queues/{queue}/jobs/{id}/cancel", {
+      path: { queue, id },
+      body: reason === undefined ? {} : { reason },
+      idempotent: true,
     });
   }
 

@@ -164,9 +164,9 @@ export class JobError extends Error {
  * ran out; the job is released). */
 export class JobAborted extends EchoMQError {
   override name = "JobAborted";
-  readonly code: "lease_lost" | "stopped";
+  readonly code: "lease_lost" | "stopped" | "cancel_requested";
 
-  constructor(code: "lease_lost" | "stopped", message: string) {
+  constructor(code: "lease_lost" | "stopped" | "cancel_requested", message: string) {
     super(message);
     this.code = code;
   }

@@ -18,6 +18,9 @@
 // - One heartbeat-many every heartbeatMs (leaseMs / 3) renews every lease held. A lease found
 //   lost (the heartbeat answers lease_lost / job_not_found, or it could not be renewed before it
 //   ran out) aborts the handler's signal and its outcome is discarded: never acked or failed.
+//   A heartbeat answering cancel_requested (someone cancelled the job) aborts the signal too
+//   (reason code "cancel_requested"), and once the handler ends the job is failed, whatever it
+//   returned: the service then ends it cancelled. A handler done before that heartbeat is acked.
 // - stop() (and SIGTERM/SIGINT with handleSignals) stops leasing and lets running handlers finish
 //   for up to graceMs; acks of the handlers that returned until then are sent, the rest are
 //   aborted and released (back to the front of the queue, the attempt not spent), and so are the
@@ -41,7 +44,7 @@ import {
 } from "./errors.js";
 
 /** What a handler gets: the leased job as the API answers it, and a signal aborted when the
- * job is taken away (its `reason` is a JobAborted: "lease_lost" or "stopped"). */
+ * job is taken away (its `reason` is a JobAborted: "lease_lost", "stopped" or "cancel_requested"). */
 export interface Job extends LeasedJob {
   readonly signal: AbortSignal;
 }
@@ -430,6 +433,10 @@ export class Worker {
     if (entry.state !== "running") return; // lost or released meanwhile: the outcome is discarded
     entry.state = "settling";
     this.running -= 1;
+    if (entry.aborted?.code === "cancel_requested") {
+      ok = false; // whatever it returned: an ack would complete a job someone cancelled
+      value = entry.aborted;
+    }
     if (ok && value !== undefined && safeJson(value) === undefined) {
       ok = false;
       value = new TypeError("the handler's result is not JSON");
@@ -621,8 +628,14 @@ export class Worker {
         );
         results.forEach((result, index) => {
           const entry = chunk[index]!;
-          if (result.ok) entry.expiresAt = Math.max(entry.expiresAt, sentAt + this.leaseMs);
-          else this.lose(entry, `heartbeat answered ${result.code}`);
+          if (!result.ok) this.lose(entry, `heartbeat answered ${result.code}`);
+          else {
+            entry.expiresAt = Math.max(entry.expiresAt, sentAt + this.leaseMs);
+            if (result.cancel_requested && entry.state === "running" && entry.aborted === undefined) {
+              // Failed once its handler ends (runHandler): the service then ends it cancelled.
+              abortEntry(entry, new JobAborted("cancel_requested", "the job's cancellation was requested"));
+            }
+          }
         });
       }
       this.beatDelay = this.heartbeatMs;

@@ -65,7 +65,7 @@ test("two workers process N jobs exactly once, each at most `concurrency` at a t
   assert.ok(stats[0]!.acked > 0 && stats[1]!.acked > 0, "one worker did it all");
   for (const s of stats) assert.deepEqual([s.failed, s.lost, s.released, s.errors], [0, 0, 0, []]);
   assert.deepEqual((await client.job(queue, "j21")).result, { double: 42, attempt: 1 });
-  assert.deepEqual(await client.counts(queue), { waiting: 0, delayed: 0, active: 0, completed: n, failed: 0 });
+  assert.deepEqual(await client.counts(queue), { waiting: 0, delayed: 0, active: 0, completed: n, failed: 0, cancelled: 0 });
 });
 
 test("batched: one lease for the free slots, one heartbeat for every lease, ack-manies with lease_next", async () => {
@@ -188,6 +188,31 @@ test("a lease lost (heartbeat answers lease_lost) aborts the handler and its res
   assert.deepEqual([stats.lost, stats.acked, stats.released], [1, 0, 0]);
   const job = await client.job(queue, "j");
   assert.deepEqual([job.state, job.result, job.attempt], ["waiting", null, 1]);
+});
+
+test("a cancel (heartbeat answers cancel_requested) aborts the handler; the job is failed and ends cancelled", async () => {
+  const queue = freshQueue();
+  await client.enqueue(queue, { payload: null, id: "c", max_attempts: 3 });
+  const started = deferred<Job>();
+  const reasons: JobAborted[] = [];
+  const w = worker({
+    queue,
+    leaseMs: 1000,
+    handler: async (job: Job) => {
+      started.resolve(job);
+      reasons.push(await abortedBy(job.signal));
+      return "must not be acked";
+    },
+  });
+  const run = w.run();
+  await started.promise;
+  assert.equal((await client.cancel(queue, "c", "not needed")).cancel_requested, true);
+  await waitFor(async () => (await client.job(queue, "c")).state === "cancelled", 5000, "the cancellation");
+  const stats = await w.stop();
+  await run;
+  assert.equal(reasons[0]!.code, "cancel_requested");
+  assert.deepEqual([stats.failed, stats.acked, stats.lost], [1, 0, 0]);
+  assert.equal((await client.job(queue, "c")).attempt, 1);
 });
 
 test("a lease that could not be renewed before it ran out aborts the handler; nothing is acked", async () => {

@@ -22,7 +22,8 @@ through httpx too.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Optional
 
 import aiohttp
@@ -114,6 +115,32 @@ class AiohttpPool:
         except aiohttp.ClientError as error:
             raise ConnectionFailed(f"{method} {path}: {error!r}") from error
 
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, Any],
+        headers: Mapping[str, str],
+        timeout: float,
+        idle_s: float,
+    ) -> AsyncIterator[tuple[Answer, AsyncIterator[bytes]]]:
+        """A GET whose body is read as it comes: the answer (its content only when it is a
+        problem) and its chunks. ``idle_s``: the longest silence between chunks."""
+        session = self._session or self._open()
+        url = URL(self._base + path, encoded=True).with_query(params or None)
+        deadline = aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=idle_s)
+        try:
+            async with session.get(url, headers=headers, timeout=deadline) as response:
+                content = await response.read() if response.status >= 400 else b""
+                yield Answer(response.status, content, response.headers), response.content.iter_any()
+        except asyncio.TimeoutError:
+            raise ConnectionFailed(f"GET {path}: nothing for {idle_s:.0f} s") from None
+        except aiohttp.ClientConnectorError as error:
+            raise ConnectionFailed(f"cannot connect: {error}", sent=False) from error
+        except aiohttp.ClientError as error:
+            raise ConnectionFailed(f"GET {path}: {error!r}") from error
+
     async def aclose(self) -> None:
         self._closed = True
         if self._session is not None:
@@ -162,6 +189,25 @@ class HttpxAsyncPool:
         except httpx.TransportError as error:
             raise httpx_failure(error, f"{method} {path}") from error
         return httpx_answer(response)
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, Any],
+        headers: Mapping[str, str],
+        timeout: float,
+        idle_s: float,
+    ) -> AsyncIterator[tuple[Answer, AsyncIterator[bytes]]]:
+        try:
+            async with self._http.stream(
+                "GET", path, params=params, headers=headers, timeout=httpx.Timeout(timeout, read=idle_s)
+            ) as response:
+                content = await response.aread() if response.status_code >= 400 else b""
+                yield Answer(response.status_code, content, response.headers), response.aiter_bytes()
+        except httpx.TransportError as error:
+            raise httpx_failure(error, f"GET {path}") from error
 
     async def aclose(self) -> None:
         await self._http.aclose()

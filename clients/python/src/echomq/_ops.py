@@ -7,6 +7,7 @@ ambiguous failure (a 503, a dropped connection) is safe.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 from collections.abc import Callable, Iterable, Mapping
@@ -169,6 +170,8 @@ _read_job_page = reader(m.JobPage)
 _read_redriven = _field(m._Redriven, "retried")
 _read_worker_released = _field(m._WorkerReleased, "released")
 _read_paused = reader(m.Paused)
+_read_cancelled = reader(m.Cancelled)
+_read_history = _field(m._History, "minutes")
 
 
 # --- building requests ---------------------------------------------------------------------------
@@ -394,8 +397,42 @@ def release(queue: str, job_id: str, lease_id: str) -> Op[m.Released]:
     )
 
 
-def get_job(queue: str, job_id: str) -> Op[m.Job]:
-    return Op("GET", _job(queue, job_id), _read_job, idempotent=True)
+def get_job(queue: str, job_id: str, wait_ms: Optional[int] = None) -> Op[m.Job]:
+    if not wait_ms:
+        return Op("GET", _job(queue, job_id), _read_job, idempotent=True)
+    return Op(
+        "GET",
+        _job(queue, job_id),
+        _read_job,
+        idempotent=True,
+        params={"wait_ms": wait_ms},
+        long_poll_s=wait_ms / 1000,
+    )
+
+
+OUTCOMES = frozenset({"completed", "failed", "cancelled"})  # the states a wait ends on
+MAX_WAIT_MS = 60_000  # the service's limit per call: longer waits take several
+
+
+def wait_step_ms(deadline: float, now: float) -> int:
+    """The wait_ms of the next outcome-wait call toward ``deadline`` (monotonic seconds)."""
+    return max(0, min(MAX_WAIT_MS, math.ceil((deadline - now) * 1000)))
+
+
+def cancel(queue: str, job_id: str, reason: Optional[str]) -> Op[m.Cancelled]:
+    # Cancelling again changes nothing and answers the state: safe to repeat.
+    return Op(
+        "POST",
+        f"{_job(queue, job_id)}/cancel",
+        _read_cancelled,
+        idempotent=True,
+        body=_body({"reason": reason}),
+    )
+
+
+def history(queue: str, minutes: Optional[int]) -> Op[list[m.HistoryMinute]]:
+    params = None if minutes is None else {"minutes": minutes}
+    return Op("GET", f"{_q(queue)}/history", _read_history, idempotent=True, params=params)
 
 
 def delete_job(queue: str, job_id: str) -> Op[None]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Optional, TypeVar, Union, overload
 
@@ -23,8 +23,10 @@ import msgspec
 
 from echomq import _ops
 from echomq import models as m
+from echomq._events import IDLE_S, EventFeed
 from echomq._http import AiohttpPool, Answer, HttpxAsyncPool, httpx_answer, httpx_failure, json_headers
 from echomq._ops import DEFAULT_TIMEOUT_S, Op, RetryPolicy
+from echomq.errors import EchoMQError
 
 T = TypeVar("T")
 UNSET: Any = msgspec.UNSET
@@ -231,8 +233,62 @@ class Client(_Base):
 
     # --- reading -------------------------------------------------------------------------------
 
-    def get_job(self, queue: str, id: str) -> m.Job:
-        return self._call(_ops.get_job(queue, id))
+    def get_job(self, queue: str, id: str, *, wait_ms: Optional[int] = None) -> m.Job:
+        """A job; with ``wait_ms`` (at most 60,000) answered as soon as it is completed, failed
+        or cancelled, or after wait_ms as it is then (``wait`` waits longer)."""
+        return self._call(_ops.get_job(queue, id, wait_ms))
+
+    def wait(self, queue: str, id: str, *, timeout_s: float = 60.0) -> m.Job:
+        """The job once it is completed, failed or cancelled, or as it is after ``timeout_s``
+        (check its ``state``); ``JobNotFound`` if it is deleted. Waits past 60 s take several
+        calls."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self._call(_ops.get_job(queue, id, _ops.wait_step_ms(deadline, time.monotonic())))
+            if job.state in _ops.OUTCOMES or time.monotonic() >= deadline:
+                return job
+
+    def history(self, queue: str, *, minutes: int = 60) -> list[m.HistoryMinute]:
+        """Per-minute counts (enqueued, completed, failed, reclaimed) of the last ``minutes``
+        (1..1440), oldest first, the current minute last."""
+        return self._call(_ops.history(queue, minutes))
+
+    def events(
+        self,
+        queue: str,
+        *,
+        after: Optional[int] = None,
+        types: Optional[Iterable[str]] = None,
+        job: Optional[str] = None,
+    ) -> Iterator[m.Event]:
+        """The queue's events as they happen, for ever (close the generator, or break, to stop):
+        after event id ``after`` (0: from the oldest kept; None: only new ones), only ``types``
+        and/or one ``job``. A lost or ended stream is resumed from the last event received
+        (Last-Event-ID), after a short pause. A ``resync`` event means events were lost (too old,
+        or the queue was deleted): read the state again. Without ``after``, events between the
+        call and the first one received are not resumed across a reconnection."""
+        feed = EventFeed(queue, after, types, job)
+        while True:
+            error: Optional[EchoMQError] = None
+            params, headers = feed.connect()
+            try:
+                with self._http.stream(
+                    "GET",
+                    feed.path,
+                    params=params,
+                    headers=headers,
+                    timeout=httpx.Timeout(self.timeout, read=max(self.timeout, IDLE_S)),
+                ) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        _ops.raise_for_problem(httpx_answer(response))
+                    for chunk in response.iter_bytes():
+                        yield from feed.read(chunk)
+            except httpx.TransportError as lost:
+                error = httpx_failure(lost, f"GET {feed.path}")
+            except EchoMQError as problem:
+                error = problem
+            time.sleep(feed.pause_s(error))
 
     def queues(self) -> list[m.QueueInfo]:
         return self._call(_ops.list_queues())
@@ -268,6 +324,12 @@ class Client(_Base):
         return self._call(_ops.list_jobs(queue, state, limit=limit, cursor=cursor))
 
     # --- operating -----------------------------------------------------------------------------
+
+    def cancel(self, queue: str, id: str, *, reason: Optional[str] = None) -> m.Cancelled:
+        """Cancel a job: a waiting or delayed one at once (kept like a dead letter, ``reason`` as
+        its error); an active one is flagged (``cancel_requested``) for its worker, whose fail
+        or release then ends it cancelled (an ack still completes it). Idempotent."""
+        return self._call(_ops.cancel(queue, id, reason))
 
     def delete_job(self, queue: str, id: str) -> None:
         return self._call(_ops.delete_job(queue, id))
@@ -477,8 +539,47 @@ class AsyncClient(_Base):
 
     # --- reading -------------------------------------------------------------------------------
 
-    async def get_job(self, queue: str, id: str) -> m.Job:
-        return await self._call(_ops.get_job(queue, id))
+    async def get_job(self, queue: str, id: str, *, wait_ms: Optional[int] = None) -> m.Job:
+        return await self._call(_ops.get_job(queue, id, wait_ms))
+
+    async def wait(self, queue: str, id: str, *, timeout_s: float = 60.0) -> m.Job:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = await self._call(_ops.get_job(queue, id, _ops.wait_step_ms(deadline, time.monotonic())))
+            if job.state in _ops.OUTCOMES or time.monotonic() >= deadline:
+                return job
+
+    async def history(self, queue: str, *, minutes: int = 60) -> list[m.HistoryMinute]:
+        return await self._call(_ops.history(queue, minutes))
+
+    async def events(
+        self,
+        queue: str,
+        *,
+        after: Optional[int] = None,
+        types: Optional[Iterable[str]] = None,
+        job: Optional[str] = None,
+    ) -> AsyncIterator[m.Event]:
+        """As ``Client.events``, an async iterator (``async for``); ``aclose()`` it to stop at once."""
+        feed = EventFeed(queue, after, types, job)
+        while True:
+            error: Optional[EchoMQError] = None
+            params, headers = feed.connect()
+            try:
+                async with self._http.stream(
+                    feed.path,
+                    params=params,
+                    headers=headers,
+                    timeout=self.timeout,
+                    idle_s=max(self.timeout, IDLE_S),
+                ) as (answer, chunks):
+                    _ops.raise_for_problem(answer)
+                    async for chunk in chunks:
+                        for event in feed.read(chunk):
+                            yield event
+            except EchoMQError as problem:
+                error = problem
+            await asyncio.sleep(feed.pause_s(error))
 
     async def queues(self) -> list[m.QueueInfo]:
         return await self._call(_ops.list_queues())
@@ -510,6 +611,9 @@ class AsyncClient(_Base):
         return await self._call(_ops.list_jobs(queue, state, limit=limit, cursor=cursor))
 
     # --- operating -----------------------------------------------------------------------------
+
+    async def cancel(self, queue: str, id: str, *, reason: Optional[str] = None) -> m.Cancelled:
+        return await self._call(_ops.cancel(queue, id, reason))
 
     async def delete_job(self, queue: str, id: str) -> None:
         return await self._call(_ops.delete_job(queue, id))

@@ -63,11 +63,13 @@ class LeaseNext(_Model, omit_defaults=True):
 
 
 class HeartbeatItem(_Model, omit_defaults=True):
-    """One lease of a heartbeat-many call; without ``lease_ms`` it is renewed by its own length."""
+    """One lease of a heartbeat-many call; without ``lease_ms`` it is renewed by its own length.
+    ``progress`` (any JSON, at most 64 KiB) is stored on the job; left out, the last one stays."""
 
     id: str
     lease_id: str
     lease_ms: Optional[int] = None
+    progress: Any = msgspec.UNSET
 
 
 # --- responses ------------------------------------------------------------------------------
@@ -100,9 +102,13 @@ class LeasedJob(_Model):
 
 
 class Heartbeat(_Model):
+    """A renewed lease; ``cancel_requested``: stop working on the job and fail it (it then ends
+    cancelled); an ack still completes it."""
+
     id: str
     lease_id: str
     lease_expires_at: int
+    cancel_requested: bool = False
 
 
 class HeartbeatOutcome(_Model):
@@ -113,7 +119,7 @@ class HeartbeatOutcome(_Model):
     ok: bool
     lease_id: Optional[str] = None
     lease_expires_at: Optional[int] = None
-    cancel_requested: bool = False
+    cancel_requested: Optional[bool] = False
     code: Optional[str] = None
 
 
@@ -143,17 +149,20 @@ class AckedMany(_Model):
 
 
 class Failed(_Model):
-    """Answer to a fail: where the job went (``waiting``/``delayed`` to be retried, or ``failed``,
-    the dead letter) and the attempt that failed."""
+    """Answer to a fail: where the job went (``waiting``/``delayed`` to be retried, ``failed``,
+    the dead letter, or ``cancelled`` when its cancellation was requested) and the attempt that
+    failed."""
 
     id: str
-    state: Literal["waiting", "delayed", "failed"]
+    state: Literal["waiting", "delayed", "failed", "cancelled"]
     attempt: int
 
 
 class Released(_Model):
+    """Answer to a release: ``waiting``, or ``cancelled`` when its cancellation was requested."""
+
     id: str
-    state: Literal["waiting"]
+    state: Literal["waiting", "cancelled"]
 
 
 class Job(_Model):
@@ -173,6 +182,12 @@ class Job(_Model):
     updated_at: int
     worker: Optional[str]
     lease_expires_at: Optional[int]
+    progress: Any = None  # the last progress a heartbeat reported
+    cancel_requested: bool = False
+    group: Optional[str] = None
+    stalls: int = 0
+    schedule: Optional[str] = None
+    finished_at: Optional[int] = None  # completed, failed or cancelled at
 
 
 class Counts(_Model):
@@ -181,6 +196,7 @@ class Counts(_Model):
     active: int
     completed: int
     failed: int
+    cancelled: int = 0
 
 
 class QueueInfo(_Model):
@@ -221,6 +237,67 @@ class JobPage(_Model):
     next_cursor: Optional[str]
 
 
+class Cancelled(_Model):
+    """Answer to a cancel: the job's state now (``cancelled`` at once unless it was active;
+    an active job stays active with ``cancel_requested`` until its worker fails or acks it)."""
+
+    id: str
+    state: JobState
+    cancel_requested: bool
+
+
+class HistoryMinute(_Model):
+    """One minute of a queue's history (``at``: the minute's start, epoch ms)."""
+
+    at: int
+    enqueued: int
+    completed: int
+    failed: int
+    reclaimed: int
+
+
+EventType = Literal[
+    "enqueued",
+    "leased",
+    "progress",
+    "completed",
+    "retrying",
+    "failed",
+    "released",
+    "reclaimed",
+    "cancel_requested",
+    "cancelled",
+    "deleted",
+    "paused",
+    "resumed",
+    "resync",
+]
+
+
+class Event(_Model):
+    """One event of a queue's feed (``Client.events``). ``event_id`` is the SSE id (None on a
+    ``resync``, which says the events after ``after`` up to ``oldest`` are lost: read the state
+    again). ``id`` is the job's (None on paused/resumed); the other fields are those of its type,
+    None when it has none."""
+
+    type: str  # an EventType; a str so that a type the service adds later still decodes
+    queue: str
+    event_id: Optional[int] = None
+    id: Optional[str] = None
+    at: Optional[int] = None
+    state: Optional[str] = None
+    worker: Optional[str] = None
+    attempt: Optional[int] = None
+    fence: Optional[int] = None
+    lease_expires_at: Optional[int] = None
+    progress: Any = None
+    error: Optional[str] = None
+    reason: Optional[str] = None
+    redriven: Optional[bool] = None
+    after: Optional[int] = None
+    oldest: Optional[int] = None
+
+
 # --- envelopes (internal: the client returns their contents) ---------------------------------
 
 
@@ -250,6 +327,10 @@ class _Ledger(_Model):
 
 class _Workers(_Model):
     workers: list[WorkerHoldings]
+
+
+class _History(_Model):
+    minutes: list[HistoryMinute]
 
 
 class _Redriven(_Model):

@@ -19,6 +19,15 @@
 - If the service answers that a lease is lost (or it could not be renewed before it ran out),
   the job is not ours any more: an async handler is cancelled, a sync handler sees
   ``job.cancelled`` / ``job.lease_lost`` become true, and its outcome is discarded - never acked.
+- If a heartbeat answers ``cancel_requested`` (someone called ``cancel``), the handler is stopped
+  the same way (``job.cancelled`` / ``job.cancel_requested`` become true) and the job is failed,
+  which ends it ``cancelled`` (never retried) - not acked, even if the handler returns a value
+  after that. A handler that had finished before the heartbeat said so is acked: an ack after a
+  cancel request completes the job.
+- ``job.report_progress(value)`` (any JSON, at most 64 KiB) is sent with the job's next renewal
+  in the heartbeat-many (within ``heartbeat_s``; not sooner: progress costs no extra request),
+  and only once: the latest value reported by then wins. It shows as the job view's
+  ``progress`` and as a ``progress`` event.
 - Returning acks with the return value as the result (any JSON-encodable value). Raising fails
   the attempt with the exception's text; an exception with ``retry = False`` dead-letters the job
   and one with ``retry_after_ms`` sets the delay before the next attempt (see ``JobError``).
@@ -74,6 +83,7 @@ from echomq.errors import (
     EchoMQError,
     Forbidden,
     InvalidRequest,
+    JobError,
     JobNotFound,
     LeaseLost,
     NotFound,
@@ -88,6 +98,7 @@ log = logging.getLogger("echomq.worker")
 T = TypeVar("T")
 
 MAX_ERROR_BYTES = 8 * 1024
+MAX_PROGRESS_BYTES = 64 * 1024
 DEFAULT_LEASE_MS = 30_000
 DEFAULT_WAIT_MS = 5_000
 DEFAULT_GRACE_S = 30.0
@@ -155,6 +166,8 @@ class JobContext:
         self.job = job
         self._cancel = threading.Event()
         self._reason: Optional[str] = None
+        self._lock = threading.Lock()  # sync handlers report progress from their own threads
+        self._progress: Any = msgspec.UNSET  # reported, not sent yet
 
     @property
     def id(self) -> str:
@@ -198,10 +211,36 @@ class JobContext:
         return self._reason == "lease_lost"
 
     @property
+    def cancel_requested(self) -> bool:
+        """The job was cancelled (``Client.cancel``): whatever this handler does now fails it."""
+        return self._reason == "cancel_requested"
+
+    @property
     def cancelled(self) -> bool:
-        """Stop working on this job: its lease was lost, or the worker stopped and the grace
-        period is over."""
+        """Stop working on this job: its lease was lost, its cancellation was requested, or the
+        worker stopped and the grace period is over."""
         return self._cancel.is_set()
+
+    def report_progress(self, value: Any) -> None:
+        """Report how far the job has got (any JSON value, at most 64 KiB): sent with its next
+        heartbeat, the latest value reported by then. Raises TypeError/ValueError at once for a
+        value that cannot be sent."""
+        encoded = msgspec.json.encode(value)
+        if len(encoded) > MAX_PROGRESS_BYTES:
+            raise ValueError(f"progress is {len(encoded)} bytes as JSON, more than {MAX_PROGRESS_BYTES}")
+        with self._lock:
+            self._progress = msgspec.Raw(encoded)
+
+    def _take_progress(self) -> Any:
+        with self._lock:
+            progress, self._progress = self._progress, msgspec.UNSET
+            return progress
+
+    def _keep_progress(self, progress: Any) -> None:
+        """A heartbeat did not go through: its progress goes with the next, unless newer came."""
+        with self._lock:
+            if self._progress is msgspec.UNSET:
+                self._progress = progress
 
     def wait_cancelled(self, timeout: Optional[float] = None) -> bool:
         """For sync handlers: sleep up to ``timeout`` seconds, waking early when cancelled."""
@@ -595,6 +634,12 @@ class Worker:
         reason = held.context._reason
         if reason == "lease_lost":
             self._settle(held, "lost", "lease lost while the handler ran; outcome discarded")
+        elif reason == "cancel_requested":  # failed: the service ends it cancelled
+            self._spawn(
+                self._fail(
+                    held, JobError("cancelled while running (cancel requested)", retry=False, plain=True)
+                )
+            )
         elif isinstance(error, asyncio.CancelledError) and reason == "stopped":
             self._give_back(held)
         elif error is not None:
@@ -797,18 +842,51 @@ class Worker:
 
     async def _renew(self, due: list[_Held]) -> bool:
         sent_at = time.monotonic()
-        leases = [HeartbeatItem(id=held.job.id, lease_id=held.job.lease_id) for held in due]
+        leases = self._heartbeat_items(due)
         try:
             outcomes = await self._api.heartbeat_many(self.queue, leases)
+        except (InvalidRequest, PayloadTooLarge) as error:
+            # A progress the service refuses (say nested too deep) is dropped: the renewals
+            # must go through.
+            log.warning("worker %s: heartbeat refused (%s); progress dropped", self.worker_id, error)
+            return False
         except EchoMQError as error:
             log.warning("worker %s: heartbeat failed (%s)", self.worker_id, error)
+            for held, lease in zip(due, leases):
+                if lease.progress is not msgspec.UNSET:
+                    held.context._keep_progress(lease.progress)
             return False
         for held, outcome in matched(due, outcomes):
             if outcome.ok:
                 held.renewed_at, held.expires_at = sent_at, sent_at + self.lease_ms / 1000
+                if outcome.cancel_requested:
+                    self._cancel_requested(held)
             elif held.running:  # a finished job's ack or fail will say what became of it
                 self._lose(held, f"heartbeat answered {outcome.code}")
         return True
+
+    @staticmethod
+    def _heartbeat_items(due: list[_Held]) -> list[HeartbeatItem]:
+        """The renewals, with the progress reported since the last, up to MAX_BATCH_RESULT_BYTES
+        of it (the body limit): the rest stays for the next heartbeat."""
+        room = MAX_BATCH_RESULT_BYTES
+        items = []
+        for held in due:
+            progress = held.context._take_progress() if room > 0 else msgspec.UNSET
+            if progress is not msgspec.UNSET:
+                room -= len(progress)
+            items.append(HeartbeatItem(id=held.job.id, lease_id=held.job.lease_id, progress=progress))
+        return items
+
+    def _cancel_requested(self, held: _Held) -> None:
+        """Stop the handler of a job whose cancellation was requested; once it ends, the job is
+        failed (see _finished). One that finished already is acked as it is."""
+        if not held.running or held.context.cancelled or (held.task is not None and held.task.done()):
+            return
+        log.info("job %s: cancellation requested; stopping its handler", held.job.id)
+        held.context._cancel_with("cancel_requested")
+        if held.task is not None:
+            held.task.cancel()
 
     def _retry_delay(self) -> float:
         soonest = min((held.expires_at for held in self._held.values()), default=None)

@@ -8,6 +8,10 @@
     emq pause QUEUE / emq resume QUEUE
     emq delete-queue QUEUE [--force]           # the queue and every job in it
     emq job QUEUE ID                           # one job
+    emq jobs QUEUE --state S [--limit N]       # the jobs in one state, in its order
+    emq wait QUEUE ID [--timeout S]            # until the job is completed, failed or cancelled
+    emq cancel QUEUE ID [--reason R]           # cancel a job (a running one: its worker stops)
+    emq events QUEUE [--type T...] [--job ID]  # follow what happens, until Ctrl-C
     emq work QUEUE -- COMMAND ARGS...          # run COMMAND for each job (an echomq.Worker)
     emq serve                                  # the service itself, when echomq-http is installed
 
@@ -24,17 +28,20 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
-from typing import NoReturn, Optional
+from typing import NoReturn, Optional, get_args
 
 from echomq._ops import DEFAULT_URL
 from echomq.cli._commands import COMMANDS, EXIT_FAILED, EXIT_USAGE, MAX_BATCH, Failed, UsageError
 from echomq.client import Client
 from echomq.errors import ConnectionFailed, EchoMQError
+from echomq.models import EventType, JobState
 from echomq.worker import DEFAULT_GRACE_S, DEFAULT_LEASE_MS, DEFAULT_WAIT_MS
 
 __all__ = ["main"]
 
 DEFAULT_KILL_GRACE_S = 5.0
+JOB_STATES = get_args(JobState)
+EVENT_TYPES = [kind for kind in get_args(EventType) if kind != "resync"]
 PLUGINS = "echomq.cli"  # entry point group: commands other packages add (the server's `serve`)
 
 
@@ -142,6 +149,60 @@ def _parser() -> argparse.ArgumentParser:
     job = commands.add_parser("job", parents=[common], help="show one job")
     job.add_argument("queue")
     job.add_argument("id")
+
+    jobs = commands.add_parser(
+        "jobs",
+        parents=[common],
+        help="the jobs in one state",
+        description="The jobs in one state, in its order (waiting: next leased first; delayed: due "
+        "first; active: oldest lease first; completed, failed, cancelled: most recently finished "
+        "first). Pages are followed until --limit jobs are shown; if more remain, the last line "
+        "gives the command that shows the next ones (--cursor).",
+    )
+    jobs.add_argument("queue")
+    jobs.add_argument("--state", required=True, choices=JOB_STATES)
+    jobs.add_argument("--limit", type=int, default=100, help="show at most this many (default %(default)s)")
+    jobs.add_argument("--cursor", help="go on from where a previous listing stopped")
+
+    wait = commands.add_parser(
+        "wait",
+        parents=[common],
+        help="wait for a job's outcome",
+        description="Wait until the job is completed (exit 0), failed or cancelled (exit 1), or "
+        "--timeout seconds have passed (exit 3, its state printed).",
+    )
+    wait.add_argument("queue")
+    wait.add_argument("id")
+    wait.add_argument("--timeout", type=float, default=60.0, help="seconds (default %(default)s)")
+
+    cancel = commands.add_parser(
+        "cancel",
+        parents=[common],
+        help="cancel a job",
+        description="A waiting or delayed job is cancelled at once; a running one is flagged, and "
+        "its worker stops it and fails it (it then ends cancelled, never retried). A finished job "
+        "is left as it is.",
+    )
+    cancel.add_argument("queue")
+    cancel.add_argument("id")
+    cancel.add_argument("--reason", help="kept as the job's error (at most 1 KiB)")
+
+    events = commands.add_parser(
+        "events",
+        parents=[common],
+        help="follow a queue's events until Ctrl-C",
+        description="One line per event as it happens: id, time, type, job, details. A lost "
+        "connection is resumed from the last event shown; a resync line means events were lost "
+        "(too old, or the queue was deleted).",
+    )
+    events.add_argument("queue")
+    events.add_argument(
+        "--type", action="append", choices=EVENT_TYPES, metavar="TYPE", help="only this type (repeatable)"
+    )
+    events.add_argument("--job", help="only this job's events")
+    events.add_argument(
+        "--after", type=int, help="from after this event id (0: the oldest kept; default: new events only)"
+    )
 
     work = commands.add_parser(
         "work",

@@ -15,10 +15,11 @@ import msgspec
 from echomq.cli._output import Progress, duration, now_ms, print_json, summary, table, when
 from echomq.client import Client
 from echomq.errors import EchoMQError
-from echomq.models import NewJob
+from echomq.models import Event, Job, NewJob
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PENDING = 0, 1, 2, 3
 MAX_BATCH = 1000
+MAX_PAGE = 1000  # jobs per page of the job listing
 JOB_OPTIONS = ("name", "priority", "delay_ms", "max_attempts")
 
 
@@ -149,7 +150,7 @@ def cmd_stats(args: argparse.Namespace, client: Client) -> int:
     if not views:
         print("no queues")
         return EXIT_OK
-    states = ("waiting", "delayed", "active", "completed", "failed")
+    states = ("waiting", "delayed", "active", "completed", "failed", "cancelled")
     rows = [
         [view.name, "yes" if view.paused else "no", *(getattr(view.counts, state) for state in states)]
         for view in sorted(views, key=lambda view: view.name)
@@ -257,6 +258,94 @@ def cmd_job(args: argparse.Namespace, client: Client) -> int:
     return EXIT_OK
 
 
+def cmd_jobs(args: argparse.Namespace, client: Client) -> int:
+    """Up to --limit jobs, following the cursors; the cursor of the rest, if any, at the end."""
+    jobs: list[Job] = []
+    cursor = args.cursor
+    while True:
+        page = client.list_jobs(
+            args.queue, args.state, limit=min(MAX_PAGE, args.limit - len(jobs)), cursor=cursor
+        )
+        jobs += page.jobs
+        cursor = page.next_cursor
+        if cursor is None or len(jobs) >= args.limit:
+            break
+    if args.json:
+        print_json({"jobs": [job.to_dict() for job in jobs], "next_cursor": cursor})
+        return EXIT_OK
+    if not jobs:
+        print(f"no {args.state} jobs in {args.queue}")
+        return EXIT_OK
+    with_error = args.state in ("failed", "cancelled")
+    rows = [
+        [
+            job.id,
+            job.name or "-",
+            f"{job.attempt}/{job.max_attempts}",
+            when(job.finished_at or job.updated_at),
+        ]
+        + ([summary(job.error, 48)] if with_error else [])
+        for job in jobs
+    ]
+    table(["JOB", "NAME", "ATTEMPTS", "UPDATED", *(["ERROR"] if with_error else [])], rows)
+    if cursor is not None:
+        print(f"\nmore: emq jobs {args.queue} --state {args.state} --cursor {cursor}")
+    return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace, client: Client) -> int:
+    answer = client.cancel(args.queue, args.id, reason=args.reason)
+    if args.json:
+        print_json(answer.to_dict())
+    elif answer.state == "cancelled":
+        print(f"job {answer.id} cancelled")
+    elif answer.state == "active":
+        print(f"job {answer.id} is running: cancellation requested (its worker stops it and fails it)")
+    else:
+        print(f"job {answer.id} is {answer.state} already; left as it is")
+    return EXIT_OK
+
+
+def cmd_wait(args: argparse.Namespace, client: Client) -> int:
+    job = client.wait(args.queue, args.id, timeout_s=args.timeout)
+    if args.json:
+        print_json(job.to_dict())
+    elif job.state == "completed":
+        print(f"job {job.id} completed: {json.dumps(job.result, ensure_ascii=False)}")
+    elif job.state in ("failed", "cancelled"):
+        print(f"job {job.id} {job.state}: {summary(job.error)}")
+    else:
+        print(f"job {job.id} still {job.state} after {args.timeout:g} s")
+    if job.state == "completed":
+        return EXIT_OK
+    return EXIT_FAILED if job.state in ("failed", "cancelled") else EXIT_PENDING
+
+
+_EVENT_DETAILS = ("state", "worker", "attempt", "reason", "after", "oldest")
+
+
+def event_line(event: Event) -> str:
+    """``<id> <time> <type> <job> key=value...``: the details an operator reads first."""
+    shown = event.to_dict()
+    details = [f"{key}={shown[key]}" for key in _EVENT_DETAILS if shown.get(key) is not None]
+    if event.progress is not None:
+        details.append(f"progress={json.dumps(event.progress, ensure_ascii=False)}")
+    if event.error:
+        details.append(f"error={summary(event.error, 60)!r}")
+    head = [str(event.event_id or "-"), when(event.at), event.type, event.id or "-"]
+    return "  ".join(head + details)
+
+
+def cmd_events(args: argparse.Namespace, client: Client) -> int:
+    for event in client.events(args.queue, after=args.after, types=args.type, job=args.job):
+        if args.json:
+            print_json({k: v for k, v in event.to_dict().items() if v is not None})
+        else:
+            print(event_line(event))
+        sys.stdout.flush()  # a pipe too sees each event as it comes
+    return EXIT_OK  # not reached: the feed goes on until Ctrl-C
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Client], int]] = {
     "enqueue": cmd_enqueue,
     "stats": cmd_stats,
@@ -267,4 +356,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Client], int]] = {
     "resume": cmd_pause,
     "delete-queue": cmd_delete_queue,
     "job": cmd_job,
+    "jobs": cmd_jobs,
+    "cancel": cmd_cancel,
+    "wait": cmd_wait,
+    "events": cmd_events,
 }
