@@ -474,28 +474,39 @@ def shift_numbers_from(run: dict[str, Any], n: int) -> None:
             e["n"] += 1
 
 
+def swap_fences(run: dict[str, Any]) -> None:
+    """C's leases as the workers logged them (fences 3 and 4), in the events the other way round."""
+    first, second = (e for e in run["stream.jsonl"] if e["id"] == C and e["type"] == "leased")
+    first["fence"], second["fence"] = second["fence"], first["fence"]
+
+
+def add_event(run: dict[str, Any], e: dict[str, Any]) -> None:
+    run["stream.jsonl"] = numbered([*run["stream.jsonl"], e])
+
+
+STORY = "events-story"
+
+
 @pytest.mark.parametrize(
-    ("spoil", "expected"),
+    ("spoil", "kind", "subject", "message"),
     [
-        # C leased again before its reclaim: out of order
-        (lambda run: spoil_stream(run, C, "reclaimed", at=T0_MS + 2455), {("events-story", C)}),
-        (lambda run: spoil_stream(run, C, "enqueued", at=T0_MS + 2500), {("events-story", C)}),
-        (lambda run: spoil_stream(run, C, "leased", fence=9), {("events-story", C)}),  # 9, then 4
-        (lambda run: spoil_stream(run, A, "completed", drop=True), {("events-story", A)}),
-        (lambda run: spoil_stream(run, B, "enqueued", drop=True), {("events-story", B)}),
-        (lambda run: spoil_stream(run, B, "leased", drop=True), {("events-story", B)}),
-        (lambda run: shift_numbers_from(run, 5), {("events-order", A)}),  # event 5 is A's completed
-        (lambda run: spoil_stream(run, A, "leased", lease_id="lease-a1"), {("events-leak", A)}),
-        (lambda run: spoil_stream(run, A, "completed", result="lease-a1"), {("events-leak", A)}),
-        (lambda run: spoil_stream(run, B, "enqueued", payload={"n": 1}), {("events-leak", B)}),
-        (lambda run: run.update({"stream.jsonl": None}), {("final-read", "events")}),
+        (lambda run: spoil_stream(run, C, "reclaimed", at=T0_MS + 2455), STORY, C, "leased (event 9) after active"),
+        (lambda run: spoil_stream(run, C, "enqueued", at=T0_MS + 2500), STORY, C, "first event is leased"),
+        # the fences as the workers logged them, but out of order in the events
+        (swap_fences, STORY, C, "leased with fence 3 after 4"),
+        (lambda run: spoil_stream(run, A, "completed", drop=True), STORY, A, "events end active, but its final state is completed"),
+        (lambda run: spoil_stream(run, B, "leased", fence=7), STORY, B, "no leased event for the lease w1g0 received (fence 2)"),
+        (lambda run: shift_numbers_from(run, 5), "events-order", A, "event 6 follows event 4"),  # 5: A's completed
+        (lambda run: spoil_stream(run, A, "leased", lease_id="lease-a1"), "events-leak", A, "carries a lease id"),
+        (lambda run: spoil_stream(run, A, "completed", result="lease-a1"), "events-leak", A, "carries a lease id"),
+        (lambda run: spoil_stream(run, B, "enqueued", payload={"n": 1}), "events-leak", B, "or a payload"),
+        (lambda run: run.update({"stream.jsonl": None}), "final-read", "events", "event stream was not read"),
     ],
     ids=[
         "leased before its reclaim",
         "enqueued last",
         "fences going down",
         "no completed event",
-        "first event not enqueued",
         "a lease not in the events",
         "a gap in the numbers",
         "a lease id",
@@ -503,38 +514,36 @@ def shift_numbers_from(run: dict[str, Any], n: int) -> None:
         "a payload",
         "the stream not read",
     ],
-)
+)  # fmt: skip
 def test_events_that_cannot_have_happened_fail(
-    tmp_path: Path, spoil: Any, expected: set[tuple[str, str | None]]
+    tmp_path: Path, spoil: Any, kind: str, subject: str, message: str
 ) -> None:
     run = clean_run()
     spoil(run)
-    assert findings(verdict(run, tmp_path)) == expected
+    result = verdict(run, tmp_path)
+    assert findings(result) == {(kind, subject)}
+    assert any(message in failure for failure in result["failures"]), result["failures"]
 
 
 @pytest.mark.parametrize(
-    ("spoil", "expected"),
+    ("spoil", "subject", "message"),
     [
         # events alone: D leased after it was cancelled (no worker ever said so)
-        (
-            lambda run: run["stream.jsonl"].append({**leased(D, 7, 1, 2000, "w0g1"), "n": 22}),
-            {("events-story", D)},
-        ),
-        # E's cancellation was requested, yet it was released to waiting
-        (
-            lambda run: spoil_stream(run, E, "cancelled", type="released", worker="w0g1"),
-            {("events-story", E)},
-        ),
-        (lambda run: spoil_stream(run, F, "cancel_requested", at=T0_MS + 1500), {("events-story", F)}),
+        (lambda run: add_event(run, leased(D, 7, 1, 2000, "w0g1")), D, "leased (event 19) after cancelled"),
+        # E's cancellation was requested, yet it was released to waiting (and then cancelled there)
+        (lambda run: add_event(run, event("released", E, 1267, worker="w0g1")), E, "released (event 15) after active-cr"),
+        (lambda run: spoil_stream(run, F, "cancel_requested", at=T0_MS + 1500), F, "cancel_requested (event 18) after completed"),
     ],
     ids=["leased after cancelled", "released after cancel_requested", "cancel_requested after completed"],
-)
+)  # fmt: skip
 def test_cancellation_events_that_cannot_have_happened_fail(
-    tmp_path: Path, spoil: Any, expected: set[tuple[str, str | None]]
+    tmp_path: Path, spoil: Any, subject: str, message: str
 ) -> None:
     run = cancelled_run()
     spoil(run)
-    assert findings(verdict(run, tmp_path)) == expected
+    result = verdict(run, tmp_path)
+    assert findings(result) == {(STORY, subject)}
+    assert any(message in failure for failure in result["failures"]), result["failures"]
 
 
 def test_a_worker_told_anything_but_cancelled_after_cancel_requested_fails(tmp_path: Path) -> None:
