@@ -490,17 +490,41 @@ STORY = "events-story"
 @pytest.mark.parametrize(
     ("spoil", "kind", "subject", "message"),
     [
-        (lambda run: spoil_stream(run, C, "reclaimed", at=T0_MS + 2455), STORY, C, "leased (event 9) after active"),
-        (lambda run: spoil_stream(run, C, "enqueued", at=T0_MS + 2500), STORY, C, "first event is leased"),
-        # the fences as the workers logged them, but out of order in the events
+        (
+            lambda run: spoil_stream(run, C, "reclaimed", at=T0_MS + 2455),
+            STORY, C, "leased (event 9) after active",
+        ),
+        (
+            lambda run: spoil_stream(run, C, "enqueued", at=T0_MS + 2500),
+            STORY, C, "first event is leased",
+        ),
         (swap_fences, STORY, C, "leased with fence 3 after 4"),
-        (lambda run: spoil_stream(run, A, "completed", drop=True), STORY, A, "events end active, but its final state is completed"),
-        (lambda run: spoil_stream(run, B, "leased", fence=7), STORY, B, "no leased event for the lease w1g0 received (fence 2)"),
-        (lambda run: shift_numbers_from(run, 5), "events-order", A, "event 6 follows event 4"),  # 5: A's completed
-        (lambda run: spoil_stream(run, A, "leased", lease_id="lease-a1"), "events-leak", A, "carries a lease id"),
-        (lambda run: spoil_stream(run, A, "completed", result="lease-a1"), "events-leak", A, "carries a lease id"),
-        (lambda run: spoil_stream(run, B, "enqueued", payload={"n": 1}), "events-leak", B, "or a payload"),
-        (lambda run: run.update({"stream.jsonl": None}), "final-read", "events", "event stream was not read"),
+        (
+            lambda run: spoil_stream(run, A, "completed", drop=True),
+            STORY, A, "events end active, but its final state is completed",
+        ),
+        (
+            lambda run: spoil_stream(run, B, "leased", fence=7),
+            STORY, B, "no leased event for the lease w1g0 received (fence 2)",
+        ),
+        # event 5 is A's completed
+        (lambda run: shift_numbers_from(run, 5), "events-order", A, "event 6 follows event 4"),
+        (
+            lambda run: spoil_stream(run, A, "leased", lease_id="lease-a1"),
+            "events-leak", A, "carries a lease id",
+        ),
+        (
+            lambda run: spoil_stream(run, A, "completed", result="lease-a1"),
+            "events-leak", A, "carries a lease id",
+        ),
+        (
+            lambda run: spoil_stream(run, B, "enqueued", payload={"n": 1}),
+            "events-leak", B, "or a payload",
+        ),
+        (
+            lambda run: run.update({"stream.jsonl": None}),
+            "final-read", "events", "event stream was not read",
+        ),
     ],
     ids=[
         "leased before its reclaim",
@@ -531,8 +555,14 @@ def test_events_that_cannot_have_happened_fail(
         # events alone: D leased after it was cancelled (no worker ever said so)
         (lambda run: add_event(run, leased(D, 7, 1, 2000, "w0g1")), D, "leased (event 19) after cancelled"),
         # E's cancellation was requested, yet it was released to waiting (and then cancelled there)
-        (lambda run: add_event(run, event("released", E, 1267, worker="w0g1")), E, "released (event 15) after active-cr"),
-        (lambda run: spoil_stream(run, F, "cancel_requested", at=T0_MS + 1500), F, "cancel_requested (event 18) after completed"),
+        (
+            lambda run: add_event(run, event("released", E, 1267, worker="w0g1")),
+            E, "released (event 15) after active-cr",
+        ),
+        (
+            lambda run: spoil_stream(run, F, "cancel_requested", at=T0_MS + 1500),
+            F, "cancel_requested (event 18) after completed",
+        ),
     ],
     ids=["leased after cancelled", "released after cancel_requested", "cancel_requested after completed"],
 )  # fmt: skip
