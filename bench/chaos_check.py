@@ -12,6 +12,9 @@ A history is a work directory's
   history.json                  what the harness itself recorded: the faults it planned and
                                 injected, and the final reads (the queue's counts, its ledger and
                                 every job's final state) or null where a final read failed
+  stream.jsonl                  the queue's events as its Redis stream holds them at the end
+                                (XRANGE, each entry parsed as service/events.py does), one event
+                                a line: {"n": number, "type", "id", "at", members...}
 
     .venv/bin/python bench/chaos_check.py WORKDIR   # the verdict again, from a kept work dir
 """
@@ -34,7 +37,10 @@ LATE_MARGIN_MS = 5  # a call sent this long after its lease's known expiry is a 
 RELEASE_TARGET_MS = LEASE_MS + SWEEP_MS + 1000  # death -> job leased again
 AOF_WINDOW_MS = 2000  # appendfsync everysec: 1 s, up to 2 s when a slow fsync postpones the write
 HISTORY_FILE = "history.json"
+STREAM_FILE = "stream.jsonl"
 CLIENTS_DIR = "clients"
+CANCEL_MARGIN_MS = 1  # Redis ms times are truncated: a lease granted this soon after a cancel's answer
+FINISHED_EVENTS = ("completed", "failed", "cancelled", "deleted")
 
 
 @dataclass
@@ -81,6 +87,7 @@ class History:
     final_counts: dict[str, int] | None  # None: the final read failed
     final_active: list[dict[str, Any]] | None  # None: the final read failed
     final_states: dict[str, tuple[str, int | None]]  # (state, attempt); "unknown": its read failed
+    stream: list[dict[str, Any]] | None = None  # the queue's events at the end; None: not read
 
     @classmethod
     def load(cls, workdir: Path) -> History:
@@ -96,6 +103,7 @@ class History:
             final_counts=final["counts"],
             final_active=final["active"],
             final_states={job: (state, attempt) for job, (state, attempt) in final["states"].items()},
+            stream=read_jsonl(workdir / STREAM_FILE) if (workdir / STREAM_FILE).exists() else None,
         )
 
 
@@ -121,6 +129,12 @@ def record_history(
         "final": {"counts": counts, "active": active, "states": states},
     }
     (workdir / HISTORY_FILE).write_text(json.dumps(recorded, indent=1) + "\n")
+
+
+def record_stream(workdir: Path, events: list[dict[str, Any]]) -> None:
+    """The queue's events as the harness read them from Redis at the end: History.load reads them."""
+    with open(workdir / STREAM_FILE, "w") as f:
+        f.writelines(json.dumps(event, separators=(",", ":")) + "\n" for event in events)
 
 
 @dataclass(frozen=True)
@@ -151,6 +165,7 @@ class Lease:
     effect_t: float | None = None
     ack_status: int | None = None
     ack_call: dict[str, Any] | None = None
+    stop_call: dict[str, Any] | None = None  # release or fail of a job whose cancellation was requested
     abandoned: bool = False
     end_t: float | None = None  # when the worker let go of it: its ack's answer, or abandoning it
     errors: list[dict[str, Any]] = field(default_factory=list)
@@ -225,13 +240,13 @@ class Checker:
                     )
                     self.leases[current.id] = current
                     self.by_job[current.job].append(current)
-                elif ev in ("hb", "ack"):
+                elif ev in ("hb", "ack", "stop"):
                     assert current is not None and current.id == record["lease"]
                     # Sent after the lease's end: must be refused. Answered before it: must be
                     # accepted. In between, Redis ran it around the lease's end: either is right.
                     late = record["ts"] * 1000 > current.exp_ms + LATE_MARGIN_MS
                     record.update(
-                        op=ev,
+                        op=record["op"] if ev == "stop" else ev,
                         _late=late,
                         _in_time=record["t"] * 1000 < current.exp_ms,
                         _ambiguous=current.ambiguous,
@@ -244,12 +259,15 @@ class Checker:
                         current.ack_status = record["st"]
                         current.ack_call = record
                         current.end_t = record["t"]
+                    if ev == "stop":
+                        current.stop_call = record
+                        current.end_t = record["t"]
                 elif ev == "callerr":
                     record["inst"] = inst
                     self.callerrs.append(record)
                     if (
                         current is not None
-                        and record.get("op") in ("hb", "ack")
+                        and record.get("op") in ("hb", "ack", "release", "fail")
                         and record.get("job") == current.job
                     ):
                         current.errors.append(record)
@@ -349,6 +367,7 @@ class Checker:
             )
 
     def run(self) -> dict[str, Any]:
+        self.cancel_sent = {r["job"] for r in self.history.producer if r["ev"] == "cancel_send"}
         self.load()
         self.check_faults_injected()
         self.check_final_reads()
@@ -529,12 +548,16 @@ class Checker:
         # 4. duplicates: each effect beyond one per job must be explained
         dup_details = []
         for job, leases in effects.items():
-            if len(leases) < 2:
+            # a cancelled job was completed by none of its effects: each must be explained
+            cancelled = states.get(job, ("",))[0] == "cancelled"
+            if len(leases) < 2 and not cancelled:
                 continue
             leases.sort(key=lambda lease: lease.grant_ms)
             oks = [lease for lease in leases if lease.ack_status == 200]
             unknown = [lease for lease in leases if lease.ack_status is None]
             completing = oks[-1] if oks else (unknown[-1] if unknown else None)
+            if cancelled:
+                completing = None
             if completing is None and states.get(job, ("",))[0] == "completed":
                 self.fail(
                     "duplicate",
@@ -563,6 +586,10 @@ class Checker:
                 continue  # its final read failed: a failure of its own (check_final_reads)
             if job in effects and state == "completed":
                 continue
+            if state == "cancelled":
+                if job not in self.cancel_sent:
+                    self.fail("unexpected-cancel", f"{job} ended cancelled but nobody cancelled it", job)
+                continue  # its effects, if any, were explained with the duplicates
             if job in effects:
                 self.fail("state", f"{job} has an effect but its final state is {state}", job)
                 continue
@@ -592,12 +619,19 @@ class Checker:
                 self.fail("unexpected", f"{job} is completed but no worker recorded its effect", job)
         final_counts = history.final_counts or {}  # None: failed by check_final_reads
         final_active = history.final_active or []
+        done = {job for job in set(effects) & set(acked) if states.get(job, ("",))[0] != "cancelled"}
         completed_count = final_counts.get("completed")
-        if completed_count is not None and completed_count != len(set(effects) & set(acked)):
+        if completed_count is not None and completed_count != len(done):
             self.fail(
                 "counts",
-                f"the queue counts {completed_count} completed jobs, "
-                f"the workers completed {len(set(effects) & set(acked))}",
+                f"the queue counts {completed_count} completed jobs, the workers completed {len(done)}",
+            )
+        cancelled_count = final_counts.get("cancelled")
+        ended_cancelled = sum(1 for state, _ in states.values() if state == "cancelled")
+        if cancelled_count is not None and cancelled_count != ended_cancelled:
+            self.fail(
+                "counts",
+                f"the queue counts {cancelled_count} cancelled jobs; {ended_cancelled} are cancelled",
             )
         if final_active:
             self.fail(
@@ -622,9 +656,13 @@ class Checker:
         zombie_total = sum(f["zombie_calls"] for f in self.figures.values())
         zombie_refused = sum(f["zombie_refused"] for f in self.figures.values())
         dup_total = len(dup_details)
+        cancels = self.check_cancels(states)
+        events = self.check_events(states)
         return {
             "acked_enqueues": len(acked),
-            "completed": len(set(effects) & set(acked)),
+            "completed": len(done),
+            "cancels": cancels,
+            "events": events,
             "effects": sum(len(v) for v in effects.values()),
             "lost": lost,
             "lost_in_aof_window": aof_lost,
@@ -649,6 +687,169 @@ class Checker:
             "findings": [asdict(finding) for finding in self.findings],
         }
 
+    # -- cancellations ------------------------------------------------------------------------------
+    def check_cancels(self, states: dict[str, tuple[str, int | None]]) -> dict[str, Any]:
+        """The producer's cancels: after a cancel was answered the job is never leased again (it
+        was finished, is cancelled, or only its cancellation was requested: then an ack completes
+        it and anything else cancels it); it ends cancelled, or completed when its worker acked
+        first, never lost; a cancel that found it waiting or delayed is not undone. A worker that
+        heard of the cancellation and released or failed the job was told it is cancelled. Only a
+        Redis restart within the AOF window of the cancel may undo it."""
+        figures: dict[str, Any] = {
+            "sent": len(self.cancel_sent),
+            "answered": {},
+            "ended_cancelled": 0,
+            "ended_completed": 0,
+            "stopped_by_worker": 0,
+        }
+        answers: dict[str, dict[str, Any]] = {}
+        for record in self.history.producer:
+            if record["ev"] == "cancel" and record["st"] == 200:
+                answers.setdefault(record["job"], record)
+                figures["answered"][record["state"]] = figures["answered"].get(record["state"], 0) + 1
+        for job in sorted(self.cancel_sent):
+            state = states.get(job, ("unknown", None))[0]
+            if state in ("cancelled", "completed"):
+                figures["ended_" + state] += 1
+            elif state not in ("unknown", "absent"):  # absent: the lost-enqueue check says why
+                self.fail("lost", f"LOST: {job} was cancelled, yet ended {state}", job)
+            answer = answers.get(job)
+            if answer is None:
+                continue
+            for lease in self.by_job.get(job, []):
+                if lease.grant_ms <= answer["t"] * 1000 + CANCEL_MARGIN_MS:
+                    continue
+                # a Redis restart within the AOF window after the cancel may have undone it
+                undo_by = min(answer["t"] + self.window_s, lease.grant_ms / 1000)
+                kill = self.redis_kill_between(answer["ts"], undo_by)
+                if kill is None:
+                    self.fail(
+                        "leased-after-cancel",
+                        f"{job} was leased to {lease.inst} (fence {lease.fence}) "
+                        f"{lease.grant_ms - answer['t'] * 1000:.0f} ms after its cancel was answered "
+                        f"({answer['state']})",
+                        job,
+                    )
+            if (
+                answer["state"] == "cancelled"
+                and state == "completed"
+                and self.redis_kill_between(answer["ts"], answer["t"] + self.window_s) is None
+            ):
+                self.fail("cancel-undone", f"{job}'s cancel answered cancelled, yet it completed", job)
+        for lease in self.leases.values():
+            call = lease.stop_call
+            if call is None or call["st"] != 200:
+                continue
+            figures["stopped_by_worker"] += 1
+            if call["state"] != "cancelled":
+                self.fail(
+                    "cancel-ignored",
+                    f"{lease.job}: {call['op']} by {lease.inst} after cancel_requested answered "
+                    f"{call['state']}, not cancelled",
+                    lease.job,
+                )
+        return figures
+
+    # -- the events ------------------------------------------------------------------------------
+    def check_events(self, states: dict[str, tuple[str, int | None]]) -> dict[str, Any]:
+        """The queue's events, as its stream holds them at the end, tell each job's story in an
+        order that can have happened: numbered 1, 2, 3... with no gap; a job's first event is
+        enqueued; a leased event only for a queued job, with a fence above the job's last one;
+        nothing after completed, failed, cancelled or deleted (but a redrive's enqueued after
+        failed, and a new job of the same id after deleted); a job with cancel_requested is not
+        retried, released or reclaimed; the story ends in the job's final state (completed ->
+        completed, ...); every lease a worker received is there (unless a Redis restart undid
+        it); no event carries a lease id or a payload. Events are written by the script of
+        their transition, so a Redis restart from the AOF keeps or loses both together."""
+        stream = self.history.stream
+        figures: dict[str, Any] = {"read": stream is not None, "events": 0, "jobs": 0, "trimmed": False}
+        if stream is None:
+            self.fail("final-read", "final read failed: the queue's event stream was not read", "events")
+            return figures
+        figures["events"] = len(stream)
+        if stream and stream[0]["n"] != 1:
+            figures["trimmed"] = True  # the beginning is gone: stories may start midway
+        lease_ids = set(self.leases)
+        phase: dict[str, str] = {}
+        fences: dict[str, int] = {}
+        leased: set[tuple[str, int]] = set()
+        partial: set[str] = set()  # trimmed: the job's story starts midway
+        broken: set[str] = set()  # already reported: one finding per job's story
+        expected_n = stream[0]["n"] if stream else 1
+        queued = ("waiting", "delayed")
+        for event in stream:
+            kind, job, n = event["type"], event.get("id"), event["n"]
+            if n != expected_n:
+                self.fail("events-order", f"event {n} follows event {expected_n - 1}", job)
+            expected_n = n + 1
+            if (
+                "lease_id" in event
+                or "payload" in event
+                or any(isinstance(value, str) and value in lease_ids for value in event.values())
+            ):
+                self.fail("events-leak", f"event {n} ({kind} of {job}) carries a lease id or a payload", job)
+            if job is None:
+                continue
+            now = phase.get(job)
+            if now is None and kind != "enqueued":
+                if figures["trimmed"]:
+                    partial.add(job)
+                    now = {"leased": "queued", "enqueued": None}.get(kind, "active")
+                else:
+                    self.fail("events-story", f"{job}'s first event is {kind} (event {n}), not enqueued", job)
+                    broken.add(job)
+            allowed = {
+                "enqueued": now in (None, "deleted") or (now == "failed" and event.get("redriven") is True),
+                "leased": now == "queued",
+                "progress": now in ("active", "active-cr"),
+                "completed": now in ("active", "active-cr"),
+                "retrying": now == "active",
+                "failed": now == "active",
+                "released": now == "active",
+                "reclaimed": now == "active",
+                "cancel_requested": now == "active",
+                "cancelled": now in ("queued", "active-cr"),
+                "deleted": now in ("queued", "completed", "failed", "cancelled"),
+            }.get(kind, False)
+            if not allowed and job not in partial and job not in broken:
+                self.fail("events-story", f"{job}: {kind} (event {n}) after {now or 'nothing'}", job)
+                broken.add(job)
+            if kind == "leased":
+                fence = int(event["fence"])
+                if fence <= fences.get(job, 0) and job not in broken:
+                    self.fail("events-story", f"{job}: leased with fence {fence} after {fences[job]}", job)
+                    broken.add(job)
+                fences[job] = fence
+                leased.add((job, fence))
+            phase[job] = {
+                "enqueued": "queued", "leased": "active", "retrying": "queued", "released": "queued",
+                "reclaimed": "queued", "cancel_requested": "active-cr",
+            }.get(kind, kind if kind in FINISHED_EVENTS else phase.get(job, "active"))  # fmt: skip
+        figures["jobs"] = len(phase)
+        ends = {"queued": queued, "active": ("active",), "active-cr": ("active",), "deleted": ("absent",)}
+        for job, (state, _) in sorted(states.items()):
+            if state == "unknown" or job in partial or job in broken:
+                continue
+            end = phase.get(job)
+            if end is None:
+                if state != "absent" and not figures["trimmed"]:
+                    self.fail("events-story", f"{job} is {state} but has no events", job)
+                continue
+            if state not in ends.get(end, (end,)):
+                self.fail("events-story", f"{job}'s events end {end}, but its final state is {state}", job)
+        for lease in self.leases.values():
+            if (lease.job, lease.fence) in leased or lease.job in partial:
+                continue
+            undone = self.redis_kill_between(lease.grant_ms / 1000, lease.t_recv + self.window_s)
+            if figures["trimmed"] or undone is not None:
+                continue  # trimmed away, or undone by a Redis restart within the AOF window
+            self.fail(
+                "events-story",
+                f"{lease.job}: no leased event for the lease {lease.inst} received (fence {lease.fence})",
+                lease.job,
+            )
+        return figures
+
     def explain_extra(self, lease: Lease, completing: Lease | None) -> tuple[str | None, str]:
         """(fault kind, reason) for an effect that did not complete its job, or (None, reason)."""
         if lease.ack_status is None:
@@ -662,7 +863,8 @@ class Checker:
         assert call is not None
         if lease.ack_status == 200:
             kill = next((f for f in self.redis_kills if f.t - self.window_s <= call["t"] <= f.t), None)
-            if kill is not None and completing is not None and completing.grant_ms / 1000 > kill.t:
+            # completing None: the job ended cancelled, so this accepted ack was undone
+            if kill is not None and (completing is None or completing.grant_ms / 1000 > kill.t):
                 return "redis-kill", "its ack was lost with the Redis restart (AOF everysec window)"
             return None, "two acks of one job were both accepted"
         if not call["_in_time"] or call["_ambiguous"]:

@@ -9,8 +9,15 @@ worker   leases one job at a time (long poll), "works" for a random time while h
          naive: it never looks at its own clock to decide whether its lease is still valid,
          it just calls, so a zombie (a worker stopped past its lease) makes the calls the
          server must refuse with 409 lease_lost.
+         When a heartbeat answers cancel_requested (the producer cancelled the job), it stops
+         the work and releases or fails the job (the answer must say cancelled), without an
+         effect; a worker that does not hear of it in time acks, and the job completes.
 producer enqueues jobs with ids it chooses, at a steady rate, and appends each acknowledged
-         enqueue (201 or 200) to its log (fsync) before the next one.
+         enqueue (201 or 200) to its log (fsync) before the next one. It cancels a random sample
+         of its jobs (--cancel-fraction) at a random time after their enqueue (up to
+         --cancel-max-ms), some of them enqueued delayed or marked slow ("work_ms" in the
+         payload, which the worker honours) so that cancels find them delayed, waiting or
+         active; each cancel and its answer are logged.
 
 Logs are JSON lines written with os.write on O_APPEND descriptors (no user-space buffer), so a
 SIGKILLed process loses nothing it had logged. Times are time.time() (the Redis server runs
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import heapq
 import json
 import os
 import random
@@ -208,7 +216,10 @@ def work(
         }
     )
     base = f"/v1/queues/{QUEUE}/jobs/{job_id}"
-    if rng.random() < args.long_fraction:
+    payload = job.get("payload")
+    if isinstance(payload, dict) and payload.get("work_ms"):  # the producer asked for a slow job
+        duration = payload["work_ms"] / 1000
+    elif rng.random() < args.long_fraction:
         duration = rng.uniform(args.long_min_ms, args.long_max_ms) / 1000
     else:
         duration = rng.uniform(args.work_min_ms, args.work_max_ms) / 1000
@@ -241,11 +252,16 @@ def work(
                 record["exp"] = body["lease_expires_at"]
             else:
                 record["code"] = (body or {}).get("code")
+            if status == 200:
+                record["cancel"] = bool(body.get("cancel_requested"))
             events.write(record)
             if status != 200:  # 409 lease_lost or 404: the job is no longer ours; drop the work
                 events.write(
                     {"ev": "abandon", "job": job_id, "lease": lease_id, "why": status, "t": time.time()}
                 )
+                return
+            if record["cancel"] and not holding:  # cancelled: stop, give it up; it ends cancelled
+                stop_cancelled(api, events, rng, base, job_id, lease_id)
                 return
             next_beat = hb_sent + heartbeat_s
             continue
@@ -283,6 +299,22 @@ def work(
     )
 
 
+def stop_cancelled(api: Api, events: Log, rng: random.Random, base: str, job_id: str, lease_id: str) -> None:
+    """The job's cancellation was requested: release it or fail it (with retry: it must not be
+    retried all the same). A 200 answers state cancelled."""
+    op = rng.choice(["release", "fail"])
+    body: dict[str, Any] = {"lease_id": lease_id}
+    if op == "fail":
+        body.update(error="cancelled by the producer", retry=True)
+    status, answer, sent, received, r = api.post(op, f"{base}/{op}", body, job=job_id)
+    record = {
+        "ev": "stop", "op": op, "job": job_id, "lease": lease_id, "st": status,
+        "state": (answer or {}).get("state"), "code": (answer or {}).get("code"),
+        "ts": sent, "t": received, "r": r,
+    }  # fmt: skip
+    events.write(record)
+
+
 def run_producer(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     log = Log(os.path.join(args.dir, "producer.jsonl"))
@@ -290,20 +322,48 @@ def run_producer(args: argparse.Namespace) -> int:
     path = f"/v1/queues/{QUEUE}/jobs"
     started = time.time()
     log.write({"ev": "start", "pid": os.getpid(), "t": started, "jobs": args.jobs})
-    try:
-        for n in range(args.jobs):
-            due = started + n / args.rate
-            pause = due - time.time()
+    cancels: list[tuple[float, str]] = []  # (when, job id), a heap
+
+    def cancel(job_id: str) -> None:
+        log.write({"ev": "cancel_send", "job": job_id, "t": time.time()})
+        status, body, sent, received, replica = api.post(
+            "cancel", f"{path}/{job_id}/cancel", {"reason": "chaos"}, job=job_id
+        )
+        # 404: only when the enqueue itself was lost (a Redis restart within the AOF window)
+        record = {"ev": "cancel", "job": job_id, "st": status, "ts": sent, "t": received, "r": replica}
+        if status == 200:
+            record.update(state=body["state"], cr=body["cancel_requested"])
+        log.write(record, sync=True)
+
+    def wait_until(when: float) -> None:
+        """Sleeps until `when`, making the cancels that fall due meanwhile."""
+        while True:
+            if cancels and cancels[0][0] <= when:
+                at, job_id = heapq.heappop(cancels)
+                pause = at - time.time()
+                if pause > 0:
+                    time.sleep(pause)
+                cancel(job_id)
+                continue
+            pause = when - time.time()
             if pause > 0:
                 time.sleep(pause)
+            return
+
+    try:
+        for n in range(args.jobs):
+            wait_until(started + n / args.rate)
             job_id = f"{args.prefix}{n:06d}"
+            request: dict[str, Any] = {"id": job_id, "payload": {"n": n}, "max_attempts": args.max_attempts}
+            if rng.random() < args.cancel_fraction:
+                heapq.heappush(cancels, (time.time() + rng.uniform(0, args.cancel_max_ms) / 1000, job_id))
+                shape = rng.random()
+                if shape < 0.2:  # delayed: the cancel mostly finds it delayed
+                    request["delay_ms"] = round(rng.uniform(200, args.cancel_max_ms))
+                elif shape < 0.7:  # slow: the cancel mostly finds it active
+                    request["payload"]["work_ms"] = round(rng.uniform(300, 1200))
             log.write({"ev": "send", "job": job_id, "t": time.time()})
-            status, body, sent, received, replica = api.post(
-                "enqueue",
-                path,
-                {"id": job_id, "payload": {"n": n}, "max_attempts": args.max_attempts},
-                job=job_id,
-            )
+            status, body, sent, received, replica = api.post("enqueue", path, request, job=job_id)
             if status not in (200, 201) or body.get("id") != job_id:
                 log.write({"ev": "fatal", "job": job_id, "status": status, "body": body, "t": received})
                 return 3
@@ -319,6 +379,7 @@ def run_producer(args: argparse.Namespace) -> int:
                 },
                 sync=True,
             )
+        wait_until(max([at for at, _ in cancels], default=0.0))
     except Deadline:
         log.write({"ev": "deadline", "t": time.time()})
         return 4
@@ -346,6 +407,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=50.0, help="producer: jobs per second")
     parser.add_argument("--prefix", default="j")
     parser.add_argument("--max-attempts", type=int, default=100)
+    parser.add_argument("--cancel-fraction", type=float, default=0.0, help="producer: jobs it cancels")
+    parser.add_argument("--cancel-max-ms", type=float, default=1500, help="producer: cancel within this")
     args = parser.parse_args()
     _die_with_parent()
     return run_worker(args) if args.role == "worker" else run_producer(args)

@@ -2,9 +2,12 @@
 
 Each case is a small recorded history, written to a work directory exactly as a run leaves it
 (the clients' JSON-lines logs from bench/chaos_worker.py, history.json from bench/chaos.py), and
-read back by History.load as the harness itself does. A clean history passes; a lost job, a job
-acked twice with no worker dead, a job leased again while its lease was live, too few faults and
-a failed final read each fail the verdict, named by kind and job. No Redis is needed.
+read back by History.load as the harness itself does, with the queue's events as the harness
+reads them from the Redis stream at the end (stream.jsonl). A clean history passes, with or
+without cancellations; a lost job, a job acked twice with no worker dead, a job leased again
+while its lease was live, a job leased after its cancel was answered, events that tell a story
+that cannot have happened, too few faults and a failed final read each fail the verdict, named
+by kind and job. No Redis is needed.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pytest
 from bench.chaos_check import LEASE_MS, Checker, Fault, History, main, record_history
 
 T0_MS = 1_700_000_000_000  # the Redis clock at the run's start
-A, B, C, D, E = (f"s7-00000{n}" for n in range(5))  # job ids as the producer makes them
+A, B, C, D, E, F, G = (f"s7-00000{n}" for n in range(7))  # job ids as the producer makes them
 
 
 def at(ms: float) -> float:
@@ -79,6 +82,54 @@ def effect(job: str, lease_id: str, fence: int, ms: int) -> dict[str, Any]:
     return {"job": job, "lease": lease_id, "fence": fence, "t": at(ms)}
 
 
+def cancel_sent(job: str, ms: int) -> dict[str, Any]:
+    return {"ev": "cancel_send", "job": job, "t": at(ms)}
+
+
+def cancelled(job: str, ms: int, state: str) -> dict[str, Any]:
+    """The producer's cancel, answered with the job's state then."""
+    return {"ev": "cancel", "job": job, "st": 200, "ts": at(ms - 3), "t": at(ms), "r": 0,
+            "state": state, "cr": True}  # fmt: skip
+
+
+def heard_cancel(job: str, lease_id: str, ms: int, renewed_to_ms: int) -> dict[str, Any]:
+    return {**heartbeat(job, lease_id, ms, renewed_to_ms), "cancel": True}
+
+
+def stop(job: str, lease_id: str, op: str, ms: int, state: str = "cancelled") -> dict[str, Any]:
+    """A worker's release or fail of a job whose cancellation was requested."""
+    return {"ev": "stop", "op": op, "job": job, "lease": lease_id, "st": 200, "state": state,
+            "code": None, "ts": at(ms - 2), "t": at(ms), "r": 0}  # fmt: skip
+
+
+# -- the queue's events, as bench/chaos.py reads them from the stream (service/events.py) --------
+
+
+def event(kind: str, job: str, ms: int, **members: Any) -> dict[str, Any]:
+    """One event of the stream; numbered by `numbered`."""
+    return {"type": kind, "queue": "chaos", "id": job, "at": T0_MS + ms, **members}
+
+
+def numbered(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """In the order of their times, numbered 1, 2, 3... as the stream numbers them."""
+    ordered = sorted(events, key=lambda e: e["at"])
+    return [{**e, "n": n} for n, e in enumerate(ordered, start=1)]
+
+
+def leased(job: str, fence: int, attempt: int, ms: int, worker: str) -> dict[str, Any]:
+    return event(
+        "leased", job, ms, worker=worker, attempt=attempt, fence=fence, lease_expires_at=T0_MS + ms + LEASE_MS
+    )
+
+
+def done(job: str, ms: int, worker: str, attempt: int) -> dict[str, Any]:
+    return event("completed", job, ms, worker=worker, attempt=attempt)
+
+
+def queued(job: str, ms: int) -> dict[str, Any]:
+    return event("enqueued", job, ms, state="waiting")
+
+
 # -- a clean run: three jobs, one worker SIGKILLed between its effect and its ack -----------------
 
 
@@ -117,6 +168,21 @@ def clean_run() -> dict[str, Any]:
             "effects-w1g0.jsonl": [effect(B, "lease-b1", 2, 260), effect(C, "lease-c2", 4, 2460)],
             "events-w0g1.jsonl": [start("w0g1", 520), {"ev": "exit", "t": at(3000)}],
         },
+        "stream.jsonl": numbered(
+            [
+                queued(A, 103),
+                queued(B, 123),
+                queued(C, 143),
+                leased(A, 1, 1, 200, "w0g0"),
+                done(A, 219, "w0g0", 1),
+                leased(B, 2, 1, 250, "w1g0"),
+                done(B, 269, "w1g0", 1),
+                leased(C, 3, 1, 300, "w0g0"),
+                event("reclaimed", C, 2400, worker="w0g0", attempt=1),
+                leased(C, 4, 2, 2450, "w1g0"),
+                done(C, 2469, "w1g0", 2),
+            ]
+        ),
         "history.json": {
             "planned": {"worker-kill": 1},
             "faults": [
@@ -146,6 +212,8 @@ def write(run: dict[str, Any], workdir: Path) -> Path:
     for name, records in run["clients"].items():
         (clients / name).write_text("".join(json.dumps(record) + "\n" for record in records))
     (workdir / "history.json").write_text(json.dumps(run["history.json"]))
+    if run.get("stream.jsonl") is not None:
+        (workdir / "stream.jsonl").write_text("".join(json.dumps(e) + "\n" for e in run["stream.jsonl"]))
     return workdir
 
 
@@ -185,8 +253,12 @@ def test_a_job_acked_by_two_live_workers_fails_as_a_duplicate(tmp_path: Path) ->
     events[1:1] = [lease(B, "lease-b2", 5, 2, 1000), ack(B, "lease-b2", 1020)]
     run["clients"]["effects-w0g1.jsonl"] = [effect(B, "lease-b2", 5, 1010)]
     run["history.json"]["final"]["states"][B] = ["completed", 2]
+    # the service that did it wrote it down too: a completed job leased again
+    run["stream.jsonl"] = numbered(
+        [*run["stream.jsonl"], leased(B, 5, 2, 1000, "w0g1"), done(B, 1019, "w0g1", 2)]
+    )
     result = verdict(run, tmp_path)
-    assert findings(result) == {("duplicate", B)}
+    assert findings(result) == {("duplicate", B), ("events-story", B)}
     assert result["duplicate_details"][-1]["why"] == "two acks of one job were both accepted"
 
 
@@ -208,6 +280,17 @@ def test_a_job_leased_again_during_its_live_lease_fails_as_an_early_reclaim(tmp_
     final = run["history.json"]["final"]
     final["states"][E] = ["completed", 2]
     final["counts"]["completed"] = 4
+    # its events can have happened (a sweep that reclaims early): only the lease times tell
+    run["stream.jsonl"] = numbered(
+        [
+            *run["stream.jsonl"],
+            queued(E, 148),
+            leased(E, 5, 1, 1000, "w1g0"),
+            event("reclaimed", E, 1990, worker="w1g0", attempt=1),
+            leased(E, 6, 2, 2000, "w0g1"),
+            done(E, 2019, "w0g1", 2),
+        ]
+    )
     result = verdict(run, tmp_path)
     assert findings(result) == {("early-lease", E), ("valid-lease-refused", E)}
     assert result["early_leases"] == 1
@@ -282,3 +365,237 @@ def test_a_kept_work_dir_can_be_judged_again(tmp_path: Path, capsys: pytest.Capt
     run["history.json"]["final"]["states"][C] = ["waiting", 2]
     assert main([str(write(run, tmp_path / "stuck"))]) == 1
     assert f"{C} has an effect but its final state is waiting" in capsys.readouterr().out
+
+
+# -- cancellations and the events --------------------------------------------------------------
+
+
+def cancelled_run() -> dict[str, Any]:
+    """The clean run, and three jobs the producer cancels: D while it waits (cancelled at once),
+    E while w0g1 works on it (its heartbeat hears of it, it releases E: cancelled), F just
+    before w0g1 acks it (the ack completes it)."""
+    run = clean_run()
+    producer = run["clients"]["producer.jsonl"]
+    producer[-1:-1] = [
+        send(D, 146), enqueued(D, 149), send(E, 150), enqueued(E, 152), send(F, 154), enqueued(F, 156),
+        cancel_sent(D, 160), cancelled(D, 163, "cancelled"),
+        cancel_sent(E, 695), cancelled(E, 700, "active"),
+        cancel_sent(F, 1405), cancelled(F, 1410, "active"),
+    ]  # fmt: skip
+    run["clients"]["events-w0g1.jsonl"][1:1] = [
+        lease(E, "lease-e1", 5, 1, 600),
+        heard_cancel(E, "lease-e1", 1266, renewed_to_ms=3266),
+        stop(E, "lease-e1", "release", 1270),
+        lease(F, "lease-f1", 6, 1, 1400),
+        ack(F, "lease-f1", 1420),
+    ]
+    run["clients"]["effects-w0g1.jsonl"] = [effect(F, "lease-f1", 6, 1415)]
+    final = run["history.json"]["final"]
+    final["states"].update({D: ["cancelled", 0], E: ["cancelled", 1], F: ["completed", 1]})
+    final["counts"].update(completed=4, cancelled=2)
+    run["stream.jsonl"] = numbered(
+        [
+            *run["stream.jsonl"],
+            queued(D, 148),
+            queued(E, 151),
+            queued(F, 155),
+            event("cancelled", D, 161),
+            leased(E, 5, 1, 600, "w0g1"),
+            event("cancel_requested", E, 698),
+            event("cancelled", E, 1268),
+            leased(F, 6, 1, 1400, "w0g1"),
+            event("cancel_requested", F, 1408),
+            done(F, 1419, "w0g1", 1),
+        ]
+    )
+    return run
+
+
+def test_a_clean_history_with_cancellations_passes(tmp_path: Path) -> None:
+    result = verdict(cancelled_run(), tmp_path)
+    assert result["failures"] == []
+    assert result["completed"] == 4
+    cancels = result["cancels"]
+    assert cancels["answered"] == {"cancelled": 1, "active": 2}
+    assert (cancels["ended_cancelled"], cancels["ended_completed"], cancels["stopped_by_worker"]) == (2, 1, 1)
+    assert result["events"] == {"read": True, "events": 21, "jobs": 6, "trimmed": False}
+
+
+def leased_after_its_cancel(run: dict[str, Any]) -> None:
+    """w0g1 is granted D at 2000, 1.8 s after D's cancel answered cancelled, and completes it."""
+    run["clients"]["events-w0g1.jsonl"][-1:-1] = [lease(D, "lease-d1", 7, 1, 2000), ack(D, "lease-d1", 2020)]
+    run["clients"]["effects-w0g1.jsonl"].append(effect(D, "lease-d1", 7, 2010))
+    final = run["history.json"]["final"]
+    final["states"][D] = ["completed", 1]
+    final["counts"].update(completed=5, cancelled=1)
+
+
+def test_a_job_leased_after_its_cancel_fails(tmp_path: Path) -> None:
+    run = cancelled_run()
+    leased_after_its_cancel(run)
+    run["stream.jsonl"] = numbered(
+        [*run["stream.jsonl"], leased(D, 7, 1, 2000, "w0g1"), done(D, 2019, "w0g1", 1)]
+    )
+    result = verdict(run, tmp_path)
+    assert findings(result) == {("leased-after-cancel", D), ("cancel-undone", D), ("events-story", D)}
+    assert any(f"{D} was leased to w0g1 (fence 7) 1837 ms after its cancel" in f for f in result["failures"])
+    assert any(f"{D}: leased (event " in f and "after cancelled" in f for f in result["failures"])
+
+
+def test_a_cancel_undone_by_a_redis_restart_in_its_aof_window_is_not_a_failure(tmp_path: Path) -> None:
+    """Redis SIGKILLed 0.8 s after the cancel and restarted from its AOF: the cancel (and its
+    event) may be gone, and the job leased and completed after all."""
+    run = cancelled_run()
+    leased_after_its_cancel(run)
+    run["history.json"]["faults"].append(
+        {"id": 2, "kind": "redis-kill", "target": "redis", "variant": "short", "t": at(1000),
+         "t_end": at(1500), "skipped": "", "extra": {}}
+    )  # fmt: skip
+    stream = [e for e in run["stream.jsonl"] if not (e["id"] == D and e["type"] == "cancelled")]
+    run["stream.jsonl"] = numbered([*stream, leased(D, 7, 1, 2000, "w0g1"), done(D, 2019, "w0g1", 1)])
+    result = verdict(run, tmp_path)
+    assert result["failures"] == []
+
+
+def spoil_stream(run: dict[str, Any], job: str, kind: str, **change: Any) -> None:
+    """Changes (or, with drop=True, drops) the job's first event of this kind; renumbers."""
+    stream = run["stream.jsonl"]
+    i = next(i for i, e in enumerate(stream) if e["id"] == job and e["type"] == kind)
+    if change.pop("drop", False):
+        del stream[i]
+    else:
+        stream[i].update(change)
+    run["stream.jsonl"] = numbered(stream)
+
+
+def shift_numbers_from(run: dict[str, Any], n: int) -> None:
+    for e in run["stream.jsonl"]:
+        if e["n"] >= n:
+            e["n"] += 1
+
+
+def swap_fences(run: dict[str, Any]) -> None:
+    """C's leases as the workers logged them (fences 3 and 4), in the events the other way round."""
+    first, second = (e for e in run["stream.jsonl"] if e["id"] == C and e["type"] == "leased")
+    first["fence"], second["fence"] = second["fence"], first["fence"]
+
+
+def add_event(run: dict[str, Any], e: dict[str, Any]) -> None:
+    run["stream.jsonl"] = numbered([*run["stream.jsonl"], e])
+
+
+STORY = "events-story"
+
+
+@pytest.mark.parametrize(
+    ("spoil", "kind", "subject", "message"),
+    [
+        (
+            lambda run: spoil_stream(run, C, "reclaimed", at=T0_MS + 2455),
+            STORY, C, "leased (event 9) after active",
+        ),
+        (
+            lambda run: spoil_stream(run, C, "enqueued", at=T0_MS + 2500),
+            STORY, C, "first event is leased",
+        ),
+        (swap_fences, STORY, C, "leased with fence 3 after 4"),
+        (
+            lambda run: spoil_stream(run, A, "completed", drop=True),
+            STORY, A, "events end active, but its final state is completed",
+        ),
+        (
+            lambda run: spoil_stream(run, B, "leased", fence=7),
+            STORY, B, "no leased event for the lease w1g0 received (fence 2)",
+        ),
+        # event 5 is A's completed
+        (lambda run: shift_numbers_from(run, 5), "events-order", A, "event 6 follows event 4"),
+        (
+            lambda run: spoil_stream(run, A, "leased", lease_id="lease-a1"),
+            "events-leak", A, "carries a lease id",
+        ),
+        (
+            lambda run: spoil_stream(run, A, "completed", result="lease-a1"),
+            "events-leak", A, "carries a lease id",
+        ),
+        (
+            lambda run: spoil_stream(run, B, "enqueued", payload={"n": 1}),
+            "events-leak", B, "or a payload",
+        ),
+        (
+            lambda run: run.update({"stream.jsonl": None}),
+            "final-read", "events", "event stream was not read",
+        ),
+    ],
+    ids=[
+        "leased before its reclaim",
+        "enqueued last",
+        "fences going down",
+        "no completed event",
+        "a lease not in the events",
+        "a gap in the numbers",
+        "a lease id",
+        "a lease id as a value",
+        "a payload",
+        "the stream not read",
+    ],
+)  # fmt: skip
+def test_events_that_cannot_have_happened_fail(
+    tmp_path: Path, spoil: Any, kind: str, subject: str, message: str
+) -> None:
+    run = clean_run()
+    spoil(run)
+    result = verdict(run, tmp_path)
+    assert findings(result) == {(kind, subject)}
+    assert any(message in failure for failure in result["failures"]), result["failures"]
+
+
+@pytest.mark.parametrize(
+    ("spoil", "subject", "message"),
+    [
+        # events alone: D leased after it was cancelled (no worker ever said so)
+        (lambda run: add_event(run, leased(D, 7, 1, 2000, "w0g1")), D, "leased (event 19) after cancelled"),
+        # E's cancellation was requested, yet it was released to waiting (and then cancelled there)
+        (
+            lambda run: add_event(run, event("released", E, 1267, worker="w0g1")),
+            E, "released (event 15) after active-cr",
+        ),
+        (
+            lambda run: spoil_stream(run, F, "cancel_requested", at=T0_MS + 1500),
+            F, "cancel_requested (event 18) after completed",
+        ),
+    ],
+    ids=["leased after cancelled", "released after cancel_requested", "cancel_requested after completed"],
+)  # fmt: skip
+def test_cancellation_events_that_cannot_have_happened_fail(
+    tmp_path: Path, spoil: Any, subject: str, message: str
+) -> None:
+    run = cancelled_run()
+    spoil(run)
+    result = verdict(run, tmp_path)
+    assert findings(result) == {(STORY, subject)}
+    assert any(message in failure for failure in result["failures"]), result["failures"]
+
+
+def test_a_worker_told_anything_but_cancelled_after_cancel_requested_fails(tmp_path: Path) -> None:
+    run = cancelled_run()
+    events = run["clients"]["events-w0g1.jsonl"]
+    events[3] = stop(E, "lease-e1", "release", 1270, state="waiting")
+    assert findings(verdict(run, tmp_path)) == {("cancel-ignored", E)}
+
+
+def test_a_job_cancelled_by_nobody_fails(tmp_path: Path) -> None:
+    run = cancelled_run()
+    producer = run["clients"]["producer.jsonl"]
+    producer[:] = [r for r in producer if not (r["ev"].startswith("cancel") and r["job"] == D)]
+    assert findings(verdict(run, tmp_path)) == {("unexpected-cancel", D)}
+
+
+def test_a_cancelled_job_that_ends_neither_cancelled_nor_completed_is_lost(tmp_path: Path) -> None:
+    run = cancelled_run()
+    final = run["history.json"]["final"]
+    final["states"][D] = ["waiting", 0]
+    final["counts"].update(waiting=1, cancelled=1)
+    result = verdict(run, tmp_path)
+    # the stream ends D cancelled: the final read and the events disagree too
+    assert findings(result) == {("lost", D), ("events-story", D), ("left-over", None)}
+    assert any(f"LOST: {D} was cancelled, yet ended waiting" in f for f in result["failures"])

@@ -10,6 +10,12 @@ never sweeps by itself: the state machine decides when leases expire and when th
   ledger, so a lock that vanished before its deadline is only reclaimed once the deadline passes.
 - "sweep" runs the sweep script once for the queue (lua/sweep-*.lua, loaded the way the service
   loads it), as a replica's sweeper would.
+- "cancel" cancels any job (or a missing one): a waiting or delayed job ends cancelled at once and
+  is never leased again; an active one gets cancel_requested, and its fail, release, operator
+  release or expired lease then end it cancelled (an ack still completes it).
+The model also records, per job, the event types each transition must write (lua/*.lua emit
+them in the same script call), and an invariant reads the queue's event stream (XRANGE, only the
+entries added since the last step) and compares each job's events with that story.
 Each hypothesis example uses a fresh queue, so examples are independent.
 """
 
@@ -36,13 +42,16 @@ from hypothesis.stateful import (
 from redis.commands.core import Script
 
 from echomq_http.config import Settings
+from echomq_http.events import parse_entry
 from echomq_http.keys import QUEUE_REGISTRY, QueueKeys, queue_prefix
 from echomq_http.scripts import lua_dir, render
 from tests.server import running_service
 
 STATES = ("waiting", "delayed", "active", "completed", "failed", "cancelled")
+FINISHED = ("completed", "failed", "cancelled")
 WORKERS = ("w1", "w2", "w3")
 CLIENT_IDS = ("a", "b", "c", "d", "e", "f")
+CANCEL_REASONS = st.sampled_from([None, None, "stop", "no longer needed"])
 MAX_JOBS = 8  # per example: enough for interesting orders, few enough to check every job each step
 LONG_MS = 600_000  # delays and leases that never run out during an example (a whole run is ~1 min)
 LEASE_MS = st.sampled_from([120_000, LONG_MS])
@@ -103,6 +112,9 @@ class Job:
     # as it did then (a fail or release; a repeated ack goes by done_lease).
     ended: tuple[str, str, Any] | None = None
     result: Any = None
+    cancel_requested: bool = False  # sticks: a cancelled job's always was requested
+    cancel_reason: str | None = None  # the first cancel's reason: the cancelled job's error
+    stalls: int = 0  # expired leases the sweep reclaimed or dead-lettered
 
 
 class QueueModel:
@@ -112,6 +124,9 @@ class QueueModel:
         self.paused = False
         self.issued: list[tuple[str, str]] = []  # every (job id, lease id) ever handed out
         self.gone: dict[str, None] = {}  # deleted ids not enqueued again (ordered, for replays)
+        # The events each job's transitions wrote, in order, by id (all its lives: an id deleted
+        # and enqueued again goes on); the queue's own (paused, resumed) under None.
+        self.events: dict[str | None, list[str]] = {}
         self._lease_seq = itertools.count(1)
         self._expired_seq = itertools.count(1)
 
@@ -145,6 +160,9 @@ class QueueModel:
             job_id for priority in sorted(self.waiting, reverse=True) for job_id in self.waiting[priority]
         ]
 
+    def emit(self, job_id: str | None, kind: str) -> None:
+        self.events.setdefault(job_id, []).append(kind)
+
     # -- moving jobs in and out of waiting
 
     def _to_waiting(self, job: Job, *, front: bool) -> None:
@@ -170,6 +188,7 @@ class QueueModel:
         self.gone.pop(job_id, None)
         if not delayed:
             self._to_waiting(job, front=False)
+        self.emit(job_id, "enqueued")
         return job
 
     def lease(self, worker: str, lease_ms: int, max_jobs: int) -> list[Job]:
@@ -187,6 +206,7 @@ class QueueModel:
             else:
                 job.attempt += 1
             leased.append(job)
+            self.emit(job_id, "leased")
         return leased
 
     def ack(self, job: Job, result: Any) -> None:
@@ -194,28 +214,58 @@ class QueueModel:
         job.ended = (job.lease_id or "", "ack", None)
         self._leave_ledger(job)
         job.state = "completed"
+        self.emit(job.id, "completed")
+
+    def _cancelled(self, job: Job) -> None:
+        """Out of waiting, delayed or the ledger: cancelled, kept, never leased again."""
+        self._leave_waiting(job)
+        self._leave_ledger(job)
+        job.state, job.cancel_requested = "cancelled", True
+        self.emit(job.id, "cancelled")
+
+    def cancel(self, job: Job, reason: str | None) -> None:
+        """Waiting or delayed: cancelled now. Active: cancellation requested (once). Finished:
+        nothing changes."""
+        if job.state in ("waiting", "delayed"):
+            job.cancel_reason = reason
+            self._cancelled(job)
+        elif job.state == "active" and not job.cancel_requested:
+            job.cancel_requested, job.cancel_reason = True, reason
+            self.emit(job.id, "cancel_requested")
 
     def fail(self, job: Job, retry: bool, retry_after_ms: int | None) -> str:
+        if job.cancel_requested:  # whatever retry says
+            self._cancelled(job)
+            return job.state
         self._leave_ledger(job)
         if not retry or job.attempt >= job.max_attempts:
             job.state = "failed"
-        elif retry_after_ms:  # the job's own backoff is fixed 0 ms
+            self.emit(job.id, "failed")
+            return job.state
+        if retry_after_ms:  # the job's own backoff is fixed 0 ms
             job.state = "delayed"
         else:
             self._to_waiting(job, front=False)
+        self.emit(job.id, "retrying")
         return job.state
 
-    def release(self, job: Job) -> None:
+    def release(self, job: Job) -> str:
+        if job.cancel_requested:
+            self._cancelled(job)
+            return job.state
         self._leave_ledger(job)
         job.redeliver = True
         self._to_waiting(job, front=True)
+        self.emit(job.id, "released")
+        return job.state
 
     def release_worker(self, worker: str) -> list[Job]:
-        """Everything the worker holds, live or expired; the oldest lease ends up first in line."""
+        """Everything the worker holds, live or expired; the oldest lease ends up first in line.
+        Jobs whose cancellation was requested end cancelled and are not among the released."""
         held = [job for job in self.ledger() if job.worker == worker]
         for job in reversed(held):
             self.release(job)
-        return held
+        return [job for job in held if job.state != "cancelled"]
 
     def expire(self, job: Job) -> int:
         job.expired = True
@@ -228,19 +278,26 @@ class QueueModel:
         expired = sorted((job for job in self.in_state("active") if job.expired), key=lambda j: j.expired_seq)
         reclaimed = dead = 0
         for job in reversed(expired):
+            if job.cancel_requested:  # cancelled: no stall counted, not a reclaim
+                self._cancelled(job)
+                continue
             self._leave_ledger(job)
+            job.stalls += 1
             if job.attempt >= job.max_attempts:
                 job.state = "failed"
                 dead += 1
+                self.emit(job.id, "failed")
             else:
                 self._to_waiting(job, front=True)
                 reclaimed += 1
+                self.emit(job.id, "reclaimed")
         return reclaimed, dead
 
     def delete(self, job: Job) -> None:
         self._leave_waiting(job)
         del self.jobs[job.id]
         self.gone[job.id] = None
+        self.emit(job.id, "deleted")
 
     def redrive(self, ids: list[str]) -> None:
         """Back of the line, attempts reset, in the order the service answered."""
@@ -248,6 +305,7 @@ class QueueModel:
             job = self.jobs[job_id]
             job.attempt = 0
             self._to_waiting(job, front=False)
+            self.emit(job_id, "enqueued")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,6 +316,7 @@ class QueueModel:
 class Env:
     http: httpx.Client
     redis: redis.Redis  # decode_responses=True
+    raw: redis.Redis  # bytes, for the event stream (read as service/events.py reads it)
     settings: Settings
     sweep_script: Script  # lua/sweep-*.lua, registered on the client above
 
@@ -282,6 +341,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.payloads = itertools.count()
         self.max_fence = 0
         self.attempt_high_water: dict[str, int] = {}  # attempts never go down (but redrive resets)
+        self.events_read = 0  # the number of the last event read from the queue's stream
+        self.seen_events: dict[str | None, list[str]] = {}  # by job id, as read; None: the queue's
 
     def teardown(self) -> None:
         client = self.env.redis
@@ -398,6 +459,8 @@ class QueueMachine(RuleBasedStateMachine):
         after = self.redis_now_ms()
         assert response.status_code == 200, response.text
         got = response.json()["jobs"]
+        cancelled = {job.id for job in self.model.in_state("cancelled")}
+        assert not cancelled & {item["id"] for item in got}, "a cancelled job was leased"
         expected = self.model.lease(worker, lease_ms, max_jobs)
         assert [item["id"] for item in got] == [job.id for job in expected], (
             f"lease order: service {[item['id'] for item in got]}, model {[job.id for job in expected]}"
@@ -430,6 +493,7 @@ class QueueMachine(RuleBasedStateMachine):
         answer = response.json()
         length = lease_ms or job.lease_ms  # default: the lease's own length
         assert answer["id"] == job.id and answer["lease_id"] == job.lease_id
+        assert answer["cancel_requested"] is job.cancel_requested, (job, answer)
         assert before + length <= answer["lease_expires_at"] <= after + length, answer
         job.lease_expires_at = answer["lease_expires_at"]
         return None
@@ -486,9 +550,10 @@ class QueueMachine(RuleBasedStateMachine):
             return self.refused(job.id, "release", body)
         response = self.post(f"/jobs/{job.id}/release", body)
         assert response.status_code == 200, response.text
-        assert response.json() == {"id": job.id, "state": "waiting"}
-        job.ended = (job.lease_id or "", "release", response.json())
-        self.model.release(job)
+        lease_id = job.lease_id or ""
+        state = self.model.release(job)  # cancelled instead when its cancellation was requested
+        assert response.json() == {"id": job.id, "state": state}
+        job.ended = (lease_id, "release", response.json())
         return None
 
     @precondition(lambda self: self.model.issued)
@@ -593,7 +658,24 @@ class QueueMachine(RuleBasedStateMachine):
         response = self.post("/pause" if paused else "/resume")
         assert response.status_code == 200, response.text
         assert response.json() == {"name": self.queue, "paused": paused}
+        if paused != self.model.paused:  # an event only when the flag changes
+            self.model.emit(None, "paused" if paused else "resumed")
         self.model.paused = paused
+
+    @rule(data=st.data(), reason=CANCEL_REASONS, missing=st.sampled_from([False, False, False, True]))
+    def cancel(self, data: st.DataObject, reason: str | None, missing: bool) -> None:
+        """Any job in any state (expired leases included), or one that does not exist: 404."""
+        body = {} if reason is None else {"reason": reason}
+        if missing or not self.model.jobs:
+            job_id = data.draw(st.sampled_from([*self.model.gone, "nope"]), label="missing id")
+            return assert_problem(self.post(f"/jobs/{job_id}/cancel", body), 404, "job_not_found")
+        job = self.draw_job(data)
+        response = self.post(f"/jobs/{job.id}/cancel", body)
+        assert response.status_code == 200, response.text
+        self.model.cancel(job, reason)
+        expected = {"id": job.id, "state": job.state, "cancel_requested": job.cancel_requested}
+        assert response.json() == expected, (job, response.json())
+        return None
 
     @precondition(lambda self: self.has("failed"))
     @rule(data=st.data(), listed=st.booleans())
@@ -647,6 +729,11 @@ class QueueMachine(RuleBasedStateMachine):
             assert view["lease_expires_at"] == (job.lease_expires_at if active else None), (job, view)
             assert view["attempt"] >= self.attempt_high_water.get(job.id, 0), "attempts went down"
             self.attempt_high_water[job.id] = view["attempt"]
+            flags = (view["cancel_requested"], view["stalls"])
+            assert flags == (job.cancel_requested, job.stalls), (job, view)
+            assert (view["finished_at"] is not None) is (job.state in FINISHED), (job, view)
+            if job.state == "cancelled":
+                assert view["error"] == (job.cancel_reason or "cancelled"), (job, view)
         for job_id in self.model.gone:
             assert self.view(job_id) is None, f"deleted job {job_id} is still there"
 
@@ -691,6 +778,22 @@ class QueueMachine(RuleBasedStateMachine):
             assert mine == [job.id for job in self.model.ledger() if job.worker == worker]
 
     @invariant()
+    def events_tell_the_story(self) -> None:
+        """The queue's events, read straight from its stream (only what the last step added), are
+        numbered 1, 2, 3... and, job by job, exactly the transitions the model went through."""
+        key = self.keys.events
+        entries = self.env.raw.xrange(key, f"(0-{self.events_read}", "+")
+        for entry_id, fields in entries:
+            for event in parse_entry(self.queue, entry_id, fields):
+                assert event.number == self.events_read + 1, f"event {event.number} after {self.events_read}"
+                self.events_read = event.number
+                self.seen_events.setdefault(event.job_id, []).append(event.kind)
+                assert b"lease_id" not in event.frame and b"payload" not in event.frame, event.frame
+        assert self.seen_events == self.model.events, (
+            f"events (read) {self.seen_events}\n model        {self.model.events}"
+        )
+
+    @invariant()
     def dead_letters_match(self) -> None:
         response = self.env.http.get(self.path("/failed"), params={"limit": 1000})
         assert response.status_code == 200, response.text
@@ -716,8 +819,9 @@ def test_service_behaves_like_the_model(private_redis_url: str) -> None:
         running_service(service_settings) as url,
         httpx.Client(base_url=url, timeout=HTTP_TIMEOUT_S) as http,
         redis.Redis.from_url(private_redis_url, decode_responses=True) as client,
+        redis.Redis.from_url(private_redis_url) as raw,
     ):
         sweep_script = client.register_script(render(next(lua_dir().glob("sweep-*.lua"))))
-        env = Env(http, client, service_settings, sweep_script)
+        env = Env(http, client, raw, service_settings, sweep_script)
         machine = type("QueueMachineOnService", (QueueMachine,), {"env": env})
         run_state_machine_as_test(machine, settings=MODEL_SETTINGS)
