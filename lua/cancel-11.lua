@@ -18,7 +18,7 @@ local state = job[1]
 if not state then return JOB_NOT_FOUND end
 local now = now_ms()
 if state == 'waiting' then
-  if redis.call('ZREM', PRIO, id) == 0 then redis.call('LREM', WAIT, 1, id) end
+  if redis.call('ZREM', PRIO, id) == 0 then bury_waiting(id) end
 elseif state == 'delayed' then
   redis.call('ZREM', DELAYED, id)
 elseif state == 'active' then

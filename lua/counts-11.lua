@@ -5,7 +5,7 @@
 -- @include common
 return {
   redis.call('HEXISTS', META, 'paused'),
-  redis.call('LLEN', WAIT) + redis.call('ZCARD', PRIO),
+  redis.call('LLEN', WAIT) - tonumber(redis.call('HGET', META, 'wait_tombstones') or 0) + redis.call('ZCARD', PRIO),
   redis.call('ZCARD', DELAYED),
   redis.call('LLEN', ACTIVE),
   redis.call('ZCARD', COMPLETED),

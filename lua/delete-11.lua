@@ -12,7 +12,7 @@ local state = redis.call('HGET', key, 'state')
 if not state then return JOB_NOT_FOUND end
 if state == 'active' then return JOB_ACTIVE end
 if state == 'waiting' then
-  if redis.call('ZREM', PRIO, id) == 0 then redis.call('LREM', WAIT, 1, id) end
+  if redis.call('ZREM', PRIO, id) == 0 then bury_waiting(id) end
 elseif state == 'delayed' then
   redis.call('ZREM', DELAYED, id)
 elseif state == 'completed' then

@@ -13,13 +13,14 @@
 --       A job keeps its score while it stays in its state.
 --   "w" (WAIT, after PRIO): L the last entry read ("" for none), N the entry after it (the next
 --       page's first), N's index from the right end, the queue's fence (META) and the time of the
---       page. Jobs keep their order in WAIT (new ones come in at the left, leases pop from the
---       right, releases push at the right, deletions take one out), so the next page starts at
---       N if N is still there, else just after L; at the right end if N or L was leased since
---       (a lease pops every entry to its right first); only when neither is there nor leased
---       (both deleted) where the entry after N would be had only leases moved it since (the
---       fence counts them): a guess, which other deletions or releases meanwhile make skip or
---       repeat jobs.
+--       page. Entries keep their order in WAIT and leave it only from the right end (leases):
+--       new jobs come in at the left, releases at the right, and a job deleted or cancelled
+--       leaves its tombstone ":<id>" in its place (common.lua bury_waiting). So the next page
+--       starts at N (or its tombstone) if it is still there, else just after L (or its
+--       tombstone); at the right end if N or L was leased since (a lease pops every entry to
+--       its right first). The search for them reaches exactly as far as they can have moved:
+--       their index plus the pushes to the right end since (META "front_pushes", in the
+--       cursor too).
 --   "a" (ACTIVE): the fence of the last job listed: the next page starts at the first entry
 --       whose fence is greater, found by binary search (a lease LPUSHes with a greater fence, so
 --       from the right the ledger goes by fence; an active job keeps its fence).
@@ -31,9 +32,10 @@
 -- ARGV[2]     state: waiting, delayed, active, completed, failed or cancelled
 -- ARGV[3]     limit (1..1000)
 -- ARGV[4]     the previous page's cursor kind: "" (the first page), "z", "w" or "a", its fields
---             in ARGV[5..]: z: score, id; w: L, N, N's index, fence, time (ms); a: fence
+--             in ARGV[5..]: z: score, id; w: L, N, N's index, fence, time (ms), front
+--             pushes; a: fence
 -- Returns     {{id, payload_bytes, ...}, cursor}: cursor {} on the last page, else one of
---             {"z", score, id}, {"w", L, N, index, fence, time}, {"a", fence}
+--             {"z", score, id}, {"w", L, N, index, fence, time, front pushes}, {"a", fence}
 -- @include common
 local SCAN_SLACK = 1000 -- entries passed over per call at most, beyond the page
 local ZSETS = {delayed = DELAYED, completed = COMPLETED, failed = FAILED, cancelled = CANCELLED}
@@ -120,8 +122,8 @@ local function scan_wait(start, last)
     for k = n, 1, -1 do -- window[n] is the entry at `start`
       local id = window[k]
       if not room() then
-        local fence = redis.call('HGET', META, 'fence') or '0'
-        return {'w', last, id, start + n - k, fence, now_ms()}
+        local meta = redis.call('HMGET', META, 'fence', 'front_pushes')
+        return {'w', last, id, start + n - k, meta[1] or '0', now_ms(), meta[2] or '0'}
       end
       if job_state(id) == 'waiting' then list(id) end
       last = id
@@ -131,29 +133,46 @@ local function scan_wait(start, last)
   end
 end
 
--- Where a cursor's WAIT entry is now: "here" and its index from the right, or "leased" (since
--- the page: its hash has a later fence), or "gone" (deleted: no hash, or one made since).
+-- Where a cursor's WAIT entry is now: "here" and its index from the right, or "leased" (taken
+-- from the right since the page, and every entry to its right with it), or "gone" (not within
+-- the search). A job deleted or cancelled since left its tombstone in its place (common.lua
+-- bury_waiting), so it is found there; a tombstone itself can be an anchor too.
 local function wait_anchor(id, fence, page_ms, search)
   if id == '' then return 'gone' end
+  local function find(entry)
+    -- Searched from the right, at most as far as it was plus the releases a page may have seen.
+    local at = redis.call('LPOS', WAIT, entry, 'RANK', -1, 'MAXLEN', search)
+    return at and redis.call('LLEN', WAIT) - 1 - at
+  end
+  local at
+  if string.sub(id, 1, 1) == WAIT_TOMBSTONE then
+    at = find(id)
+    if at then return 'here', at end
+    return 'leased' -- a tombstone no longer there was popped by a lease, with all to its right
+  end
   local job = redis.call('HMGET', job_key(id), 'state', 'created_at', 'fence')
-  if not job[2] or tonumber(job[2]) > page_ms then return 'gone' end
-  if job[3] and tonumber(job[3]) > fence then return 'leased' end
-  if job[1] ~= 'waiting' then return 'gone' end
-  -- Searched from the right, at most as far as it was plus the releases a page may have seen.
-  local at = redis.call('LPOS', WAIT, id, 'RANK', -1, 'MAXLEN', search)
-  if not at then return 'gone' end
-  return 'here', redis.call('LLEN', WAIT) - 1 - at
+  local same = job[2] and tonumber(job[2]) <= page_ms -- not a job enqueued again since
+  if same and job[3] and tonumber(job[3]) > fence then return 'leased' end
+  at = same and find(id) or find(WAIT_TOMBSTONE .. id)
+  if at then return 'here', at end
+  -- Deleted or cancelled since, and its tombstone popped by a lease meanwhile.
+  if not same or job[1] == 'cancelled' then return 'leased' end
+  return 'gone'
 end
 
-local function wait_start(last, next_id, index, fence, page_ms)
-  local search = index + 1 + 2 * limit + SCAN_SLACK
+local function wait_start(last, next_id, index, fence, page_ms, front_pushes)
+  -- An anchor is at most as far from the right end as it was, plus the entries pushed there
+  -- since (releases and reclaims: META "front_pushes"), so the search reaches it for sure.
+  local pushed = tonumber(redis.call('HGET', META, 'front_pushes') or '0') - front_pushes
+  local search = index + 2 + math.max(pushed, 0)
   local where, at = wait_anchor(next_id, fence, page_ms, search)
   if where == 'here' then return at, last end
   if where == 'leased' then return 0, '' end
   where, at = wait_anchor(last, fence, page_ms, search)
   if where == 'here' then return at + 1, last end
   if where == 'leased' then return 0, '' end
-  -- Both deleted: where the entry after them is if nothing but leases moved it since.
+  -- Neither found (an index entry changed behind the scripts' back): where the entry after them
+  -- is had only leases moved it since.
   local leased = tonumber(redis.call('HGET', META, 'fence') or '0') - fence
   return math.max(0, index - 1 - leased), ''
 end
@@ -199,7 +218,8 @@ if state == 'active' then
   cursor = scan_active(kind == 'a' and tonumber(ARGV[5]) or 0)
 elseif state == 'waiting' then
   if kind == 'w' then
-    local start, last = wait_start(ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]))
+    local start, last = wait_start(ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]),
+      tonumber(ARGV[10]))
     cursor = scan_wait(start, last)
   else
     cursor = scan_zset(PRIO, false, kind == 'z' and zset_start(PRIO, false, ARGV[5], ARGV[6]) or 0)

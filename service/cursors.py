@@ -47,15 +47,20 @@ def _fields(cursor: str) -> list[str]:
         raise InvalidRequest("query parameter cursor: not a cursor this service gave") from None
 
 
+def _anchor(entry: str) -> bool:
+    """A WAIT entry: a job id, or the tombstone ":<id>" a deleted or cancelled job left."""
+    return is_name(entry[1:] if entry.startswith(":") else entry)
+
+
 def _valid(state: str, kind: str, fields: list[str]) -> bool:
     if kind == "z":
         score, job_id = fields if len(fields) == 2 else ("", "")
         return state in _ZSET_STATES and _SCORE.fullmatch(score) is not None and is_name(job_id)
     if kind == "w":
-        if state != "waiting" or len(fields) != 5:
+        if state != "waiting" or len(fields) != 6:
             return False
         last, following, *numbers = fields
-        return (last == "" or is_name(last)) and is_name(following) and all(map(_COUNT.fullmatch, numbers))
+        return (last == "" or _anchor(last)) and _anchor(following) and all(map(_COUNT.fullmatch, numbers))
     return kind == "a" and state == "active" and len(fields) == 1 and _COUNT.fullmatch(fields[0]) is not None
 
 

@@ -14,7 +14,9 @@ from echomq_http.keys import HELD_SUFFIX, JOB_SUFFIX, QueueKeys
 def violations(client: redis.Redis, queue: str) -> list[str]:
     keys = QueueKeys.for_queue(queue)
     text = lambda values: [v.decode() for v in values]  # noqa: E731
-    wait = text(client.lrange(keys.wait, 0, -1))
+    entries = text(client.lrange(keys.wait, 0, -1))
+    wait = [entry for entry in entries if not entry.startswith(":")]  # tombstones: deleted or cancelled
+    tombstones = len(entries) - len(wait)
     active = text(client.lrange(keys.active, 0, -1))
     members = {
         "waiting": wait + text(client.zrange(keys.prio, 0, -1)),
@@ -22,6 +24,7 @@ def violations(client: redis.Redis, queue: str) -> list[str]:
         "active": active,
         "completed": text(client.zrange(keys.completed, 0, -1)),
         "failed": text(client.zrange(keys.failed, 0, -1)),
+        "cancelled": text(client.zrange(keys.cancelled, 0, -1)),
     }
     deadlines = set(text(client.zrange(keys.deadlines, 0, -1)))
     workers = set(text(client.smembers(keys.workers)))
@@ -34,6 +37,9 @@ def violations(client: redis.Redis, queue: str) -> list[str]:
         for key in client.scan_iter(match=keys.prefix + "*" + HELD_SUFFIX, count=1000)
     }
     problems: list[str] = []
+    counted = int(client.hget(keys.meta, "wait_tombstones") or 0)
+    if counted != tombstones:
+        problems.append(f"{tombstones} tombstones in wait, {counted} counted")
     for name, ids in (("wait", wait), ("active", active)):
         problems += [f"{job} twice in {name}" for job, n in Counter(ids).items() if n > 1]
     where: dict[str, list[str]] = {}

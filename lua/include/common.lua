@@ -162,7 +162,14 @@ local function sweep_needed_by(at_ms) redis.call('ZADD', DUE, 'LT', at_ms, QUEUE
 -- Make a job leasable. front = true puts it first in line among its priority.
 local function push_waiting(id, priority, front)
   if priority == 0 then
-    if front then redis.call('RPUSH', WAIT, id) else redis.call('LPUSH', WAIT, id) end
+    if front then
+      redis.call('RPUSH', WAIT, id)
+      -- Counted, so that a listing cursor knows how far its anchor can have moved from the
+      -- right end since its page (lua/list-jobs-11.lua).
+      redis.call('HINCRBY', META, 'front_pushes', 1)
+    else
+      redis.call('LPUSH', WAIT, id)
+    end
     return
   end
   local score = (MAX_PRIORITY - priority) * PRIORITY_BAND + PRIORITY_MIDDLE
@@ -172,6 +179,18 @@ local function push_waiting(id, priority, front)
     score = score + redis.call('HINCRBY', META, 'back_seq', 1)
   end
   redis.call('ZADD', PRIO, score, id)
+end
+
+-- A waiting job taken out of line (deleted, cancelled) leaves a tombstone ":<id>" in its place
+-- in WAIT rather than an LREM: entries then leave WAIT only from its right end (leases), so the
+-- job listing's cursor always finds its anchor where it was (lua/list-jobs-11.lua). META
+-- "wait_tombstones" counts them (counts subtract it); a lease drops those it pops.
+local WAIT_TOMBSTONE = ':' -- ids never contain ':'
+local function bury_waiting(id)
+  local at = redis.call('LPOS', WAIT, id)
+  if not at then return end
+  redis.call('LSET', WAIT, at, WAIT_TOMBSTONE .. id)
+  redis.call('HINCRBY', META, 'wait_tombstones', 1)
 end
 
 -- True when lease_id is the job's current, unexpired lease: the lock exists and names it (the

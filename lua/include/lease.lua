@@ -17,6 +17,7 @@ end
 
 -- The ids to try, in order: the highest priorities first, then the oldest (right) end of WAIT.
 -- Taken from their keys in a few commands for the whole batch rather than a few per job.
+local TOMBSTONES_PER_CALL = 4096 -- dropped at most per call (a bound on one lease's work)
 local function take_waiting(wanted)
   local ids = {}
   if redis.call('EXISTS', PRIO) == 1 then
@@ -25,11 +26,26 @@ local function take_waiting(wanted)
   end
   wanted = wanted - #ids
   if wanted > 0 then
-    -- RPOP with a count (Redis >= 6.2): the oldest first, nil when WAIT is empty
-    local oldest = redis.call('RPOP', WAIT, wanted)
-    if oldest then
-      for i = 1, #oldest do ids[#ids + 1] = oldest[i] end
+    -- RPOP with a count (Redis >= 6.2): the oldest first, nil when WAIT is empty. Tombstones
+    -- (the places of deleted or cancelled jobs: common.lua bury_waiting) are dropped, and as
+    -- many more entries popped in their stead, up to TOMBSTONES_PER_CALL of them.
+    local buried = 0
+    while wanted > 0 do
+      local oldest = redis.call('RPOP', WAIT, wanted)
+      if not oldest then break end
+      local found = 0
+      for i = 1, #oldest do
+        if string.sub(oldest[i], 1, 1) == WAIT_TOMBSTONE then
+          found = found + 1
+        else
+          ids[#ids + 1] = oldest[i]
+          wanted = wanted - 1
+        end
+      end
+      buried = buried + found
+      if found == 0 or buried >= TOMBSTONES_PER_CALL then break end
     end
+    if buried > 0 then redis.call('HINCRBY', META, 'wait_tombstones', -buried) end
   end
   return ids
 end

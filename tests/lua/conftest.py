@@ -361,7 +361,12 @@ class LuaQueue:
         return await self.redis.hget(self.keys.job(job_id), name)
 
     async def wait_list(self) -> list[str]:
-        """The priority-0 wait LIST as stored, left to right (leased from the right)."""
+        """The priority-0 wait LIST's jobs, left to right (leased from the right); the tombstones
+        of deleted or cancelled jobs (":<id>") left out (wait_entries has them)."""
+        return [entry for entry in await self.wait_entries() if not entry.startswith(":")]
+
+    async def wait_entries(self) -> list[str]:
+        """The priority-0 wait LIST as stored, tombstones included."""
         return decoded(await self.redis.lrange(self.keys.wait, 0, -1))
 
     async def prio(self) -> list[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.lua.conftest import LuaQueue, decoded
 
 Cursor = list[Any]
@@ -193,6 +195,45 @@ async def test_active_pages_go_on_by_fence(q):
     assert rest == [ids[3], *ids[5:9], *(job.id for job in later)]
 
 
+@pytest.mark.parametrize("how", ["delete", "cancel"])
+async def test_both_anchors_taken_out_with_other_moves_the_page_goes_on_exactly(q, how):
+    ids = await fill(q, 12)
+    first, cursor = await page(q, "waiting", 4)
+    assert first == ids[:4]  # L = ids[3], N = ids[4]
+    held = await q.lease("w1", max_jobs=2)
+    for job_id in (ids[2], ids[3], ids[4], ids[6]):  # a listed job, L, N and one after them
+        if how == "delete":
+            assert await q.delete(job_id) == 1
+        else:
+            assert decoded(await q.call("cancel", job_id, "")) == ["cancelled", 1]
+    for job in held:
+        assert await q.release(job.id, job.lease_id) == 1  # back at the right end
+    # Their places are kept (tombstones), so the page goes on right after N: every job that
+    # stayed waiting, once, whatever else moved.
+    assert await list_all_from(q, cursor) == [ids[5], *ids[7:]]
+    assert await q.wait_list() == [*reversed(ids[7:]), ids[5], ids[0], ids[1]]
+    assert (await q.all_counts())[1] == 8
+    # Leases drop the tombstones they pop, and count them off.
+    leased = await q.lease("w2", max_jobs=12)
+    assert [job.id for job in leased] == [ids[1], ids[0], ids[5], *ids[7:]]
+    assert await q.wait_entries() == [] and (await q.all_counts())[1] == 0
+    assert await q.redis.hget(q.keys.meta, "wait_tombstones") == b"0"
+
+
+async def test_a_cursor_finds_its_anchor_after_many_releases_to_the_front(q):
+    held = []
+    for start in range(0, 1200, 100):  # leased before the paging begins
+        await fill(q, 100, f"b{start:04d}-")
+        held += await q.lease("w1", max_jobs=100)
+    ids = await fill(q, 10)
+    first, cursor = await page(q, "waiting", 2)
+    assert first == ids[:2]
+    for job in held:  # 1,200 pushed to the right end: far beyond one page's reach
+        assert await q.release(job.id, job.lease_id) == 1
+    # They went in front of the cursor (leased first): the page goes on at its anchor.
+    assert await list_all_from(q, cursor) == ids[2:]
+
+
 async def test_both_anchors_deleted_goes_on_where_only_leases_would_have_moved_the_next(q):
     ids = await fill(q, 12)
     first, cursor = await page(q, "waiting", 4)
@@ -201,3 +242,15 @@ async def test_both_anchors_deleted_goes_on_where_only_leases_would_have_moved_t
     for job_id in ids[3:5]:  # L and N
         assert await q.delete(job_id) == 1
     assert await list_all_from(q, cursor) == ids[5:]
+
+
+async def test_a_lease_passes_the_tombstones_of_deleted_jobs_to_the_next_waiting_one(q):
+    ids = await fill(q, 8)
+    for job_id in ids[:5]:  # the five at the leasing end
+        assert await q.delete(job_id) == 1
+    assert (await q.all_counts())[1] == 3 and len(await q.wait_entries()) == 8
+    [job] = await q.lease(max_jobs=1)
+    assert job.id == ids[5]
+    assert await q.wait_entries() == [ids[7], ids[6]]
+    assert await q.redis.hget(q.keys.meta, "wait_tombstones") == b"0"
+    assert (await q.all_counts())[1] == 2
