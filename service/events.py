@@ -17,6 +17,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
+from typing import get_args
 
 import msgspec
 from redis.asyncio import Redis
@@ -27,26 +28,11 @@ from redis.exceptions import RedisError
 from echomq_http.background import stop_task
 from echomq_http.keys import keys_of
 from echomq_http.longpoll import TooManyWaiters
+from echomq_http.schemas import EventType
 
 log = logging.getLogger(__name__)
 
-EVENT_TYPES = frozenset(
-    {
-        "enqueued",
-        "leased",
-        "progress",
-        "completed",
-        "retrying",
-        "failed",
-        "released",
-        "reclaimed",
-        "cancel_requested",
-        "cancelled",
-        "deleted",
-        "paused",
-        "resumed",
-    }
-)
+EVENT_TYPES = frozenset(get_args(EventType)) - {"resync"}  # what ?types= may name
 OUTCOME_TYPES = frozenset({"completed", "failed", "cancelled", "deleted"})  # a wait ends on these
 READ_BLOCK_MS = 2000  # below the Redis client's socket timeout
 READ_COUNT = 500  # stream entries per read (each a script call's events)

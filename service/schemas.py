@@ -673,27 +673,31 @@ class HistoryView(Struct):
     ]
 
 
+# Every type of event the feed sends (service/events.py filters by all but resync).
+EventType = Literal[
+    "enqueued",
+    "leased",
+    "progress",
+    "completed",
+    "retrying",
+    "failed",
+    "released",
+    "reclaimed",
+    "cancel_requested",
+    "cancelled",
+    "deleted",
+    "paused",
+    "resumed",
+    "resync",
+]
+
+
 class StreamEvent(Struct, omit_defaults=True):
     """One event of GET .../events (its SSE data line): what happened to a job or the queue. No
     event carries a payload, a result or a lease id."""
 
     type: Annotated[
-        Literal[
-            "enqueued",
-            "leased",
-            "progress",
-            "completed",
-            "retrying",
-            "failed",
-            "released",
-            "reclaimed",
-            "cancel_requested",
-            "cancelled",
-            "deleted",
-            "paused",
-            "resumed",
-            "resync",
-        ],
+        EventType,
         Meta(
             description="enqueued {state} (redriven: true for a redrive); leased {worker, attempt, fence, "
             "lease_expires_at}; progress {worker, progress}; completed {worker, attempt}; retrying "
