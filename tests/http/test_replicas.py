@@ -73,3 +73,43 @@ async def test_two_sweeping_replicas_reclaim_each_expired_lease_once(
         await asyncio.sleep(0.1)
     again = await lease(b, queue, "survivor", max_jobs=100)
     assert len(again) == 50 and {job["attempt"] for job in again} == {2}  # each counted once
+
+
+async def test_two_replicas_racing_one_request_id_lease_once(
+    replicas: tuple[httpx.AsyncClient, httpx.AsyncClient], queue: str
+) -> None:
+    """The same (worker, request_id) sent to both replicas at once: one lease happens, and both
+    answer it (same jobs, lease ids, fences, in the same order)."""
+    a, b = replicas
+    jobs = [{"payload": i} for i in range(60)]
+    assert (await a.post(f"/v1/queues/{queue}/enqueue", json={"jobs": jobs})).status_code == 200
+    leased: set[str] = set()
+    for round_ in range(20):
+        ask = {"max_jobs": 3, "request_id": f"race-{round_}"}
+        first, second = await asyncio.gather(lease(a, queue, "w1", **ask), lease(b, queue, "w1", **ask))
+        assert len(first) == 3
+        assert [(j["id"], j["lease_id"], j["fence"], j["attempt"]) for j in first] == [
+            (j["id"], j["lease_id"], j["fence"], j["attempt"]) for j in second
+        ]
+        leased.update(job["id"] for job in first)
+    assert len(leased) == 60
+    assert (await counts(a, queue))["active"] == 60
+
+
+async def test_a_long_poll_retried_on_the_other_replica_gets_the_lost_answer(
+    replicas: tuple[httpx.AsyncClient, httpx.AsyncClient], queue: str
+) -> None:
+    """A long poll whose answer was lost (the client gave up) is retried on the other replica
+    with the same request_id: it answers the jobs leased for the lost answer, nothing new."""
+    a, b = replicas
+    ask = {"worker": "w1", "max_jobs": 2, "wait_ms": 10_000, "request_id": "poll-1"}
+    first = asyncio.create_task(a.post(f"/v1/queues/{queue}/lease", json=ask))
+    await wait_for_long_polls(a, 1)
+    await a.post(f"/v1/queues/{queue}/enqueue", json={"jobs": [{"payload": i} for i in range(4)]})
+    lost = (await first).json()["jobs"]
+    assert len(lost) == 2
+    retried = await lease(b, queue, **ask)
+    assert [(j["id"], j["lease_id"], j["fence"]) for j in retried] == [
+        (j["id"], j["lease_id"], j["fence"]) for j in lost
+    ]
+    assert (await counts(b, queue))["waiting"] == 2
