@@ -77,24 +77,21 @@ local function rate_entry(entry)
   return tonumber(at), tonumber(jobs)
 end
 
--- How many of rate_max jobs the window has room for now, and when more room comes (ms from now).
+-- How many of rate_max jobs the window has room for now.
 local function rate_room(rate_max, per_ms, now)
   local newest = redis.call('LINDEX', RATE, 0)
-  if not newest then return rate_max, 0 end
+  if not newest then return rate_max end
   if now - rate_entry(newest) >= per_ms then
     redis.call('DEL', RATE)
     redis.call('HDEL', META, 'rate_used')
-    return rate_max, 0
+    return rate_max
   end
   local used = tonumber(redis.call('HGET', META, 'rate_used') or '0')
   local tail = redis.call('LRANGE', RATE, -RATE_TRIM_PER_CALL, -1)
-  local out, freed, oldest_at = 0, 0, nil
+  local out, freed = 0, 0
   for i = #tail, 1, -1 do
     local at, jobs = rate_entry(tail[i])
-    if now - at < per_ms then
-      oldest_at = at
-      break
-    end
+    if now - at < per_ms then break end
     out, freed = out + 1, freed + jobs
   end
   if out > 0 then
@@ -102,7 +99,14 @@ local function rate_room(rate_max, per_ms, now)
     used = used - freed
     redis.call('HSET', META, 'rate_used', text(used))
   end
-  return math.max(rate_max - used, 0), oldest_at and oldest_at + per_ms - now or TRIM_BEHIND_RETRY_MS
+  return math.max(rate_max - used, 0)
+end
+
+-- When the window has room again (ms from now): when its oldest entry still counted leaves it.
+local function rate_retry_after(per_ms, now)
+  local oldest = redis.call('LINDEX', RATE, -1)
+  if not oldest then return TRIM_BEHIND_RETRY_MS end
+  return math.max(rate_entry(oldest) + per_ms - now, TRIM_BEHIND_RETRY_MS)
 end
 
 local function record_rate_use(jobs, per_ms, now)
@@ -119,33 +123,31 @@ local function record_rate_use(jobs, per_ms, now)
   redis.call('HINCRBY', META, 'rate_used', jobs)
 end
 
--- The room the queue's caps leave a call that asks for max_jobs: {room, retry_after_ms (0: none),
--- room left by max_in_flight (nil: no cap), the rate's window (nil: no rate limit)}.
+-- The room the queue's caps leave a call that asks for max_jobs: {room, room left by
+-- max_in_flight (nil: no cap), room left by the rate (nil: no rate limit), the rate's window}.
 local function flow_room(max_jobs, now)
   local caps = redis.call('HMGET', META, 'max_in_flight', 'rate_max', 'rate_per_ms')
-  local room, retry_after_ms, in_flight_room, per_ms = max_jobs, 0, nil, nil
+  local room, in_flight_room, rate_left, per_ms = max_jobs, nil, nil, nil
   if caps[1] then
     in_flight_room = math.max(tonumber(caps[1]) - redis.call('LLEN', ACTIVE), 0)
     room = math.min(room, in_flight_room)
   end
   if caps[2] and caps[3] then
     per_ms = tonumber(caps[3])
-    local rate_left
-    rate_left, retry_after_ms = rate_room(tonumber(caps[2]), per_ms, now)
-    if rate_left >= max_jobs then retry_after_ms = 0 end
+    rate_left = rate_room(tonumber(caps[2]), per_ms, now)
     room = math.min(room, rate_left)
   end
-  return {room, retry_after_ms, in_flight_room, per_ms}
+  return {room, in_flight_room, rate_left, per_ms}
 end
 
--- After the leasing loop: the jobs leased count against the rate; a cap that held the call back
+-- After the leasing loop: the jobs leased count against the rate. A cap that held the call back
 -- (it leased all the room it had, less than it asked for) asks to be woken (max_in_flight) or
--- says when to come back (the rate: reply[2]); otherwise the reply carries no retry_after_ms.
+-- says when to come back (the rate: reply[2], retry_after_ms); otherwise reply[2] stays 0.
 local function flow_after(flow, leased, max_jobs, reply, now)
   if leased > 0 and flow[4] then record_rate_use(leased, flow[4], now) end
-  local held_back = leased == flow[1] and leased < max_jobs
-  if held_back and flow[3] and flow[3] == leased then redis.call('HSET', META, 'room_wanted', '1') end
-  reply[2] = held_back and flow[2] or 0
+  if leased ~= flow[1] or leased >= max_jobs then return end
+  if flow[2] == leased then redis.call('HSET', META, 'room_wanted', '1') end
+  if flow[3] == leased then reply[2] = rate_retry_after(flow[4], now) end
 end
 
 -- Lease up to max_jobs waiting jobs to worker (see lease-11.lua). lease_ms_text: the lease's
