@@ -11,7 +11,8 @@ max_in_flight held under load.
                  lease time, lease_expires_at - lease_ms: Redis's clock), which must not pass
                  RATE_MAX.
   max_in_flight  the same workers on a queue with max_in_flight CAP, jobs held HOLD_S each before
-                 their ack, while a sampler reads the ledger's length (LLEN) every millisecond or
+                 their ack (a worker that gets none long-polls: an exit from the ledger wakes
+                 it), while a sampler reads the ledger's length (LLEN) every millisecond or
                  so: the peak (must not pass CAP) and the throughput (at most CAP / HOLD_S).
 
 Each runs on its own Redis and service (bench.own_stack). Each function takes bench.py's Bench
@@ -37,6 +38,7 @@ LEASE_MS = 60_000
 BATCH = 100
 CAP = 50
 HOLD_S = 0.02
+LONG_POLL_MS = 1000
 PREFILL_MARGIN = 1.5  # jobs waiting: this many times what the rate lets the run lease
 
 
@@ -52,6 +54,7 @@ async def _drive(url: str, queue: str, run_s: float, hold_s: float) -> list[int]
     async def work(worker: str) -> None:
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
             lease = {"worker": worker, "max_jobs": BATCH, "lease_ms": LEASE_MS}
+            long_poll = {**lease, "wait_ms": LONG_POLL_MS}
             answer = (await client.post(f"/v1/queues/{queue}/lease", json=lease)).json()
             while True:
                 jobs = answer["jobs"]
@@ -61,10 +64,13 @@ async def _drive(url: str, queue: str, run_s: float, hold_s: float) -> list[int]
                     if acks:
                         await client.post(f"/v1/queues/{queue}/ack", json={"acks": acks})
                     return
-                if not jobs:
-                    wait_s = answer.get("retry_after_ms", 5) / 1000
+                if not jobs and "retry_after_ms" in answer:  # the rate window is full: come back then
+                    wait_s = answer["retry_after_ms"] / 1000
                     await asyncio.sleep(min(wait_s, max(deadline - time.monotonic(), 0)))
                     answer = (await client.post(f"/v1/queues/{queue}/lease", json=lease)).json()
+                    continue
+                if not jobs:  # max_in_flight reached: a long poll, woken when a job leaves the ledger
+                    answer = (await client.post(f"/v1/queues/{queue}/lease", json=long_poll)).json()
                     continue
                 if hold_s:
                     await asyncio.sleep(hold_s)
