@@ -10,7 +10,7 @@
 --             "0": lease whatever the acks' codes (ack-many)
 -- ARGV[10..]  each ack's result as raw JSON, in the same order as ARGV[2]; "" = no result
 -- Returns     the ack script's reply (2 entries per ack), then the lease script's reply (stale,
---             10 entries per job), or nothing more when it did not lease
+--             retry_after_ms, 10 entries per job), or nothing more when it did not lease
 -- @include common
 -- @include ack
 -- @include lease

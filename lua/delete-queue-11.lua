@@ -6,7 +6,7 @@
 -- meanwhile is gone for its worker, whose later calls answer "job not found").
 -- KEYS[1..11] the queue's keys (see include/common.lua); deletes every one of them but WAKE, the
 --             per-job and per-worker keys derived from the prefix, and the queue's cancelled
---             jobs, events and history
+--             jobs, events, history and rate limit log (its settings are META fields)
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     "1" = force (jobs in flight are deleted too), "0" = refuse while any are
 -- ARGV[3]     "1" on the first step
@@ -54,6 +54,6 @@ for _, key in ipairs({ACTIVE, PRIO, WAIT, DELAYED, COMPLETED, FAILED, CANCELLED,
 end
 -- Nothing left but the queue's own small keys. DEADLINES can only hold entries of jobs that
 -- were in the ledger, all deleted above.
-redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY)
+redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY, PREFIX .. '@RATE_NAME@')
 redis.call('ZREM', DUE, QUEUE)
 return 1

@@ -15,9 +15,14 @@
 -- ARGV[5]     lease ids: max_jobs random tokens of @LEASE_ID_CHARS@ characters, concatenated
 -- ARGV[6]     request id (never contains ":" or a space)
 -- ARGV[7]     how long the request's record is kept (ms)
--- Returns     {stale, then 10 entries per leased job: id, name (nil when it has none), payload,
---             attempt, max_attempts, lease_id, lease_expires_at (ms), fence, enqueued_at (ms),
---             traceparent (nil when the producer sent none)}; stale = index entries dropped.
+-- Flow control (include/lease.lua flow_room): the queue's max_in_flight and rate_limit settings
+-- (META) cap how many jobs a call leases; the rate's log is the key PREFIX .. "@RATE_NAME@".
+-- Returns     {stale, retry_after_ms, then 10 entries per leased job: id, name (nil when it has
+--             none), payload, attempt, max_attempts, lease_id, lease_expires_at (ms), fence,
+--             enqueued_at (ms), traceparent (nil when the producer sent none)}; stale = index
+--             entries dropped; retry_after_ms = when the rate limit, which held this call back,
+--             has room again (ms from now), 0 when no rate limit held it back (max_in_flight
+--             gives no time: its waiters are woken when a job leaves the ledger).
 --             No jobs when paused or nothing waits. The fence comes from one counter per queue
 --             (META "fence"), so it grows with every lease of a job, never goes back even when an
 --             id is reused, and orders leases. Emits leased per job.

@@ -1,7 +1,8 @@
 -- The stalled sweep, one bounded step: jobs whose lease expired leave the ledger for the front
 -- of waiting (their attempt counted) or, on their last attempt, for FAILED; due delayed jobs are
 -- promoted; finished jobs past their retention time or beyond their count are deleted with
--- their keys. Expired leases are found through DEADLINES; the lock stays the truth, so a job
+-- their keys (after the queue's own retention times, META "completed_retention_s" and
+-- "failed_retention_s", when its settings have them). Expired leases are found through DEADLINES; the lock stays the truth, so a job
 -- whose lock still exists (renewed in the same millisecond) is only re-indexed. The step looks
 -- for them in one window of the ledger (include/common.lua, find_in_ledger), from `offset`
 -- entries past its oldest end: the whole ledger when it is short; else the next step goes on
@@ -115,8 +116,12 @@ local next_offset = reached_end and 0 or offset + scanned - cut_in_window
 local promoted, due = promote_due(now, batch)
 if due == batch then more = 1 end
 local deleted = 0
+-- The queue's own retention times (its settings) when it has them, else the service's.
+local retention = redis.call('HMGET', META, 'completed_retention_s', 'failed_retention_s')
+local completed_retention_ms = retention[1] and tonumber(retention[1]) * 1000 or COMPLETED_RETENTION_MS
+local failed_retention_ms = retention[2] and tonumber(retention[2]) * 1000 or FAILED_RETENTION_MS
 for _, retention in ipairs({
-  {COMPLETED, COMPLETED_RETENTION_MS}, {FAILED, FAILED_RETENTION_MS}, {CANCELLED, FAILED_RETENTION_MS},
+  {COMPLETED, completed_retention_ms}, {FAILED, failed_retention_ms}, {CANCELLED, failed_retention_ms},
 }) do
   local finished = retention[1]
   local old = redis.call('ZRANGEBYSCORE', finished, '-inf', now - retention[2], 'LIMIT', 0, batch)
@@ -142,8 +147,8 @@ end
 local next_at = more == 1 and now or nil
 for _, due_at in ipairs({
   earliest(DEADLINES, 0) or false, earliest(DELAYED, 0) or false,
-  earliest(COMPLETED, COMPLETED_RETENTION_MS) or false, earliest(FAILED, FAILED_RETENTION_MS) or false,
-  earliest(CANCELLED, FAILED_RETENTION_MS) or false,
+  earliest(COMPLETED, completed_retention_ms) or false, earliest(FAILED, failed_retention_ms) or false,
+  earliest(CANCELLED, failed_retention_ms) or false,
 }) do
   if due_at and (next_at == nil or due_at < next_at) then next_at = due_at end
 end

@@ -35,6 +35,9 @@ REQUEST_SUFFIX = ":req"
 EVENTS_NAME = "events"  # STREAM: the queue's events, entry id "0-<number of its last event>"
 HISTORY_NAME = "history"  # HASH: "<minute ms>:<kind>" -> count, the last 24 h (lua/include/common.lua)
 CANCELLED_NAME = "cancelled"  # ZSET: id -> cancellation time (ms), for retention
+# LIST of "<time ms> <jobs>" entries, newest on the left: the leases counted against the queue's
+# rate limit (lua/include/lease.lua); META "rate_used" holds the sum of its entries' jobs
+RATE_NAME = "rate"
 DUE_INDEX = f"{KEY_ROOT}:due"  # ZSET: queue -> when its next sweep has work (ms)
 DUE_INDEX_FILLED = f"{KEY_ROOT}:due-filled"  # STRING: every registered queue was put in the index
 CLUSTER_SLOTS = 16384
@@ -66,6 +69,7 @@ class QueueKeys:
     events: str
     history: str
     cancelled: str  # ZSET: id -> cancellation time (ms); not a script key (Lua derives it)
+    rate: str  # LIST: the rate limit's log (RATE_NAME); not a script key (Lua derives it)
 
     @classmethod
     def for_queue(cls, queue: str, cluster: bool = False) -> QueueKeys:
@@ -81,6 +85,7 @@ class QueueKeys:
             events=prefix + EVENTS_NAME,
             history=prefix + HISTORY_NAME,
             cancelled=prefix + CANCELLED_NAME,
+            rate=prefix + RATE_NAME,
             **named,
         )
 

@@ -34,3 +34,14 @@ LEASE_ID_CHARS = LEASE_ID_BYTES * 2  # hex
 GENERATED_ID_BYTES = 12  # server-chosen job ids: 96 random bits, 24 hex characters
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+# Queue settings (PUT /v1/queues/{queue}/settings). The contract gives the lower bounds; the upper
+# ones keep every count exact in Lua, whose numbers are doubles (exact below 2^53): a rate log's
+# sum of jobs, a ledger length compared with a cap, now + a retention in ms all stay far below.
+MAX_IN_FLIGHT_CAP = 1_000_000_000  # max_in_flight, group_max_in_flight: more than a ledger can hold
+MAX_RATE_JOBS = 1_000_000_000  # rate_limit.max
+MIN_RATE_PER_MS = 1000
+MAX_RATE_PER_MS = 24 * 3600 * 1000
+MAX_STALLS = 1_000_000  # a job's stall count; more would take that many lease expiries
+# A retention of up to 100 years: now + that, in ms, stays an exact integer in a Lua double.
+MAX_RETENTION_S = 100 * 365 * 24 * 3600

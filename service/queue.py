@@ -44,7 +44,9 @@ from echomq_http.schemas import (
     JobView,
     LeasedJob,
     LedgerEntry,
+    QueueSettings,
     QueueView,
+    RateLimit,
     WorkerHoldings,
 )
 from echomq_http.scripts import Scripts, WriteNotConfirmed, retention_placeholders
@@ -208,6 +210,57 @@ def _consume(future: asyncio.Future[Any]) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class Leases:
+    """What a lease call leased, and retry_after_ms: when the rate limit that held it back has
+    room again (ms from the call; 0: no limit held it back)."""
+
+    jobs: list[LeasedJob]
+    retry_after_ms: int = 0
+
+
+# A queue's settings as META fields (lua/settings-11.lua), in the order they are read.
+SETTINGS_FIELDS = (
+    "max_in_flight",
+    "group_max_in_flight",
+    "rate_max",
+    "rate_per_ms",
+    "max_stalls",
+    "events_off",
+    "completed_retention_s",
+    "failed_retention_s",
+)
+
+
+class _ScriptSettings(msgspec.Struct, omit_defaults=True):
+    """The settings as settings-11.lua takes them: the fields not at their default."""
+
+    max_in_flight: int | None = None
+    group_max_in_flight: int | None = None
+    rate_max: int | None = None
+    rate_per_ms: int | None = None
+    max_stalls: int | None = None
+    events_off: int | None = None
+    completed_retention_s: int | None = None
+    failed_retention_s: int | None = None
+
+
+def settings_of(values: Sequence[bytes | None]) -> QueueSettings:
+    """A queue's settings from its META fields (SETTINGS_FIELDS' order; absent = default)."""
+    found = dict(zip(SETTINGS_FIELDS, (_int(value) for value in values), strict=True))
+    rate_max, rate_per_ms = found["rate_max"], found["rate_per_ms"]
+    rate = None if rate_max is None or rate_per_ms is None else RateLimit(max=rate_max, per_ms=rate_per_ms)
+    return QueueSettings(
+        max_in_flight=found["max_in_flight"],
+        group_max_in_flight=found["group_max_in_flight"],
+        rate_limit=rate,
+        max_stalls=found["max_stalls"],
+        events=found["events_off"] is None,
+        completed_retention_s=found["completed_retention_s"],
+        failed_retention_s=found["failed_retention_s"],
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class SweepReport:
     reclaimed: int = 0
     dead_lettered: int = 0
@@ -365,7 +418,14 @@ class JobQueues:
     async def lease(
         self, queue: str, worker: str, lease_ms: int, max_jobs: int, request_id: str | None = None
     ) -> list[LeasedJob]:
-        """Lease up to max_jobs. Every call carries a request id (the client's, else a new one):
+        """Lease up to max_jobs: the jobs of lease_answer."""
+        return (await self.lease_answer(queue, worker, lease_ms, max_jobs, request_id)).jobs
+
+    async def lease_answer(
+        self, queue: str, worker: str, lease_ms: int, max_jobs: int, request_id: str | None = None
+    ) -> Leases:
+        """Lease up to max_jobs (fewer when the queue's max_in_flight or rate_limit hold it back).
+        Every call carries a request id (the client's, else a new one):
         the same call re-sent after a timeout answers the jobs the first run leased instead of
         leasing more (lua/lease-11.lua). In durable mode, jobs whose lease no replica confirmed
         are given straight back (unspent) before the 503 reaches the client."""
@@ -376,13 +436,13 @@ class JobQueues:
             if isinstance(unconfirmed.reply, list):
                 await self._give_back_unconfirmed(queue, unconfirmed.reply)
             raise
-        jobs = self._leased_jobs(queue, reply)
-        self.telemetry.record_leased(queue, len(jobs))
-        return jobs
+        leases = self._leased_jobs(queue, reply)
+        self.telemetry.record_leased(queue, len(leases.jobs))
+        return leases
 
     async def _give_back_unconfirmed(self, queue: str, lease_reply: list[Any]) -> None:
         """Durable mode: jobs leased by a write no replica confirmed go straight back, unspent."""
-        jobs = self._leased_jobs(queue, lease_reply) if lease_reply else []
+        jobs = self._leased_jobs(queue, lease_reply).jobs if lease_reply else []
         if jobs:
             with contextlib.suppress(WriteNotConfirmed):
                 await self.release_many(queue, [(job.id, job.lease_id) for job in jobs])
@@ -395,7 +455,7 @@ class JobQueues:
         *,
         only_if_all_taken: bool,
         job_id: str | None = None,
-    ) -> tuple[list[int], list[LeasedJob] | None]:
+    ) -> tuple[list[int], Leases | None]:
         """Acks, then a lease (worker, lease_ms, max_jobs, request_id), in one script call
         (lua/ack-lease-11.lua): each ack's code, and the jobs leased (None when it did not lease:
         only_if_all_taken and an ack was refused)."""
@@ -412,14 +472,14 @@ class JobQueues:
         codes = self._completed(queue, reply[:split])
         if len(reply) == split:
             return codes, None
-        jobs = self._leased_jobs(queue, reply[split:])
-        self.telemetry.record_leased(queue, len(jobs))
-        return codes, jobs
+        leases = self._leased_jobs(queue, reply[split:])
+        self.telemetry.record_leased(queue, len(leases.jobs))
+        return codes, leases
 
-    def _leased_jobs(self, queue: str, reply: list[Any]) -> list[LeasedJob]:
-        stale, *fields = reply
+    def _leased_jobs(self, queue: str, reply: list[Any]) -> Leases:
+        stale, retry_after_ms, *fields = reply
         self.telemetry.record_stale(queue, stale)
-        return [
+        jobs = [
             LeasedJob(
                 id=fields[i].decode(),
                 queue=queue,
@@ -435,6 +495,7 @@ class JobQueues:
             )
             for i in range(0, len(fields), _LEASED_JOB_FIELDS)
         ]
+        return Leases(jobs, retry_after_ms)
 
     async def _renewals(
         self,
@@ -505,22 +566,22 @@ class JobQueues:
 
     async def ack_one_and_lease(
         self, queue: str, job_id: str, lease_id: str, result: Raw | UnsetType, next_lease: NextLease
-    ) -> list[LeasedJob]:
+    ) -> Leases:
         """ack_one, then (only if the ack was taken) a lease, in one script call."""
-        (code,), jobs = await self._ack_and_lease(
+        (code,), leases = await self._ack_and_lease(
             queue, [(job_id, lease_id, result)], next_lease, only_if_all_taken=True, job_id=job_id
         )
         raise_for_code(code, job_id)
-        return jobs or []
+        return leases or Leases([])
 
     async def ack_and_lease(
         self, queue: str, acks: Sequence[AckItem], next_lease: NextLease
-    ) -> tuple[list[AckResult], list[LeasedJob]]:
+    ) -> tuple[list[AckResult], Leases]:
         """ack, then a lease whatever the acks' codes, in one script call."""
-        codes, jobs = await self._ack_and_lease(
+        codes, leases = await self._ack_and_lease(
             queue, [(ack.id, ack.lease_id, ack.result) for ack in acks], next_lease, only_if_all_taken=False
         )
-        return _ack_results(acks, codes), jobs or []
+        return _ack_results(acks, codes), leases or Leases([])
 
     async def fail(
         self,
@@ -630,6 +691,35 @@ class JobQueues:
         values = [int(count) if count is not None else 0 for count in counts]
         width = len(HISTORY_KINDS)
         return [HistoryMinute(start, *values[i * width : (i + 1) * width]) for i, start in enumerate(starts)]
+
+    async def get_settings(self, queue: str) -> QueueSettings:
+        """The queue's settings, read from its META now (a queue never used has the defaults)."""
+        async with self._gate:
+            values = await self.client.hmget(self.keys(queue).meta, SETTINGS_FIELDS)
+        return settings_of(values)
+
+    async def put_settings(self, queue: str, settings: QueueSettings) -> QueueSettings:
+        """Replace the queue's settings (lua/settings-11.lua). The queue is registered: a queue
+        configured before its first job is listed, as a paused one is."""
+        await self._register(queue)
+        rate = settings.rate_limit
+        fields = _ScriptSettings(
+            max_in_flight=settings.max_in_flight,
+            group_max_in_flight=settings.group_max_in_flight,
+            rate_max=rate.max if rate else None,
+            rate_per_ms=rate.per_ms if rate else None,
+            max_stalls=settings.max_stalls,
+            events_off=None if settings.events else 1,
+            completed_retention_s=settings.completed_retention_s,
+            failed_retention_s=settings.failed_retention_s,
+        )
+        await self._call("settings", queue, _encode(fields))
+        return settings
+
+    async def events_off(self, queue: str) -> bool:
+        """Whether the queue's settings turned its events off (read now: one HEXISTS)."""
+        async with self._gate:
+            return bool(await self.client.hexists(self.keys(queue).meta, "events_off"))
 
     async def set_paused(self, queue: str, paused: bool) -> bool:
         await self._register(queue)

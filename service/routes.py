@@ -14,20 +14,21 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar, get_args
 
 import msgspec
-from litestar import Request, Response, delete, get, post
+from litestar import Request, Response, delete, get, post, put
 from litestar.connection import ASGIConnection
 from litestar.datastructures import State
 from litestar.exceptions import InternalServerException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import BaseRouteHandler
 from litestar.response import Stream
+from msgspec import UNSET, UnsetType
 
 from echomq_http import limits
 from echomq_http.auth import Action, Authenticator, Grant
 from echomq_http.errors import BodyTimeout, InvalidRequest, ScriptCode, raise_for_code
 from echomq_http.events import EVENT_TYPES, OUTCOME_TYPES, EventHub, event_stream
 from echomq_http.longpoll import WakeHub, lease_with_wait
-from echomq_http.queue import FINAL_STATES, JobQueues, NextLease, new_request_id
+from echomq_http.queue import FINAL_STATES, JobQueues, Leases, NextLease, new_request_id
 from echomq_http.schemas import (
     AckManyRequest,
     AckManyResponse,
@@ -50,12 +51,12 @@ from echomq_http.schemas import (
     JobPage,
     JobState,
     JobView,
-    LeasedJob,
     LeaseRequest,
     LeaseResponse,
     LedgerView,
     PauseResponse,
     QueueList,
+    QueueSettings,
     QueueView,
     RedriveRequest,
     RedriveResponse,
@@ -363,35 +364,50 @@ async def enqueue_many(request: Request[Any, Any, State]) -> Response[bytes]:
 async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     ask = await read_body(request, LeaseRequest)
-    return json_response(LeaseResponse(jobs=await lease_jobs(request, queue, ask)))
+    leases = await lease_jobs(request, queue, ask)
+    return json_response(LeaseResponse(jobs=leases.jobs, retry_after_ms=retry_after(leases)))
+
+
+def retry_after(leases: Leases) -> int | UnsetType:
+    """A lease answer's retry_after_ms: only when the rate limit held the lease back."""
+    return leases.retry_after_ms if leases.retry_after_ms > 0 else UNSET
 
 
 async def lease_jobs(
     request: Request[Any, Any, State], queue: str, ask: LeaseRequest, request_id: str | None = None
-) -> list[LeasedJob]:
+) -> Leases:
     """What a lease request answers: the lease route's, and an ack's lease_next (whose first try
     came with the acks, under request_id). The request's body must have been read (a hang-up is
     then the next thing it can receive)."""
     queues = queues_of(request)
+    loop = asyncio.get_running_loop()
+    tried_at = 0.0
 
     # One request id for every try of a long poll: a re-sent try answers what an earlier one leased.
     request_id = request_id or ask.request_id or new_request_id()
 
-    async def lease_now() -> list[LeasedJob]:
-        return await queues.lease(queue, ask.worker, ask.lease_ms, ask.max_jobs, request_id)
+    async def lease_now() -> Leases:
+        nonlocal tried_at
+        tried_at = loop.time()
+        return await queues.lease_answer(queue, ask.worker, ask.lease_ms, ask.max_jobs, request_id)
 
     if ask.wait_ms <= 0:
         return await lease_now()
     client_gone = asyncio.Event()
     watcher = asyncio.create_task(_watch_hang_up(request, client_gone))
     try:
-        jobs = await lease_with_wait(hub_of(request), queue, ask.wait_ms, lease_now, client_gone)
+        leases = await lease_with_wait(hub_of(request), queue, ask.wait_ms, lease_now, client_gone)
     finally:
         watcher.cancel()
-    if client_gone.is_set() and jobs:
+    if leases is None:
+        return Leases([])
+    if client_gone.is_set() and leases.jobs:
         # The client hung up while its jobs were being leased: give them straight back, unspent.
-        await queues.release_many(queue, [(job.id, job.lease_id) for job in jobs])
-    return jobs
+        await queues.release_many(queue, [(job.id, job.lease_id) for job in leases.jobs])
+    if leases.retry_after_ms > 0:  # counted from the last try, not from the answer
+        left_ms = leases.retry_after_ms - int((loop.time() - tried_at) * 1000)
+        return Leases(leases.jobs, max(left_ms, 1))
+    return leases
 
 
 async def _watch_hang_up(request: Request[Any, Any, State], client_gone: asyncio.Event) -> None:
@@ -471,9 +487,11 @@ async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
         await queues.ack_one(queue, id, done.lease_id, done.result)
         return json_response(AckResponse(id=id, state="completed"))
     lease = next_lease(ask)
-    jobs = await queues.ack_one_and_lease(queue, id, done.lease_id, done.result, lease)
-    jobs = jobs or await lease_later(request, queue, ask, lease)
-    return json_response(AckResponse(id=id, state="completed", jobs=jobs))
+    leases = await queues.ack_one_and_lease(queue, id, done.lease_id, done.result, lease)
+    leases = await lease_later(request, queue, ask, lease, leases)
+    return json_response(
+        AckResponse(id=id, state="completed", jobs=leases.jobs, retry_after_ms=retry_after(leases))
+    )
 
 
 @post(
@@ -494,9 +512,11 @@ async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
     if ask is None:
         return json_response(AckManyResponse(results=await queues.ack(queue, batch.acks)))
     lease = next_lease(ask)
-    results, jobs = await queues.ack_and_lease(queue, batch.acks, lease)
-    jobs = jobs or await lease_later(request, queue, ask, lease)
-    return json_response(AckManyResponse(results=results, jobs=jobs))
+    results, leases = await queues.ack_and_lease(queue, batch.acks, lease)
+    leases = await lease_later(request, queue, ask, lease, leases)
+    return json_response(
+        AckManyResponse(results=results, jobs=leases.jobs, retry_after_ms=retry_after(leases))
+    )
 
 
 # lease_next: the acks and a first try of the lease go in one script call; a long poll
@@ -508,10 +528,13 @@ def next_lease(ask: LeaseRequest) -> NextLease:
 
 
 async def lease_later(
-    request: Request[Any, Any, State], queue: str, ask: LeaseRequest, lease: NextLease
-) -> list[LeasedJob]:
-    request_id = lease[3]
-    return await lease_jobs(request, queue, ask, request_id) if ask.wait_ms > 0 else []
+    request: Request[Any, Any, State], queue: str, ask: LeaseRequest, lease: NextLease, first: Leases
+) -> Leases:
+    """The answer of the first try (with the acks), or, when it leased nothing and the request
+    long-polls, what the wait leases."""
+    if first.jobs or ask.wait_ms <= 0:
+        return first
+    return await lease_jobs(request, queue, ask, lease[3])
 
 
 @post(
@@ -589,6 +612,9 @@ async def get_job(request: Request[Any, Any, State]) -> Response[bytes]:
 
 
 OUTCOME_POLL_S = 0.1  # how often a wait reads the job when the service keeps no events
+# A queue's events can be turned off by its settings at any time: a wait following the events
+# looks again this often whether they are still on (a read at most this stale decides).
+EVENTS_RECHECK_S = 1.0
 
 
 async def wait_for_outcome(
@@ -604,14 +630,20 @@ async def wait_for_outcome(
             raise_for_code(ScriptCode.JOB_NOT_FOUND, job_id)
         if view.state in FINAL_STATES:  # type: ignore[union-attr]
             return view  # type: ignore[return-value]
+        # No events to follow (none kept by the service, or the queue's own turned off): look
+        # at the job again now and then.
+        polling = queues.events_maxlen == 0 or await queues.events_off(queue)
+        checked_at = loop.time()
         while (remaining := deadline - loop.time()) > 0:
-            if queues.events_maxlen == 0:  # no events to follow: look again now and then
+            if not polling and loop.time() - checked_at >= EVENTS_RECHECK_S:
+                polling, checked_at = await queues.events_off(queue), loop.time()
+            if polling:
                 await asyncio.sleep(min(OUTCOME_POLL_S, remaining))
                 view = await queues.get_job(queue, job_id)
                 if view.state in FINAL_STATES:
                     return view
                 continue
-            event = await subscriber.next(remaining)
+            event = await subscriber.next(min(remaining, EVENTS_RECHECK_S))
             if subscriber.dropped or subscriber.resync is not None:
                 break  # shutting down, or the queue was deleted: answer with what is there now
             if event is not None and event.number > position:
@@ -1009,6 +1041,38 @@ async def redrive(request: Request[Any, Any, State]) -> Response[bytes]:
     return json_response(RedriveResponse(retried=await queues_of(request).redrive(queue, ask.ids)))
 
 
+@get(
+    Q + "/settings",
+    operation_id="getSettings",
+    summary="A queue's settings (flow control, retention, events)",
+    description="The queue's settings as they apply now on every replica: max_in_flight, "
+    "group_max_in_flight, rate_limit, max_stalls, events, and its own retention times. A queue "
+    "never configured (or never used) answers the defaults: no limits, events on, the service's "
+    "retention.",
+    opt=_opt(Action.READ, INSPECT, None, {200: QueueSettings}),
+)
+async def get_settings(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
+    return json_response(await queues_of(request).get_settings(queue))
+
+
+@put(
+    Q + "/settings",
+    operation_id="putSettings",
+    summary="Replace a queue's settings",
+    description="Replaces the queue's settings as a whole: a field left out (or null) takes its "
+    "default (no limit, events on, the service's retention). Every replica follows at once: the "
+    "scripts read the settings on every call. A cap raised or removed wakes the queue's long "
+    "polls. A queue configured before its first job is listed by GET /v1/queues from then on. "
+    "Idempotent: the same body again changes nothing. 400 on a value out of range.",
+    opt=_opt(Action.ADMIN, OPERATE, QueueSettings, {200: QueueSettings}),
+)
+async def put_settings(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
+    settings = await read_body(request, QueueSettings)
+    return json_response(await queues_of(request).put_settings(queue, settings))
+
+
 QUEUE_HANDLERS = [
     enqueue,
     enqueue_many,
@@ -1035,4 +1099,6 @@ QUEUE_HANDLERS = [
     pause,
     resume,
     redrive,
+    get_settings,
+    put_settings,
 ]

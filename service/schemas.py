@@ -306,6 +306,17 @@ class LeasedJob(Struct):
     ] = None
 
 
+RetryAfterMs = Annotated[
+    int | UnsetType,
+    Meta(
+        description="only when the queue's rate_limit held this lease back (fewer jobs, or none, "
+        "than asked for while jobs wait): how many milliseconds until the rate window has room "
+        "again. A cap of max_in_flight gives no time (a long poll is woken when a job leaves the "
+        "ledger)"
+    ),
+]
+
+
 class LeaseResponse(Struct):
     """The jobs leased."""
 
@@ -313,9 +324,11 @@ class LeaseResponse(Struct):
         list[LeasedJob],
         Meta(
             description="highest priority first, then first in line; empty when no job could be leased "
-            "within wait_ms (nothing waiting, the queue paused, or the service shutting down)"
+            "within wait_ms (nothing waiting, the queue paused, a cap of the queue's settings "
+            "reached, or the service shutting down)"
         ),
     ]
+    retry_after_ms: RetryAfterMs = UNSET
 
 
 # Ack, then lease the next job, in one call: the lease request rides along with the ack.
@@ -445,6 +458,7 @@ class AckResponse(Struct):
     id: JobId
     state: Annotated[Literal["completed"], Meta(description="always completed")]
     jobs: NextJobs | UnsetType = UNSET
+    retry_after_ms: RetryAfterMs = UNSET
 
 
 class AckItem(Request):
@@ -490,6 +504,7 @@ class AckManyResponse(Struct):
 
     results: Annotated[list[AckResult], Meta(description="one per ack, in the order sent")]
     jobs: NextJobs | UnsetType = UNSET
+    retry_after_ms: RetryAfterMs = UNSET
 
 
 class FailRequest(Request):
@@ -917,3 +932,80 @@ class Health(Struct):
     """Liveness or readiness."""
 
     status: Annotated[str, Meta(description="ok (/healthz) or ready (/readyz)")]
+
+
+# --- queue settings (flow control) ----------------------------------------------------------------
+
+InFlightCap = Annotated[int, Meta(ge=1, le=limits.MAX_IN_FLIGHT_CAP)]
+RetentionS = Annotated[int, Meta(ge=0, le=limits.MAX_RETENTION_S)]
+
+
+class RateLimit(Request):
+    """At most max leased jobs in any window of per_ms milliseconds, for the whole queue."""
+
+    max: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=limits.MAX_RATE_JOBS,
+            description="jobs leased per window, at least 1; a burst of up to max at once is allowed",
+        ),
+    ]
+    per_ms: Annotated[
+        int,
+        Meta(
+            ge=limits.MIN_RATE_PER_MS,
+            le=limits.MAX_RATE_PER_MS,
+            description="the window's length in milliseconds, 1 s to 24 h: no interval this long ever "
+            "leases more than max jobs",
+        ),
+    ]
+
+
+class QueueSettings(Request):
+    """A queue's settings, as a whole: a PUT replaces them all (a field left out takes its
+    default). Every replica follows a change at once."""
+
+    max_in_flight: Annotated[
+        InFlightCap | None,
+        Meta(
+            description="at most this many of the queue's jobs in the in-flight ledger at once, over all "
+            "workers; null (default): no limit"
+        ),
+    ] = None
+    group_max_in_flight: Annotated[
+        InFlightCap | None,
+        Meta(description="at most this many jobs of each group in flight at once; null (default): no limit"),
+    ] = None
+    rate_limit: Annotated[
+        RateLimit | None,
+        Meta(description="at most max leased jobs per per_ms window; null (default): no limit"),
+    ] = None
+    max_stalls: Annotated[
+        Annotated[int, Meta(ge=0, le=limits.MAX_STALLS)] | None,
+        Meta(
+            description="a job whose lease expires more than this many times is dead-lettered (reason "
+            "stalled), even with attempts left; null (default): no limit"
+        ),
+    ] = None
+    events: Annotated[
+        bool,
+        Meta(
+            description="false: the queue's transitions write no events (its event subscribers see "
+            "nothing new; its history still counts); default true"
+        ),
+    ] = True
+    completed_retention_s: Annotated[
+        RetentionS | None,
+        Meta(
+            description="how long the queue's completed jobs are kept, in seconds; null (default): the "
+            "service's EMQ_COMPLETED_RETENTION_S"
+        ),
+    ] = None
+    failed_retention_s: Annotated[
+        RetentionS | None,
+        Meta(
+            description="how long the queue's dead-lettered and cancelled jobs are kept, in seconds; null "
+            "(default): the service's EMQ_FAILED_RETENTION_S"
+        ),
+    ] = None

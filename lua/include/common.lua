@@ -34,6 +34,13 @@ local COMPLETED_RETENTION_MS = @COMPLETED_RETENTION_MS@
 local FAILED_RETENTION_MS = @FAILED_RETENTION_MS@
 local COMPLETED_MAX = @COMPLETED_MAX@
 local FAILED_MAX = @FAILED_MAX@
+-- A queue's settings may set its own retention times (META "completed_retention_s",
+-- "failed_retention_s", in seconds): they take the place of the service's. The count caps stay
+-- the service's.
+local function retention_ms(field, service_ms)
+  local seconds = redis.call('HGET', META, field)
+  return seconds and tonumber(seconds) * 1000 or service_ms
+end
 
 -- Lua's unpack refuses more than about 8,000 values, and Redis does not roll back a script that
 -- fails halfway: every variadic command over a list that can grow is sent in chunks of this many
@@ -76,7 +83,8 @@ end
 -- as its transition, and a batch costs one XADD. Events are numbered 1, 2, 3... per queue (META
 -- "event_seq"); an entry's id is "0-<number of its last event>", so an entry holds the events
 -- from the previous entry's number + 1 to its own. At least EVENTS_MAXLEN events are kept
--- (approximate trimming by MINID: whole stream nodes at a time); 0 turns events off.
+-- (approximate trimming by MINID: whole stream nodes at a time); 0 turns events off, and so does
+-- a queue's own setting (META "events_off") for that queue.
 local EVENTS = PREFIX .. '@EVENTS_NAME@'
 local EVENTS_MAXLEN = @EVENTS_MAXLEN@
 local event_lines = {}
@@ -93,6 +101,11 @@ end
 local function flush_events(at)
   local count = #event_lines
   if count == 0 then return end
+  -- A queue whose settings turned its events off (META "events_off") writes none: one read.
+  if redis.call('HEXISTS', META, 'events_off') == 1 then
+    event_lines = {}
+    return
+  end
   local last = redis.call('HINCRBY', META, 'event_seq', count)
   local written = redis.pcall(unpack(stream_entry_args(last, at)))
   if type(written) == 'table' and written.err then
@@ -158,6 +171,11 @@ end
 -- ever bring it forward (LT); the sweep sets it exactly and removes a queue with nothing ahead,
 -- so the sweeper never visits a quiet queue.
 local function sweep_needed_by(at_ms) redis.call('ZADD', DUE, 'LT', at_ms, QUEUE) end
+
+local function wake_waiters(count)
+  -- PUBLISH, or SPUBLISH on a Cluster (the channel is KEYS[10], so it shares the queue's slot)
+  if count > 0 then redis.call('@PUBLISH@', WAKE, count) end
+end
 
 -- Make a job leasable. front = true puts it first in line among its priority.
 local function push_waiting(id, priority, front)
@@ -311,6 +329,9 @@ local function detach(departures)
     call_chunked('ZREM', held, departures.by_worker[worker])
     if redis.call('ZCARD', held) == 0 then redis.call('SREM', WORKERS, worker) end
   end
+  -- A lease that max_in_flight held back left META "room_wanted" (lease.lua): these jobs free
+  -- slots, so the queue's long polls are woken. Without a cap, this HDEL is all it costs.
+  if redis.call('HDEL', META, 'room_wanted') == 1 then wake_waiters(#departures.ids) end
 end
 
 -- Both steps for one job.
@@ -347,7 +368,7 @@ local function record_completed(entries, now)
   local added, size = #entries / 2, redis.call('ZCARD', COMPLETED)
   -- Only the first completed job brings the queue's retention work forward: an older one's
   -- retention ends sooner, and the due index is no later than that already.
-  if size == added then sweep_needed_by(now + COMPLETED_RETENTION_MS) end
+  if size == added then sweep_needed_by(now + retention_ms('completed_retention_s', COMPLETED_RETENTION_MS)) end
   keep_at_most(COMPLETED, COMPLETED_MAX, added + TRIM_ALLOWANCE, size)
 end
 
@@ -355,7 +376,7 @@ end
 local function dead_letter(id, key, now, attempt, reason, error_text)
   redis.call('HSET', key, 'state', 'failed', 'finished_at', now, 'updated_at', now)
   redis.call('ZADD', FAILED, now, id)
-  sweep_needed_by(now + FAILED_RETENTION_MS)
+  sweep_needed_by(now + retention_ms('failed_retention_s', FAILED_RETENTION_MS))
   keep_at_most(FAILED, FAILED_MAX, 1 + TRIM_ALLOWANCE)
   emit('failed', id, '"attempt":' .. attempt .. ',"reason":"' .. reason .. '","error":' .. json_text(error_text))
   count_history('failed', 1)
@@ -368,7 +389,7 @@ local function cancel_job(id, key, now, reason)
   redis.call('HSET', key, 'state', 'cancelled', 'cancel_requested', 1, 'finished_at', now, 'updated_at', now,
     'error', reason or 'cancelled')
   redis.call('ZADD', CANCELLED, now, id)
-  sweep_needed_by(now + FAILED_RETENTION_MS)
+  sweep_needed_by(now + retention_ms('failed_retention_s', FAILED_RETENTION_MS))
   keep_at_most(CANCELLED, FAILED_MAX, 1 + TRIM_ALLOWANCE)
   emit('cancelled', id, '')
 end
@@ -393,7 +414,3 @@ local function promote_due(now, limit)
   return promoted, #due
 end
 
-local function wake_waiters(count)
-  -- PUBLISH, or SPUBLISH on a Cluster (the channel is KEYS[10], so it shares the queue's slot)
-  if count > 0 then redis.call('@PUBLISH@', WAKE, count) end
-end

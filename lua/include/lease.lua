@@ -50,16 +50,116 @@ local function take_waiting(wanted)
   return ids
 end
 
+-- Flow control: the queue's settings (META "max_in_flight", "rate_max", "rate_per_ms"; absent =
+-- no limit) cap how many jobs a lease call may take.
+-- max_in_flight: room = the cap - the ledger's length (LLEN, O(1)). A call it held back sets
+-- META "room_wanted", and the next job to leave the ledger (common.lua detach) clears the flag
+-- and wakes the queue's long polls: exits cost an uncapped queue one HDEL.
+-- rate_limit: no interval of rate_per_ms ms ever leases more than rate_max jobs (a sliding
+-- window, counting jobs, not calls; a burst of rate_max at once is allowed). RATE is a log of
+-- "<time ms> <jobs>" entries, newest on the left, and META "rate_used" the sum of its jobs. A
+-- call that leases appends one entry stamped with the end of its time's grain (per_ms / 1000 ms,
+-- at least 1): an entry is counted at least until per_ms after each of its leases (never too
+-- short: exact), at most a grain longer (throughput at most 0.1% under the limit), and the log
+-- holds at most about 1000 entries in a window whatever rate_max is (calls in one grain share
+-- an entry). Each call drops the entries that left the window from the old end, at most
+-- RATE_TRIM_PER_CALL of them (one LRANGE, one LTRIM); while that is behind, the old entries
+-- still count, so the call leases less, never more. A log whose newest entry left the window is
+-- dropped whole (it is that short). The room comes back when the oldest entry still counted
+-- leaves the window: retry_after_ms.
+local RATE = PREFIX .. '@RATE_NAME@'
+local RATE_TRIM_PER_CALL = 64
+local RATE_GRAINS_PER_WINDOW = 1000
+local TRIM_BEHIND_RETRY_MS = 1 -- the log's trim is behind: room may be there already
+
+local function rate_entry(entry)
+  local at, jobs = string.match(entry, '^(%d+) (%d+)$')
+  return tonumber(at), tonumber(jobs)
+end
+
+-- How many of rate_max jobs the window has room for now.
+local function rate_room(rate_max, per_ms, now)
+  local newest = redis.call('LINDEX', RATE, 0)
+  if not newest then return rate_max end
+  if now - rate_entry(newest) >= per_ms then
+    redis.call('DEL', RATE)
+    redis.call('HDEL', META, 'rate_used')
+    return rate_max
+  end
+  local used = tonumber(redis.call('HGET', META, 'rate_used') or '0')
+  local tail = redis.call('LRANGE', RATE, -RATE_TRIM_PER_CALL, -1)
+  local out, freed = 0, 0
+  for i = #tail, 1, -1 do
+    local at, jobs = rate_entry(tail[i])
+    if now - at < per_ms then break end
+    out, freed = out + 1, freed + jobs
+  end
+  if out > 0 then
+    redis.call('LTRIM', RATE, 0, -(out + 1))
+    used = used - freed
+    redis.call('HSET', META, 'rate_used', text(used))
+  end
+  return math.max(rate_max - used, 0)
+end
+
+-- When the window has room again (ms from now): when its oldest entry still counted leaves it.
+local function rate_retry_after(per_ms, now)
+  local oldest = redis.call('LINDEX', RATE, -1)
+  if not oldest then return TRIM_BEHIND_RETRY_MS end
+  return math.max(rate_entry(oldest) + per_ms - now, TRIM_BEHIND_RETRY_MS)
+end
+
+local function record_rate_use(jobs, per_ms, now)
+  local grain = math.max(1, math.floor(per_ms / RATE_GRAINS_PER_WINDOW))
+  local at = now - now % grain + grain - 1
+  local newest = redis.call('LINDEX', RATE, 0)
+  local newest_at, newest_jobs
+  if newest then newest_at, newest_jobs = rate_entry(newest) end
+  if newest_at == at then
+    redis.call('LSET', RATE, 0, text(at) .. ' ' .. text(newest_jobs + jobs))
+  else
+    redis.call('LPUSH', RATE, text(at) .. ' ' .. text(jobs))
+  end
+  redis.call('HINCRBY', META, 'rate_used', jobs)
+end
+
+-- The room the queue's caps leave a call that asks for max_jobs: {room, room left by
+-- max_in_flight (nil: no cap), room left by the rate (nil: no rate limit), the rate's window}.
+local function flow_room(max_jobs, now)
+  local caps = redis.call('HMGET', META, 'max_in_flight', 'rate_max', 'rate_per_ms')
+  local room, in_flight_room, rate_left, per_ms = max_jobs, nil, nil, nil
+  if caps[1] then
+    in_flight_room = math.max(tonumber(caps[1]) - redis.call('LLEN', ACTIVE), 0)
+    room = math.min(room, in_flight_room)
+  end
+  if caps[2] and caps[3] then
+    per_ms = tonumber(caps[3])
+    rate_left = rate_room(tonumber(caps[2]), per_ms, now)
+    room = math.min(room, rate_left)
+  end
+  return {room, in_flight_room, rate_left, per_ms}
+end
+
+-- After the leasing loop: the jobs leased count against the rate. A cap that held the call back
+-- (it leased all the room it had, less than it asked for) asks to be woken (max_in_flight) or
+-- says when to come back (the rate: reply[2], retry_after_ms); otherwise reply[2] stays 0.
+local function flow_after(flow, leased, max_jobs, reply, now)
+  if leased > 0 and flow[4] then record_rate_use(leased, flow[4], now) end
+  if leased ~= flow[1] or leased >= max_jobs then return end
+  if flow[2] == leased then redis.call('HSET', META, 'room_wanted', '1') end
+  if flow[3] == leased then reply[2] = rate_retry_after(flow[4], now) end
+end
+
 -- Lease up to max_jobs waiting jobs to worker (see lease-11.lua). lease_ms_text: the lease's
 -- length in ms, as text; lease_ids: max_jobs random tokens of @LEASE_ID_CHARS@ characters,
 -- concatenated; request_id: the call's id, its record kept record_ms. Returns the lease script's
--- reply: {stale, then 10 entries per leased job}. now: the time (ms).
+-- reply: {stale, retry_after_ms (0: none), then 10 entries per leased job}. now: the time (ms).
 local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id, record_ms, now)
   local lease_ms = tonumber(lease_ms_text)
   local request = request_key(worker, request_id)
   local earlier = redis.call('GET', request)
   if earlier then
-    local reply = {0}
+    local reply = {0, 0}
     for id, lease_id in string.gmatch(earlier, '(%S+) (%S+)') do
       if holds_lease(id, lease_id, worker) then
         local key = job_key(id)
@@ -71,14 +171,22 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
     return reply
   end
   local meta = redis.call('HMGET', META, 'paused', 'fence')
-  if meta[1] then return {0} end
+  if meta[1] then return {0, 0} end
   promote_due(now, max_jobs)
+  local asked = max_jobs
+  local flow = flow_room(max_jobs, now)
+  max_jobs = flow[1]
+  if max_jobs == 0 then
+    local reply = {stale_entries, 0}
+    flow_after(flow, 0, asked, reply, now)
+    return reply
+  end
 
   local expires_at = now + lease_ms
   local now_text, expires_text = text(now), text(expires_at)
   local fence = number_or(meta[2], 0)
   local leased, deadlines, held, record = {}, {}, {}, {}
-  local reply = {0}
+  local reply = {0, 0}
   -- A dropped entry leaves room for another job: a few more rounds, never an unbounded loop.
   for _ = 1, 4 do
     local ids = take_waiting(max_jobs - #leased)
@@ -116,6 +224,7 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
     if #leased == max_jobs then break end
   end
   reply[1] = stale_entries
+  flow_after(flow, #leased, asked, reply, now)
   if #leased == 0 then return reply end
 
   -- Newest lease on the left, in leasing order, as one LMOVE per job would have left them.

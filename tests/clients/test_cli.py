@@ -474,3 +474,24 @@ def test_serve_runs_the_service(redis_url: str, tmp_path: Path) -> None:
     finally:
         service.send_signal(signal.SIGTERM)
         assert service.wait(30) == 0
+
+
+def test_settings_show_and_change_only_what_is_given(service_url: str, queue: str) -> None:
+    assert emq_json("settings", queue, url=service_url)["max_in_flight"] is None
+    changed = emq_json("settings", queue, "--max-in-flight", "4", "--rate", "100/1000", url=service_url)
+    assert changed["max_in_flight"] == 4 and changed["rate_limit"] == {"max": 100, "per_ms": 1000}
+    # Read, change, write: the settings not given keep their value.
+    changed = emq_json("settings", queue, "--events", "off", "--failed-retention-s", "60", url=service_url)
+    assert changed["max_in_flight"] == 4 and changed["rate_limit"] == {"max": 100, "per_ms": 1000}
+    assert changed["events"] is False and changed["failed_retention_s"] == 60
+    changed = emq_json("settings", queue, "--max-in-flight", "none", "--rate", "none", url=service_url)
+    assert changed["max_in_flight"] is None and changed["rate_limit"] is None and changed["events"] is False
+    shown = emq("settings", queue, url=service_url).stdout
+    assert "events:" in shown and "off" in shown and "failed_retention_s:" in shown
+    assert "keep their current value" in emq("settings", "--help", url=service_url).stdout
+    bad = emq("settings", queue, "--max-in-flight", "0", url=service_url, check=False)
+    assert bad.returncode == 2 and "at least 1" in bad.stderr
+    bad = emq("settings", queue, "--rate", "100", url=service_url, check=False)
+    assert bad.returncode == 2 and "MAX/PER_MS" in bad.stderr
+    bad = emq("settings", queue, "--rate", "1/10", url=service_url, check=False)  # the service says 400
+    assert bad.returncode != 0 and "per_ms" in bad.stderr

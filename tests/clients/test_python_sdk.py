@@ -217,6 +217,8 @@ METHOD_OF_OPERATION = {
     "releaseWorker": "release_worker",
     "pauseQueue": "pause",
     "resumeQueue": "resume",
+    "getSettings": "get_settings",
+    "putSettings": "put_settings",
 }
 HELPERS = {"wait"}  # methods built on an operation's method: wait loops over get_job's wait_ms
 
@@ -400,3 +402,27 @@ async def test_async_ack_with_lease_next_and_heartbeat_many(asdk: AsyncClient, q
     )
     assert [o.state for o in both.results] == ["completed", "completed"] and both.jobs == []
     assert [o.ok for o in await asdk.ack_many(queue, [{"id": "j1", "lease_id": "x"}])] == [False]
+
+
+def test_settings_get_and_put(service_url: str, queue: str) -> None:
+    from echomq import QueueSettings, RateLimit
+
+    with Client(service_url) as client:
+        assert client.get_settings(queue) == QueueSettings()
+        stored = client.put_settings(queue, max_in_flight=3, rate_limit=(10, 1000), events=False)
+        assert stored == QueueSettings(
+            max_in_flight=3, rate_limit=RateLimit(max=10, per_ms=1000), events=False
+        )
+        assert client.get_settings(queue) == stored
+        assert client.put_settings(queue, rate_limit={"max": 1, "per_ms": 2000}).rate_limit == RateLimit(
+            max=1, per_ms=2000
+        )
+        assert client.get_settings(queue).max_in_flight is None  # the whole object: left out is default
+
+
+async def test_async_settings_get_and_put(service_url: str, queue: str) -> None:
+    from echomq import AsyncClient
+
+    async with AsyncClient(service_url) as client:
+        assert (await client.put_settings(queue, completed_retention_s=5)).completed_retention_s == 5
+        assert (await client.get_settings(queue)).completed_retention_s == 5

@@ -293,3 +293,33 @@ async def test_a_handler_done_before_the_cancel_is_noticed_is_acked(asdk: AsyncC
     worker.stop()
     await asyncio.wait_for(task, 5)
     assert (job.state, job.result) == ("completed", "finished")
+
+
+async def test_a_rate_limited_worker_waits_retry_after_ms_instead_of_asking_again(
+    asdk: AsyncClient, queue: str
+) -> None:
+    await asdk.put_settings(queue, rate_limit=(2, 1500))
+    await asdk.enqueue_many(queue, [{"payload": n} for n in range(4)])
+
+    async def handle(job: JobContext) -> None:
+        return None
+
+    # No long poll (wait_ms 0): without the hint, an empty lease would be asked again at once.
+    worker = Worker(queue, handle, client=asdk, concurrency=4, wait_ms=0, grace_s=0)
+    sent = 0
+    send_lease = worker._send_lease
+
+    def counted(*args: Any) -> Any:
+        nonlocal sent
+        sent += 1
+        return send_lease(*args)
+
+    worker._send_lease = counted  # type: ignore[method-assign]
+    started = time.monotonic()
+    task = asyncio.create_task(worker.arun())
+    await await_until(lambda: completed(asdk, queue, 4))
+    took_s = time.monotonic() - started
+    worker.stop()
+    await asyncio.wait_for(task, 5)
+    assert took_s >= 1.4  # two windows: the rate held
+    assert sent <= 12, f"{sent} lease requests in {took_s:.1f} s"

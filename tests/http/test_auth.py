@@ -49,6 +49,8 @@ ENDPOINTS = [
     ("read", "GET", Q + "/workers", None),
     ("read", "GET", Q + "/failed", None),
     ("read", "GET", Q + "/jobs?state=waiting", None),
+    ("read", "GET", Q + "/settings", None),
+    ("admin", "PUT", Q + "/settings", {"max_in_flight": 3}),
     ("admin", "DELETE", JOB, None),
     ("admin", "DELETE", Q, None),
     ("admin", "POST", Q + "/workers/w/release", None),

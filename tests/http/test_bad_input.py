@@ -279,6 +279,10 @@ ENDPOINTS: dict[str, Endpoint] = {
     "pause": Endpoint("POST", "/v1/queues/{queue}/pause"),
     "resume": Endpoint("POST", "/v1/queues/{queue}/resume"),
     "redrive": Endpoint("POST", "/v1/queues/{queue}/failed/retry", {"ids": [DEAD]}),
+    "get_settings": Endpoint("GET", "/v1/queues/{queue}/settings"),
+    "put_settings": Endpoint(
+        "PUT", "/v1/queues/{queue}/settings", {"max_in_flight": 3, "rate_limit": {"max": 5, "per_ms": 1000}}
+    ),
 }
 BODY_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if endpoint.body is not None]
 JOB_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if "{job}" in endpoint.path]
@@ -326,6 +330,7 @@ INVALID_UTF8_BODIES = {
     "fail": b'{"lease_id": "$LEASE", "error": "\xe9"}',  # Latin-1, not UTF-8
     "release": b'{"lease_id": "\xff"}',
     "redrive": b'{"ids": ["\xff"]}',
+    "put_settings": b'{"max_in_flight": 3, "\xff": 1}',
 }
 # The same strings as an unpaired UTF-16 surrogate escape: valid-looking JSON, not encodable text.
 LONE_SURROGATE_BODIES = {
@@ -349,6 +354,7 @@ FLOAT_FIRST_FIELD = {
     "fail": "retry_after_ms",
     "release": "lease_id",
     "redrive": "ids",
+    "put_settings": "max_in_flight",
 }
 
 
@@ -517,6 +523,32 @@ FIELD_CASES = [
                 ("null-item", [None]),
                 *((f"item-{label}", [DEAD, name]) for label, name in BAD_BODY_NAMES.items()),
                 (f"{limits.MAX_BATCH + 1}-ids", [DEAD] * (limits.MAX_BATCH + 1)),
+            ],
+        },
+    ),
+    *field_cases(
+        "put_settings",
+        {
+            "max_in_flight": ints(1, limits.MAX_IN_FLIGHT_CAP),
+            "group_max_in_flight": ints(1, limits.MAX_IN_FLIGHT_CAP),
+            "max_stalls": ints(0, limits.MAX_STALLS),
+            "completed_retention_s": ints(0, limits.MAX_RETENTION_S),
+            "failed_retention_s": ints(0, limits.MAX_RETENTION_S),
+            "events": not_null([("string", "off"), ("int", 0), ("object", {})]),
+            "rate_limit": [
+                ("int", 5),
+                ("string", "5/1000"),
+                ("no-max", {"per_ms": 1000}),
+                ("no-per_ms", {"max": 5}),
+                ("unknown-field", {"max": 5, "per_ms": 1000, "burst": 2}),
+                *(
+                    (f"max-{label}", {"max": value, "per_ms": 1000})
+                    for label, value in ints(1, limits.MAX_RATE_JOBS)
+                ),
+                *(
+                    (f"per_ms-{label}", {"max": 5, "per_ms": value})
+                    for label, value in ints(limits.MIN_RATE_PER_MS, limits.MAX_RATE_PER_MS)
+                ),
             ],
         },
     ),
@@ -1270,6 +1302,7 @@ OVERSIZED_BODIES: dict[str, Any] = {
     "fail": {"lease_id": LEASE, "error": OVERSIZED},  # under 8 KiB: only the body limit is hit
     "release": {"lease_id": LEASE, "bogus": OVERSIZED},
     "redrive": {"ids": [DEAD] * 300},
+    "put_settings": {"max_in_flight": 3, "bogus": OVERSIZED},
 }
 assert set(OVERSIZED_BODIES) == set(BODY_ENDPOINTS)
 

@@ -47,6 +47,8 @@ CONTRACT = {
     ("get", "/v1/queues/{queue}/events"),  # v1.1
     ("post", "/v1/queues/{queue}/jobs/{id}/cancel"),  # v1.1
     ("get", "/v1/queues/{queue}/history"),  # v1.1
+    ("get", "/v1/queues/{queue}/settings"),  # v1.1
+    ("put", "/v1/queues/{queue}/settings"),  # v1.1
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),

@@ -159,6 +159,7 @@ class LuaQueue:
         self.scripts = scripts
         self.keys = private_due_index(QueueKeys.for_queue(name, cluster=isinstance(client, RedisCluster)))
         self._variants: dict[tuple[tuple[str, str], ...], Scripts] = {}
+        self.retry_after_ms = 0  # the last lease's
 
     async def call(self, operation: str, *args: Any) -> Any:
         return await self.scripts.call(operation, self.keys.script_keys, (self.keys.prefix, *args))
@@ -191,10 +192,11 @@ class LuaQueue:
     ) -> list[Leased]:
         tokens = "".join(lease_ids) if lease_ids is not None else random_lease_ids(max_jobs)
         request_id = request_id or f"r{next(_GENERATED)}"
-        stale, *reply = await self.call(
+        stale, retry_after_ms, *reply = await self.call(
             "lease", worker, lease_ms, max_jobs, tokens, request_id, REQUEST_TTL_MS
         )
         assert stale == expect_stale
+        self.retry_after_ms = retry_after_ms  # the lease reply's hint (0: none)
         assert len(reply) % 10 == 0
         jobs = []
         for i in range(0, len(reply), 10):

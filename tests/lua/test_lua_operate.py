@@ -31,6 +31,7 @@ OPERATIONS = [
     "release",
     "release-worker",
     "set-paused",
+    "settings",
     "sweep",
     "workers",
 ]

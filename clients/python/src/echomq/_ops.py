@@ -153,6 +153,8 @@ def _field(kind: type[Any], name: str) -> Callable[[Answer], Any]:
 _read_enqueued = reader(m.Enqueued)
 _read_many = _field(m._EnqueueMany, "jobs")
 _read_leased = _field(m._Leased, "jobs")
+_read_lease_answer = reader(m.LeaseAnswer)
+_read_settings = reader(m.QueueSettings)
 _read_heartbeat = reader(m.Heartbeat)
 _read_heartbeat_many = _field(m._HeartbeatMany, "results")
 _read_acked = reader(m.Acked)
@@ -297,6 +299,20 @@ def lease(
         body=_body({**fields, "request_id": request_id}),
         long_poll_s=(wait_ms or 0) / 1000,
     )
+
+
+def lease_answer(
+    queue: str,
+    worker: str,
+    *,
+    lease_ms: Optional[int],
+    max_jobs: Optional[int],
+    wait_ms: Optional[int],
+    request_id: Optional[str] = None,
+) -> Op[m.LeaseAnswer]:
+    """lease, answered whole: the jobs and the rate limit's retry_after_ms (the Worker's)."""
+    op = lease(queue, worker, lease_ms=lease_ms, max_jobs=max_jobs, wait_ms=wait_ms, request_id=request_id)
+    return Op(op.method, op.path, _read_lease_answer, op.idempotent, op.body, long_poll_s=op.long_poll_s)
 
 
 def heartbeat(queue: str, job_id: str, lease_id: str, lease_ms: Optional[int]) -> Op[m.Heartbeat]:
@@ -495,6 +511,42 @@ def release_worker(queue: str, worker: str) -> Op[list[str]]:
 def set_paused(queue: str, paused: bool) -> Op[m.Paused]:
     action = "pause" if paused else "resume"
     return Op("POST", f"{_q(queue)}/{action}", _read_paused, idempotent=True)
+
+
+def get_settings(queue: str) -> Op[m.QueueSettings]:
+    return Op("GET", f"{_q(queue)}/settings", _read_settings, idempotent=True)
+
+
+RateLimitIn = Union[m.RateLimit, Mapping[str, int], tuple[int, int], None]
+
+
+def put_settings(
+    queue: str,
+    *,
+    max_in_flight: Optional[int],
+    group_max_in_flight: Optional[int],
+    rate_limit: RateLimitIn,
+    max_stalls: Optional[int],
+    events: bool,
+    completed_retention_s: Optional[int],
+    failed_retention_s: Optional[int],
+) -> Op[m.QueueSettings]:
+    # The whole object: a field sent as null takes its default. Repeating it changes nothing.
+    if isinstance(rate_limit, tuple):
+        rate_limit = m.RateLimit(max=rate_limit[0], per_ms=rate_limit[1])
+    elif rate_limit is not None and not isinstance(rate_limit, m.RateLimit):
+        rate_limit = msgspec.convert(dict(rate_limit), m.RateLimit)
+    settings = m.QueueSettings(
+        max_in_flight=max_in_flight,
+        group_max_in_flight=group_max_in_flight,
+        rate_limit=rate_limit,
+        max_stalls=max_stalls,
+        events=events,
+        completed_retention_s=completed_retention_s,
+        failed_retention_s=failed_retention_s,
+    )
+    body = _encoder.encode(settings)
+    return Op("PUT", f"{_q(queue)}/settings", _read_settings, idempotent=True, body=body)
 
 
 def healthz() -> Op[bool]:

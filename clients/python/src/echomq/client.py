@@ -346,6 +346,38 @@ class Client(_Base):
         """Give back every job a worker holds (declaring it dead)."""
         return self._call(_ops.release_worker(queue, worker))
 
+    def get_settings(self, queue: str) -> m.QueueSettings:
+        """The queue's settings (defaults for a queue never configured)."""
+        return self._call(_ops.get_settings(queue))
+
+    def put_settings(
+        self,
+        queue: str,
+        *,
+        max_in_flight: Optional[int] = None,
+        group_max_in_flight: Optional[int] = None,
+        rate_limit: _ops.RateLimitIn = None,
+        max_stalls: Optional[int] = None,
+        events: bool = True,
+        completed_retention_s: Optional[int] = None,
+        failed_retention_s: Optional[int] = None,
+    ) -> m.QueueSettings:
+        """Replace the queue's settings as a whole: an argument left out takes its default (no
+        limit, events on, the service's retention). ``rate_limit``: ``RateLimit``, a mapping
+        ``{"max", "per_ms"}`` or a ``(max, per_ms)`` tuple."""
+        return self._call(
+            _ops.put_settings(
+                queue,
+                max_in_flight=max_in_flight,
+                group_max_in_flight=group_max_in_flight,
+                rate_limit=rate_limit,
+                max_stalls=max_stalls,
+                events=events,
+                completed_retention_s=completed_retention_s,
+                failed_retention_s=failed_retention_s,
+            )
+        )
+
     def pause(self, queue: str) -> m.Paused:
         return self._call(_ops.set_paused(queue, True))
 
@@ -626,6 +658,38 @@ class AsyncClient(_Base):
 
     async def release_worker(self, queue: str, worker: str) -> list[str]:
         return await self._call(_ops.release_worker(queue, worker))
+
+    async def get_settings(self, queue: str) -> m.QueueSettings:
+        """The queue's settings (defaults for a queue never configured)."""
+        return await self._call(_ops.get_settings(queue))
+
+    async def put_settings(
+        self,
+        queue: str,
+        *,
+        max_in_flight: Optional[int] = None,
+        group_max_in_flight: Optional[int] = None,
+        rate_limit: _ops.RateLimitIn = None,
+        max_stalls: Optional[int] = None,
+        events: bool = True,
+        completed_retention_s: Optional[int] = None,
+        failed_retention_s: Optional[int] = None,
+    ) -> m.QueueSettings:
+        """Replace the queue's settings as a whole: an argument left out takes its default (no
+        limit, events on, the service's retention). ``rate_limit``: ``RateLimit``, a mapping
+        ``{"max", "per_ms"}`` or a ``(max, per_ms)`` tuple."""
+        return await self._call(
+            _ops.put_settings(
+                queue,
+                max_in_flight=max_in_flight,
+                group_max_in_flight=group_max_in_flight,
+                rate_limit=rate_limit,
+                max_stalls=max_stalls,
+                events=events,
+                completed_retention_s=completed_retention_s,
+                failed_retention_s=failed_retention_s,
+            )
+        )
 
     async def pause(self, queue: str) -> m.Paused:
         return await self._call(_ops.set_paused(queue, True))

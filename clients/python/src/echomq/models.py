@@ -129,6 +129,7 @@ class Acked(_Model):
     id: str
     state: Literal["completed"]
     jobs: Optional[list[LeasedJob]] = None
+    retry_after_ms: Optional[int] = None  # lease_next held back by the queue's rate limit
 
 
 class AckOutcome(_Model):
@@ -146,6 +147,7 @@ class AckedMany(_Model):
 
     results: list[AckOutcome]
     jobs: list[LeasedJob]
+    retry_after_ms: Optional[int] = None  # lease_next held back by the queue's rate limit
 
 
 class Failed(_Model):
@@ -309,6 +311,14 @@ class _Leased(_Model):
     jobs: list[LeasedJob]
 
 
+class LeaseAnswer(_Model):
+    """A lease's whole answer: its jobs, and ``retry_after_ms`` when the queue's rate limit held
+    it back (milliseconds until the window has room again; None otherwise)."""
+
+    jobs: list[LeasedJob]
+    retry_after_ms: Optional[int] = None
+
+
 class _AckMany(_Model):
     results: list[AckOutcome]
 
@@ -349,3 +359,25 @@ class Problem(_Model):
     status: int = 0
     detail: str = ""
     code: str = ""
+
+
+# --- queue settings -----------------------------------------------------------------------------
+
+
+class RateLimit(_Model):
+    """At most ``max`` leased jobs in any window of ``per_ms`` milliseconds (1000..86400000)."""
+
+    max: int
+    per_ms: int
+
+
+class QueueSettings(_Model):
+    """A queue's settings (``GET``/``PUT .../settings``); None = no limit / the service's retention."""
+
+    max_in_flight: Optional[int] = None
+    group_max_in_flight: Optional[int] = None
+    rate_limit: Optional[RateLimit] = None
+    max_stalls: Optional[int] = None
+    events: bool = True
+    completed_retention_s: Optional[int] = None
+    failed_retention_s: Optional[int] = None

@@ -76,6 +76,7 @@ from typing import Any, Optional, TypeVar, Union
 
 import msgspec
 
+from echomq import _ops
 from echomq.client import AsyncClient
 from echomq.errors import (
     BackendUnavailable,
@@ -91,7 +92,7 @@ from echomq.errors import (
     TooManyRequests,
     Unauthorized,
 )
-from echomq.models import AckItem, HeartbeatItem, LeasedJob, LeaseNext
+from echomq.models import AckItem, HeartbeatItem, LeaseAnswer, LeasedJob, LeaseNext
 
 log = logging.getLogger("echomq.worker")
 
@@ -541,20 +542,28 @@ class Worker:
 
     # --- leasing ---------------------------------------------------------------------------------
 
-    def _send_lease(self, lease: _Lease, wait_ms: int) -> Awaitable[list[LeasedJob]]:
-        return self._api.lease(
-            self.queue,
-            self.worker_id,
-            lease_ms=self.lease_ms,
-            max_jobs=lease.max_jobs,
-            wait_ms=wait_ms,
-            request_id=lease.request_id,
+    def _send_lease(self, lease: _Lease, wait_ms: int) -> Awaitable[LeaseAnswer]:
+        return self._api._call(
+            _ops.lease_answer(
+                self.queue,
+                self.worker_id,
+                lease_ms=self.lease_ms,
+                max_jobs=lease.max_jobs,
+                wait_ms=wait_ms,
+                request_id=lease.request_id,
+            )
         )
+
+    def _hold_off(self, jobs: list[LeasedJob], retry_after_ms: Optional[int]) -> None:
+        """The queue's rate limit held a lease back and said when its window has room again:
+        no lease before then (rather than asking again and again for nothing)."""
+        if not jobs and retry_after_ms:
+            self._lease_after = max(self._lease_after, time.monotonic() + retry_after_ms / 1000)
 
     async def _lease(self, lease: _Lease) -> None:
         sent_at = time.monotonic()
         try:
-            jobs = await self._send_lease(lease, lease.wait_ms)
+            answer = await self._send_lease(lease, lease.wait_ms)
         except _FATAL as error:
             log.error("worker %s: lease refused (%s); stopping", self.worker_id, error)
             self._fatal = error
@@ -567,7 +576,8 @@ class Worker:
             self._polling = False
             self._unreserve(lease)
         self._lease_failures = 0
-        self._take(jobs, sent_at)
+        self._hold_off(answer.jobs, answer.retry_after_ms)
+        self._take(answer.jobs, sent_at)
 
     def _lease_failed(self, lease: _Lease, error: EchoMQError) -> None:
         # The answer may be lost after the service leased: the next lease repeats this one.
@@ -725,6 +735,7 @@ class Worker:
                     lambda: self._api.ack_many(self.queue, items, lease_next=next_lease), holds
                 )
                 outcomes, jobs = both.results, both.jobs
+                self._hold_off(jobs, both.retry_after_ms)
         except (InvalidRequest, PayloadTooLarge):
             # The batch as a whole was refused (nothing was done): each ack on its own.
             for held, item in batch:
@@ -955,8 +966,8 @@ class Worker:
         for lease in leases:
             sent_at = time.monotonic()
             try:
-                jobs = await self._send_lease(lease, 0)
+                answer = await self._send_lease(lease, 0)
             except EchoMQError as error:
                 log.warning("worker %s: could not collect a lost lease (%s)", self.worker_id, error)
                 continue
-            self._take(jobs, sent_at)
+            self._take(answer.jobs, sent_at)

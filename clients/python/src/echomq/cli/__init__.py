@@ -7,6 +7,7 @@
     emq retry QUEUE [IDS...]                   # send dead-lettered jobs back to waiting
     emq pause QUEUE / emq resume QUEUE
     emq delete-queue QUEUE [--force]           # the queue and every job in it
+    emq settings QUEUE [--max-in-flight N --rate MAX/PER_MS ...]  # show, or change some settings
     emq job QUEUE ID                           # one job
     emq jobs QUEUE --state S [--limit N]       # the jobs in one state, in its order
     emq wait QUEUE ID [--timeout S]            # until the job is completed, failed or cancelled
@@ -28,10 +29,10 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
-from typing import NoReturn, Optional, get_args
+from typing import Any, NoReturn, Optional, get_args
 
 from echomq._ops import DEFAULT_URL
-from echomq.cli._commands import COMMANDS, EXIT_FAILED, EXIT_USAGE, MAX_BATCH, Failed, UsageError
+from echomq.cli._commands import COMMANDS, EXIT_FAILED, EXIT_USAGE, MAX_BATCH, NONE, Failed, UsageError
 from echomq.client import Client
 from echomq.errors import ConnectionFailed, EchoMQError
 from echomq.models import EventType, JobState
@@ -146,6 +147,8 @@ def _parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="even with jobs in flight (their workers' calls then fail)"
     )
 
+    _settings_parser(commands, common)
+
     job = commands.add_parser("job", parents=[common], help="show one job")
     job.add_argument("queue")
     job.add_argument("id")
@@ -244,6 +247,62 @@ def _parser() -> argparse.ArgumentParser:
         help="SIGTERM to SIGKILL delay when a command must stop (default %(default)s)",
     )
     return parser
+
+
+def _count_or_none(low: int) -> Callable[[str], object]:
+    def parse(text: str) -> object:
+        if text.lower() == "none":
+            return NONE
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number or 'none': {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}: {value}")
+        return value
+
+    return parse
+
+
+def _rate(text: str) -> object:
+    if text.lower() == "none":
+        return NONE
+    most, _, per_ms = text.partition("/")
+    try:
+        return (int(most), int(per_ms))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not MAX/PER_MS (e.g. 100/1000) or 'none': {text!r}") from None
+
+
+def _on_off(text: str) -> bool:
+    if text.lower() not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"on or off, not {text!r}")
+    return text.lower() == "on"
+
+
+def _settings_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    settings = commands.add_parser(
+        "settings",
+        parents=[common],
+        help="show a queue's settings, or change some of them",
+        description="Without options: show the queue's settings. With options: read the settings, "
+        "change the ones given and write the whole set back (PUT); the settings not given keep "
+        "their current value. 'none' clears a limit (or a retention: back to the service's).",
+    )
+    settings.add_argument("queue")
+    limits = (
+        ("--max-in-flight", 1, "at most N of the queue's jobs in flight at once"),
+        ("--group-max-in-flight", 1, "at most N jobs of each group in flight at once"),
+        ("--max-stalls", 0, "dead-letter a job whose lease expired more than N times"),
+        ("--completed-retention-s", 0, "keep the queue's completed jobs N seconds"),
+        ("--failed-retention-s", 0, "keep the queue's dead-lettered and cancelled jobs N seconds"),
+    )
+    for option, low, text in limits:
+        settings.add_argument(option, type=_count_or_none(low), metavar="N|none", help=text)
+    settings.add_argument(
+        "--rate", type=_rate, metavar="MAX/PER_MS|none", help="at most MAX leased jobs per PER_MS ms window"
+    )
+    settings.add_argument("--events", type=_on_off, metavar="on|off", help="the queue's events on or off")
 
 
 def _fail(message: str, code: int) -> NoReturn:

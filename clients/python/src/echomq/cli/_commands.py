@@ -23,6 +23,9 @@ MAX_PAGE = 1000  # jobs per page of the job listing
 JOB_OPTIONS = ("name", "priority", "delay_ms", "max_attempts")
 
 
+NONE = object()  # `emq settings --max-in-flight none`: clear the setting
+
+
 class UsageError(Exception):
     """Wrong arguments or input: exit status 2, nothing sent."""
 
@@ -229,6 +232,42 @@ def cmd_pause(args: argparse.Namespace, client: Client) -> int:
     return EXIT_OK
 
 
+# `emq settings` options -> QueueSettings fields (rate and events are set apart).
+SETTING_OPTIONS = (
+    "max_in_flight",
+    "group_max_in_flight",
+    "max_stalls",
+    "completed_retention_s",
+    "failed_retention_s",
+)
+
+
+def cmd_settings(args: argparse.Namespace, client: Client) -> int:
+    """Show the settings; with options, read them, change the ones given, write them all back."""
+    current = client.get_settings(args.queue)
+    fields = current.to_dict()
+    changes = {name: getattr(args, name) for name in SETTING_OPTIONS if getattr(args, name) is not None}
+    if args.rate is not None:
+        changes["rate_limit"] = args.rate
+    if args.events is not None:
+        changes["events"] = args.events
+    if changes:
+        fields.update({name: None if value is NONE else value for name, value in changes.items()})
+        current = client.put_settings(args.queue, **fields)
+    if args.json:
+        print_json(current.to_dict())
+        return EXIT_OK
+    rate = current.rate_limit
+    shown = {
+        **current.to_dict(),
+        "rate_limit": f"{rate.max}/{rate.per_ms} ms" if rate else None,
+        "events": "on" if current.events else "off",
+    }
+    for key, value in shown.items():
+        print(f"{key + ':':24}{'none' if value is None else value}")
+    return EXIT_OK
+
+
 def cmd_delete_queue(args: argparse.Namespace, client: Client) -> int:
     client.delete_queue(args.queue, force=args.force)
     if args.json:
@@ -355,6 +394,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Client], int]] = {
     "pause": cmd_pause,
     "resume": cmd_pause,
     "delete-queue": cmd_delete_queue,
+    "settings": cmd_settings,
     "job": cmd_job,
     "jobs": cmd_jobs,
     "cancel": cmd_cancel,
