@@ -7,7 +7,7 @@
 -- its request_id) leases nothing new and answers what the first leased that is still held
 -- under those leases, in the same order.
 -- KEYS[1..11] the queue's keys (see include/common.lua); derives job hashes, locks, the worker's
---             held set and the request's record from the prefix
+--             held set and session and the request's record from the prefix
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     worker name
 -- ARGV[3]     lease_ms
@@ -18,7 +18,9 @@
 -- Returns     {stale, then 10 entries per leased job: id, name (nil when it has none), payload,
 --             attempt, max_attempts, lease_id, lease_expires_at (ms), fence, enqueued_at (ms),
 --             traceparent (nil when the producer sent none)}; stale = index entries dropped.
---             No jobs when paused or nothing waits. The fence comes from one counter per queue
+--             No jobs when paused, the worker's session is quiet, or nothing waits. A lease by a
+--             worker whose session lapsed (not yet swept) first bounds that lapse (the session's
+--             lapsed_fence), so the lapse leaves this lease alone. The fence comes from one counter per queue
 --             (META "fence"), so it grows with every lease of a job, never goes back even when an
 --             id is reused, and orders leases. Emits leased per job.
 -- @include common
