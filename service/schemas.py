@@ -867,7 +867,8 @@ class SessionHeartbeatRequest(Request):
                 raise ValueError(f"info is larger than {limits.MAX_SESSION_INFO_BYTES} bytes")
             if not bytes(self.info).lstrip().startswith(b"{"):
                 raise ValueError("info must be a JSON object")
-            _require_shallow(self.info)
+            if json_depth_exceeds(self.info):
+                raise ValueError(f"info is nested deeper than {limits.MAX_JSON_DEPTH} levels")
 
 
 class SessionHeartbeatResponse(Struct):
