@@ -215,6 +215,9 @@ METHOD_OF_OPERATION = {
     "history": "history",
     "redriveFailed": "retry_failed",
     "releaseWorker": "release_worker",
+    "sessionHeartbeat": "session_heartbeat",
+    "quietWorker": "quiet",
+    "endSession": "end_session",
     "pauseQueue": "pause",
     "resumeQueue": "resume",
 }
