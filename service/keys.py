@@ -6,7 +6,8 @@ slot (the braces are the hash tag). Queue-level keys have one segment after that
 never contain ``:``, so no job or worker key can ever equal a queue-level key, and the
 distinct suffixes keep job and worker keys apart. Scripts derive per-job keys from the
 prefix with the same suffixes (``JOB_SUFFIX``, ``LOCK_SUFFIX``, ``HELD_SUFFIX``,
-``SESSION_SUFFIX``, ``REQUEST_SUFFIX``), which the script loader fills in instead of spelling them again in Lua.
+``SESSION_SUFFIX``, ``REQUEST_SUFFIX``), which the script loader fills in instead of spelling
+them again in Lua.
 
 The due index (a ZSET of queue names by the time their next sweep has work to do) is written by
 the scripts, so on a Cluster it must share each queue's slot: there it is one key per slot,

@@ -94,8 +94,7 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
     ),
     "no_session": (
         409,
-        "the worker has no live session in the queue: none was started, or it lapsed or ended "
-        "(no_session)",
+        "the worker has no live session in the queue: none was started, or it lapsed or ended (no_session)",
     ),
     "payload_too_large": (413, "the body is over EMQ_MAX_BODY_BYTES (payload_too_large)"),
     "too_many_requests": (

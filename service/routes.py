@@ -56,8 +56,8 @@ from echomq_http.schemas import (
     LedgerView,
     PauseResponse,
     QueueList,
-    QuietResponse,
     QueueView,
+    QuietResponse,
     RedriveRequest,
     RedriveResponse,
     ReleaseRequest,
@@ -986,7 +986,9 @@ WORKER = Q + "/workers/{worker:str}"
     "says quiet when an operator quieted the worker (stop leasing, finish the jobs held). A "
     "heartbeat after a lapse starts a new session. Leases of a worker without a session behave "
     "as before. Safe to repeat.",
-    opt=_opt(Action.WORK, WORKING, SessionHeartbeatRequest, {200: SessionHeartbeatResponse}, body_optional=True),
+    opt=_opt(
+        Action.WORK, WORKING, SessionHeartbeatRequest, {200: SessionHeartbeatResponse}, body_optional=True
+    ),
 )
 async def session_heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, worker = path_queue(request), path_name(request, "worker", "worker")

@@ -227,7 +227,9 @@ def test_problem_examples_use_the_services_titles() -> None:
             assert (value["status"], value["title"]) == titles[code]
 
 
-@pytest.mark.parametrize("code", ["invalid_request", "job_not_found", "lease_lost", "job_active", "no_session"])
+@pytest.mark.parametrize(
+    "code", ["invalid_request", "job_not_found", "lease_lost", "job_active", "no_session"]
+)
 async def test_problem_examples_are_what_the_service_answers(
     client: httpx.AsyncClient, queue: str, code: str
 ) -> None:

@@ -131,8 +131,16 @@ async def test_a_quiet_worker_acks_but_lease_next_leases_nothing(q):
     await quiet(q)
 
     reply = await q.call(
-        "ack-lease", json.dumps([["a", job.lease_id]]), "w1", LEASE_MS, 1, random_lease_ids(1), "r-next",
-        60_000, "1", b"",
+        "ack-lease",
+        json.dumps([["a", job.lease_id]]),
+        "w1",
+        LEASE_MS,
+        1,
+        random_lease_ids(1),
+        "r-next",
+        60_000,
+        "1",
+        b"",
     )
     assert reply[0] == 1  # acked
     assert reply[2:] == [0]  # leased nothing
@@ -295,7 +303,7 @@ async def test_workers_lists_holders_and_live_sessions(q):
     listed = await q.workers()
     assert [entry[0] for entry in listed] == ["holder", "idle"]
     assert listed[0][1:] == [["a"], []]
-    worker, ids, (state, started_at, last_seen_at, expires_at, info) = listed[1]
+    _, ids, (state, started_at, last_seen_at, expires_at, info) = listed[1]
     assert (ids, state, json.loads(info)) == ([], "running", {"pid": 1})
     assert started_at == last_seen_at < expires_at
 

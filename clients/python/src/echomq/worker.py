@@ -898,7 +898,9 @@ class Worker:
         self._session_opened = True
         self.session_state = answer.state
         if answer.state == "quiet" and not self._quiet:
-            log.info("worker %s: quieted; leasing nothing more, finishing %d job(s)", self.worker_id, self._running)
+            log.info(
+                "worker %s: quieted; leasing nothing more, finishing %d job(s)", self.worker_id, self._running
+            )
             self._quiet = True
             self._poke()
         return True

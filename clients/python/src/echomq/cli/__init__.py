@@ -122,7 +122,9 @@ def _parser() -> argparse.ArgumentParser:
     ledger.add_argument("--limit", type=int, help="at most this many (default 1000)")
 
     workers = commands.add_parser(
-        "workers", parents=[common], help="workers holding jobs or with a session: jobs held, session state, info"
+        "workers",
+        parents=[common],
+        help="workers holding jobs or with a session: jobs held, session state, info",
     )
     workers.add_argument("queue")
 
