@@ -703,7 +703,8 @@ class StreamEvent(Struct, omit_defaults=True):
             "lease_expires_at}; progress {worker, progress}; completed {worker, attempt}; retrying "
             "{attempt, state, error}; failed {attempt, reason: fail|lease_expired|stalled, error} "
             "(dead-lettered); released {worker}; reclaimed {worker, attempt}; cancel_requested; "
-            "cancelled; deleted; paused and resumed (no id); resync {after, oldest}: events after `after` are no longer kept"
+            "cancelled; deleted; paused and resumed (no id); resync {after, oldest}: events after "
+            "`after` are no longer kept"
         ),
     ]
     queue: QueueName
