@@ -1,16 +1,16 @@
 -- Delete a whole queue, one bounded step at a time: each step deletes up to `step` jobs with
 -- their keys (jobs in flight first, with their locks, then waiting, delayed, completed and
--- failed ones), then the workers' held sets; the step that finds nothing left deletes the
+-- failed ones), then the workers' held sets and sessions; the step that finds nothing left deletes the
 -- queue's own keys and its entry in the due index. Without force, the first step refuses a
 -- queue with jobs in its ledger; once begun, the deletion takes whatever it finds (a job leased
 -- meanwhile is gone for its worker, whose later calls answer "job not found").
 -- KEYS[1..11] the queue's keys (see include/common.lua); deletes every one of them but WAKE, the
 --             per-job and per-worker keys derived from the prefix, and the queue's cancelled
---             jobs, events, history and rate limit log (its settings are META fields)
+--             jobs, sessions, events, history and rate limit log (its settings are META fields)
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     "1" = force (jobs in flight are deleted too), "0" = refuse while any are
 -- ARGV[3]     "1" on the first step
--- ARGV[4]     step: at most this many jobs (and this many workers' held sets)
+-- ARGV[4]     step: at most this many jobs (and this many workers' held sets, and sessions)
 -- Returns     1 the queue is gone, 0 more steps to go, -3 jobs in flight (first step, no force)
 -- @include common
 local force, first, budget = ARGV[2] == '1', ARGV[3] == '1', tonumber(ARGV[4])
@@ -48,8 +48,9 @@ delete_jobs(take_from_list(WAIT), false)
 for _, finished in ipairs({DELAYED, COMPLETED, FAILED, CANCELLED}) do delete_jobs(take_from_zset(finished), false) end
 if budget > 0 then
   for _, worker in ipairs(redis.call('SPOP', WORKERS, budget)) do redis.call('DEL', held_key(worker)) end
+  for _, worker in ipairs(take_from_zset(SESSIONS)) do redis.call('DEL', session_key(worker)) end
 end
-for _, key in ipairs({ACTIVE, PRIO, WAIT, DELAYED, COMPLETED, FAILED, CANCELLED, WORKERS}) do
+for _, key in ipairs({ACTIVE, PRIO, WAIT, DELAYED, COMPLETED, FAILED, CANCELLED, WORKERS, SESSIONS}) do
   if redis.call('EXISTS', key) == 1 then return 0 end
 end
 -- Nothing left but the queue's own small keys. DEADLINES can only hold entries of jobs that

@@ -7,7 +7,7 @@
 -- its request_id) leases nothing new and answers what the first leased that is still held
 -- under those leases, in the same order.
 -- KEYS[1..11] the queue's keys (see include/common.lua); derives job hashes, locks, the worker's
---             held set and the request's record from the prefix
+--             held set and session and the request's record from the prefix
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     worker name
 -- ARGV[3]     lease_ms
@@ -23,7 +23,9 @@
 --             entries dropped; retry_after_ms = when the rate limit, which held this call back,
 --             has room again (ms from now), 0 when no rate limit held it back (max_in_flight
 --             gives no time: its waiters are woken when a job leaves the ledger).
---             No jobs when paused or nothing waits. The fence comes from one counter per queue
+--             No jobs when paused, the worker's session is quiet, or nothing waits. A lease by a
+--             worker whose session lapsed (not yet swept) first bounds that lapse (the session's
+--             lapsed_fence), so the lapse leaves this lease alone. The fence comes from one counter per queue
 --             (META "fence"), so it grows with every lease of a job, never goes back even when an
 --             id is reused, and orders leases. Emits leased per job.
 -- @include common

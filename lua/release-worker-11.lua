@@ -13,6 +13,8 @@
 --             current fence)
 -- ARGV[4]     step: at most this many jobs
 -- ARGV[5]     ledger offset: where this step's window starts (0, or the previous step's answer)
+-- ARGV[6]     "1": the first step also ends the worker's session (deletes its session hash and
+--             its entry in the sessions ZSET, derived from the prefix); absent or "0": no
 -- A job whose cancellation was requested ends cancelled instead (not among the released).
 -- Emits released or cancelled.
 -- Returns     {bound, more (1 when jobs are left), stale, offset, released ids, oldest lease
@@ -21,7 +23,13 @@
 local worker, step, offset = ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5])
 local held = held_key(worker)
 local bound = ARGV[3]
-if bound == '' then bound = redis.call('HGET', META, 'fence') or '0' end
+if bound == '' then
+  bound = redis.call('HGET', META, 'fence') or '0'
+  if ARGV[6] == '1' then
+    redis.call('DEL', session_key(worker))
+    redis.call('ZREM', SESSIONS, worker)
+  end
+end
 local ids = redis.call('ZREVRANGEBYSCORE', held, bound, '-inf', 'LIMIT', 0, step)
 local wanted, left, gone, priority, cancelling = {}, 0, {}, {}, {}
 for _, id in ipairs(ids) do

@@ -14,6 +14,7 @@ class ScriptCode(IntEnum):
     JOB_NOT_FOUND = -1
     LEASE_LOST = -2
     JOB_ACTIVE = -3
+    NO_SESSION = -4
 
 
 class QueueError(Exception):
@@ -36,6 +37,10 @@ class JobActive(QueueError):
     pass
 
 
+class NoSession(QueueError):
+    pass
+
+
 class BackendUnavailable(QueueError):
     pass
 
@@ -48,12 +53,14 @@ _EXCEPTION_OF_CODE: dict[ScriptCode, type[QueueError]] = {
     ScriptCode.JOB_NOT_FOUND: JobNotFound,
     ScriptCode.LEASE_LOST: LeaseLost,
     ScriptCode.JOB_ACTIVE: JobActive,
+    ScriptCode.NO_SESSION: NoSession,
 }
 
 _DETAIL_OF_CODE: dict[ScriptCode, str] = {
     ScriptCode.JOB_NOT_FOUND: "no such job in this queue",
     ScriptCode.LEASE_LOST: "this lease id is not the job's current, unexpired lease",
     ScriptCode.JOB_ACTIVE: "the job is leased; this is not allowed while it is active",
+    ScriptCode.NO_SESSION: "the worker has no live session in this queue",
 }
 
 
@@ -80,6 +87,7 @@ PROBLEMS: dict[type[QueueError], tuple[int, str, str]] = {
     JobNotFound: (404, "job_not_found", "Job not found"),
     LeaseLost: (409, "lease_lost", "Lease lost"),
     JobActive: (409, "job_active", "Job is active"),
+    NoSession: (409, "no_session", "No session"),
     BodyTimeout: (408, "request_timeout", "Request body too slow"),
     BackendUnavailable: (503, "backend_unavailable", "Backend unavailable"),
 }

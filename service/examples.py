@@ -385,6 +385,9 @@ PROBLEMS: dict[str, Example] = {
         "Job is active",
         f"the job is leased; this is not allowed while it is active: {JOB_ID}",
     ),
+    "no_session": problem(
+        409, "no_session", "No session", "the worker has no live session in this queue: worker-7"
+    ),
     "payload_too_large": problem(413, "payload_too_large", "Payload too large", "Request Entity Too Large"),
     "too_many_requests": problem(
         429, "too_many_requests", "Too many waiting requests", "2000 long-poll requests are waiting already"

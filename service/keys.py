@@ -6,7 +6,8 @@ slot (the braces are the hash tag). Queue-level keys have one segment after that
 never contain ``:``, so no job or worker key can ever equal a queue-level key, and the
 distinct suffixes keep job and worker keys apart. Scripts derive per-job keys from the
 prefix with the same suffixes (``JOB_SUFFIX``, ``LOCK_SUFFIX``, ``HELD_SUFFIX``,
-``REQUEST_SUFFIX``), which the script loader fills in instead of spelling them again in Lua.
+``SESSION_SUFFIX``, ``REQUEST_SUFFIX``), which the script loader fills in instead of spelling
+them again in Lua.
 
 The due index (a ZSET of queue names by the time their next sweep has work to do) is written by
 the scripts, so on a Cluster it must share each queue's slot: there it is one key per slot,
@@ -27,6 +28,9 @@ QUEUE_REGISTRY = f"{KEY_ROOT}:queues"  # SET of queue names; global, so never to
 JOB_SUFFIX = ":job"  # HASH: one job's fields
 LOCK_SUFFIX = ":lock"  # STRING "<lease_id>:<worker>" with a PX TTL: the lease
 HELD_SUFFIX = ":held"  # ZSET: id -> fence of the jobs a worker holds (so: by lease)
+# HASH: a worker's session on the queue: state ("running"|"quiet"), started_at, last_seen_at,
+# expires_at, ttl_ms, info (JSON object text); lapsed_fence while a lapse is being swept
+SESSION_SUFFIX = ":session"
 # STRING "<id> <lease_id> ..." with a PX TTL: what one lease request leased, under
 # "<worker>:<request_id>:req" (three segments: never a job's or a worker's key)
 REQUEST_SUFFIX = ":req"
@@ -38,6 +42,7 @@ CANCELLED_NAME = "cancelled"  # ZSET: id -> cancellation time (ms), for retentio
 # LIST of "<time ms> <jobs>" entries, newest on the left: the leases counted against the queue's
 # rate limit (lua/include/lease.lua); META "rate_used" holds the sum of its entries' jobs
 RATE_NAME = "rate"
+SESSIONS_NAME = "sessions"  # ZSET: worker -> when its session lapses (ms), or now while a lapse is due
 DUE_INDEX = f"{KEY_ROOT}:due"  # ZSET: queue -> when its next sweep has work (ms)
 DUE_INDEX_FILLED = f"{KEY_ROOT}:due-filled"  # STRING: every registered queue was put in the index
 CLUSTER_SLOTS = 16384
@@ -70,6 +75,7 @@ class QueueKeys:
     history: str
     cancelled: str  # ZSET: id -> cancellation time (ms); not a script key (Lua derives it)
     rate: str  # LIST: the rate limit's log (RATE_NAME); not a script key (Lua derives it)
+    sessions: str  # ZSET: worker -> session expiry (ms); not a script key (Lua derives it)
 
     @classmethod
     def for_queue(cls, queue: str, cluster: bool = False) -> QueueKeys:
@@ -86,6 +92,7 @@ class QueueKeys:
             history=prefix + HISTORY_NAME,
             cancelled=prefix + CANCELLED_NAME,
             rate=prefix + RATE_NAME,
+            sessions=prefix + SESSIONS_NAME,
             **named,
         )
 
@@ -97,6 +104,9 @@ class QueueKeys:
 
     def held(self, worker: str) -> str:
         return self.prefix + worker + HELD_SUFFIX
+
+    def session(self, worker: str) -> str:
+        return self.prefix + worker + SESSION_SUFFIX
 
     def request(self, worker: str, request_id: str) -> str:
         return self.prefix + worker + ":" + request_id + REQUEST_SUFFIX

@@ -14,6 +14,11 @@ DEFAULT_LEASE_MS = 30_000
 MAX_JOBS_PER_LEASE = 100
 MAX_WAIT_MS = 20_000
 
+MIN_SESSION_TTL_MS = 1000  # a worker's session (POST .../workers/{worker}/heartbeat)
+MAX_SESSION_TTL_MS = 300_000
+DEFAULT_SESSION_TTL_MS = 30_000
+MAX_SESSION_INFO_BYTES = 4096  # a session's info, as JSON text
+
 MAX_BATCH = 1000  # jobs per enqueue-many, acks per ack-many, leases per heartbeat-many
 MAX_ERROR_BYTES = 8 * 1024
 MAX_PROGRESS_BYTES = 64 * 1024  # a heartbeat's progress, as JSON text

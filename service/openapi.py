@@ -92,6 +92,10 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
         409,
         "the job is leased, or the queue has jobs in flight and force is not true (job_active)",
     ),
+    "no_session": (
+        409,
+        "the worker has no live session in the queue: none was started, or it lapsed or ended (no_session)",
+    ),
     "payload_too_large": (413, "the body is over EMQ_MAX_BODY_BYTES (payload_too_large)"),
     "too_many_requests": (
         429,

@@ -47,7 +47,9 @@ from echomq_http.schemas import (
     QueueSettings,
     QueueView,
     RateLimit,
+    SessionHeartbeatResponse,
     WorkerHoldings,
+    WorkerSession,
 )
 from echomq_http.scripts import Scripts, WriteNotConfirmed, retention_placeholders
 from echomq_http.telemetry import Telemetry
@@ -185,6 +187,20 @@ def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
         cancel_requested=b"cancel_requested" in fields,
         stalls=int(fields.get(b"stalls", 0)),
         finished_at=_int(fields.get(b"finished_at")),
+    )
+
+
+def _session(fields: list[Any]) -> WorkerSession | None:
+    """A session as lua/workers-11.lua answers it ([] when the worker has no live session)."""
+    if not fields:
+        return None
+    state, started_at, last_seen_at, expires_at, info = fields
+    return WorkerSession(
+        state=state.decode(),
+        started_at=started_at,
+        last_seen_at=last_seen_at,
+        expires_at=expires_at,
+        info=None if info is None else Raw(info),
     )
 
 
@@ -612,21 +628,38 @@ class JobQueues:
             return []
         return await self._call("release", queue, _encode(list(leases)))  # type: ignore[no-any-return]
 
-    async def release_worker(self, queue: str, worker: str) -> list[str]:
+    async def release_worker(self, queue: str, worker: str, end_session: bool = False) -> list[str]:
         """Every job the worker holds back to waiting, oldest lease first in line: bounded steps
-        from the newest lease to the oldest, up to the fence of the first step's time."""
+        from the newest lease to the oldest, up to the fence of the first step's time. With
+        end_session, the first step also ends the worker's session (a clean shutdown)."""
         steps: list[list[str]] = []
         bound: bytes | str = ""
         offset = 0
+        ending = "1" if end_session else "0"
         while True:
             bound, more, stale, offset, *released = await self._call(
-                "release-worker", queue, worker, bound, RELEASE_STEP, offset
+                "release-worker", queue, worker, bound, RELEASE_STEP, offset, ending
             )
             self.telemetry.record_stale(queue, stale)
             steps.append([job_id.decode() for job_id in released])
             if not more:
                 break
         return [job_id for step in reversed(steps) for job_id in step]
+
+    async def session_heartbeat(
+        self, queue: str, worker: str, ttl_ms: int, info: Raw | UnsetType
+    ) -> SessionHeartbeatResponse:
+        """Start or renew the worker's session (lua/session-11.lua)."""
+        expires_at, state = await self._call("session", queue, worker, ttl_ms, _compact(info))
+        return SessionHeartbeatResponse(worker=worker, session_expires_at=expires_at, state=state.decode())
+
+    async def quiet(self, queue: str, worker: str) -> None:
+        """The worker's live session turns quiet; NoSession when it has none."""
+        raise_for_code(await self._call("quiet", queue, worker), worker)
+
+    async def end_session(self, queue: str, worker: str) -> list[str]:
+        """End the worker's session and give back every job it holds, unspent."""
+        return await self.release_worker(queue, worker, end_session=True)
 
     async def delete(self, queue: str, job_id: str) -> None:
         raise_for_code(await self._call("delete", queue, job_id, job_id=job_id), job_id)
@@ -766,8 +799,10 @@ class JobQueues:
     async def workers(self, queue: str) -> list[WorkerHoldings]:
         reply = await self._call("workers", queue)
         return [
-            WorkerHoldings(worker=worker.decode(), jobs=[job_id.decode() for job_id in ids])
-            for worker, ids in reply
+            WorkerHoldings(
+                worker=worker.decode(), jobs=[job_id.decode() for job_id in ids], session=_session(session)
+            )
+            for worker, ids, session in reply
         ]
 
     async def failed_page(

@@ -58,10 +58,13 @@ from echomq_http.schemas import (
     QueueList,
     QueueSettings,
     QueueView,
+    QuietResponse,
     RedriveRequest,
     RedriveResponse,
     ReleaseRequest,
     ReleaseResponse,
+    SessionHeartbeatRequest,
+    SessionHeartbeatResponse,
     StreamEvent,
     WorkerReleaseResponse,
     WorkersView,
@@ -917,7 +920,8 @@ async def get_ledger(request: Request[Any, Any, State]) -> Response[bytes]:
     Q + "/workers",
     operation_id="listWorkers",
     summary="Who holds what",
-    description="Every worker holding jobs of the queue, by name, with the ids it holds.",
+    description="Every worker holding jobs of the queue or with a live session, by name, with the "
+    "ids it holds and its session (state, times and info), or null.",
     opt=_opt(Action.READ, INSPECT, None, {200: WorkersView}),
 )
 async def list_workers(request: Request[Any, Any, State]) -> Response[bytes]:
@@ -997,6 +1001,62 @@ async def release_worker(request: Request[Any, Any, State]) -> Response[bytes]:
     return json_response(
         WorkerReleaseResponse(released=await queues_of(request).release_worker(queue, worker))
     )
+
+
+WORKER = Q + "/workers/{worker:str}"
+
+
+@post(
+    WORKER + "/heartbeat",
+    operation_id="sessionHeartbeat",
+    summary="Start or renew a worker's session",
+    description="Starts the worker's session in the queue, or renews it for ttl_ms from now. A "
+    "session not renewed within ttl_ms lapses: within ttl_ms + the sweep interval + 1 s every job "
+    "the worker holds in the queue leaves the ledger as if its lease had expired (reclaimed, a "
+    "stall counted, or dead-lettered on its last attempt) and those leases are lost; a job it "
+    "leases after the lapse is not taken by it. Renewing keeps the session's state: the answer "
+    "says quiet when an operator quieted the worker (stop leasing, finish the jobs held). A "
+    "heartbeat after a lapse starts a new session. Leases of a worker without a session behave "
+    "as before. Safe to repeat.",
+    opt=_opt(
+        Action.WORK, WORKING, SessionHeartbeatRequest, {200: SessionHeartbeatResponse}, body_optional=True
+    ),
+)
+async def session_heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue, worker = path_queue(request), path_name(request, "worker", "worker")
+    ask = await read_body(request, SessionHeartbeatRequest, optional=True)
+    return json_response(await queues_of(request).session_heartbeat(queue, worker, ask.ttl_ms, ask.info))
+
+
+@post(
+    WORKER + "/quiet",
+    operation_id="quietWorker",
+    summary="Quiet a worker: it leases nothing more",
+    description="The worker's lease requests (and its acks' lease_next) lease nothing until its "
+    "session ends, and its session heartbeats answer state quiet, so it finishes the jobs it "
+    "holds and stops. 409 no_session when the worker has no live session. Idempotent.",
+    opt=_opt(Action.ADMIN, OPERATE, None, {200: QuietResponse}, ("no_session",)),
+)
+async def quiet_worker(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue, worker = path_queue(request), path_name(request, "worker", "worker")
+    await queues_of(request).quiet(queue, worker)
+    return json_response(QuietResponse(worker=worker, state="quiet"))
+
+
+@delete(
+    WORKER,
+    operation_id="endSession",
+    summary="End a worker's session, giving back its jobs",
+    description="A clean shutdown: ends the worker's session and gives every job it holds in the "
+    "queue back to the front of waiting, the attempt not counted, oldest lease first in line. "
+    "Those leases are lost. Answers the ids given back; a repeat gives back nothing more. Runs in "
+    "bounded steps; leases made after the call began are left.",
+    status_code=200,
+    opt=_opt(Action.WORK, WORKING, None, {200: WorkerReleaseResponse}),
+)
+async def end_session(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue, worker = path_queue(request), path_name(request, "worker", "worker")
+    return json_response(WorkerReleaseResponse(released=await queues_of(request).end_session(queue, worker)))
 
 
 @post(
@@ -1096,6 +1156,9 @@ QUEUE_HANDLERS = [
     list_failed,
     list_jobs,
     release_worker,
+    session_heartbeat,
+    quiet_worker,
+    end_session,
     pause,
     resume,
     redrive,

@@ -716,9 +716,10 @@ class StreamEvent(Struct, omit_defaults=True):
         Meta(
             description="enqueued {state} (redriven: true for a redrive); leased {worker, attempt, fence, "
             "lease_expires_at}; progress {worker, progress}; completed {worker, attempt}; retrying "
-            "{attempt, state, error}; failed {attempt, reason: fail|lease_expired, error} (dead-lettered); "
-            "released {worker}; reclaimed {worker, attempt}; cancel_requested; cancelled; deleted; paused "
-            "and resumed (no id); resync {after, oldest}: events after `after` are no longer kept"
+            "{attempt, state, error}; failed {attempt, reason: fail|lease_expired|stalled, error} "
+            "(dead-lettered); released {worker}; reclaimed {worker, attempt}; cancel_requested; "
+            "cancelled; deleted; paused and resumed (no id); resync {after, oldest}: events after "
+            "`after` are no longer kept"
         ),
     ]
     queue: QueueName
@@ -812,19 +813,95 @@ class LedgerView(Struct):
     jobs: Annotated[list[LedgerEntry], Meta(description="leased jobs, oldest lease first")]
 
 
+SessionState = Literal["running", "quiet"]
+SessionStateOut = Annotated[
+    SessionState,
+    Meta(
+        description="running; or quiet (an operator quieted the worker: its lease requests lease "
+        "nothing until the session ends, so finish the jobs held and stop)"
+    ),
+]
+
+
+class WorkerSession(Struct):
+    """A worker's live session."""
+
+    state: SessionStateOut
+    started_at: Annotated[int, Meta(description="when the session started (epoch ms, Redis clock)")]
+    last_seen_at: Annotated[int, Meta(description="the session's last heartbeat (epoch ms, Redis clock)")]
+    expires_at: Annotated[
+        int, Meta(description="when the session lapses unless renewed (epoch ms, Redis clock)")
+    ]
+    info: Annotated[
+        Raw | None, Meta(description="the JSON object the worker's last heartbeat with info sent, or null")
+    ] = None
+
+
 class WorkerHoldings(Struct):
-    """A worker and the jobs it holds."""
+    """A worker, the jobs it holds and its session."""
 
     worker: Annotated[str, Meta(description="the worker's name")]
     jobs: Annotated[list[str], Meta(description="the ids of the jobs it holds, sorted")]
+    session: Annotated[
+        WorkerSession | None, Meta(description="the worker's live session, or null when it has none")
+    ] = None
 
 
 class WorkersView(Struct):
-    """Who holds what."""
+    """Who holds what, and which workers have a session."""
 
     workers: Annotated[
-        list[WorkerHoldings], Meta(description="every worker with a job in the ledger, sorted by name")
+        list[WorkerHoldings],
+        Meta(description="every worker with a job in the ledger or a live session, sorted by name"),
     ]
+
+
+class SessionHeartbeatRequest(Request):
+    """Start or renew the worker's session."""
+
+    ttl_ms: Annotated[
+        int,
+        Meta(
+            ge=limits.MIN_SESSION_TTL_MS,
+            le=limits.MAX_SESSION_TTL_MS,
+            description="the session lapses this long from now unless renewed, 1 s to 5 min: then "
+            "every job the worker holds in the queue leaves the ledger as if its lease had expired",
+        ),
+    ] = limits.DEFAULT_SESSION_TTL_MS
+    info: Annotated[
+        Raw | UnsetType,
+        Meta(
+            description="what to show about the worker (host, pid, version...): a JSON object of at "
+            f"most {limits.MAX_SESSION_INFO_BYTES} bytes, shown by GET .../workers; leave it out to "
+            "keep the last one"
+        ),
+    ] = UNSET
+
+    def __post_init__(self) -> None:
+        if isinstance(self.info, Raw):
+            if len(self.info) > limits.MAX_SESSION_INFO_BYTES:
+                raise ValueError(f"info is larger than {limits.MAX_SESSION_INFO_BYTES} bytes")
+            if not bytes(self.info).lstrip().startswith(b"{"):
+                raise ValueError("info must be a JSON object")
+            if json_depth_exceeds(self.info):
+                raise ValueError(f"info is nested deeper than {limits.MAX_JSON_DEPTH} levels")
+
+
+class SessionHeartbeatResponse(Struct):
+    """The worker's session."""
+
+    worker: Annotated[str, Meta(description="the worker's name")]
+    session_expires_at: Annotated[
+        int, Meta(description="when the session lapses unless renewed (epoch ms, Redis clock)")
+    ]
+    state: SessionStateOut
+
+
+class QuietResponse(Struct):
+    """The worker's session, quieted."""
+
+    worker: Annotated[str, Meta(description="the worker's name")]
+    state: Annotated[Literal["quiet"], Meta(description="quiet: the worker's lease requests lease nothing")]
 
 
 class FailedPage(Struct):

@@ -14,6 +14,7 @@ local QUEUE = string.sub(PREFIX, @QUEUE_NAME_START@, -3) -- "emq:{" name "}:"
 local JOB_NOT_FOUND = -1
 local LEASE_LOST = -2
 local JOB_ACTIVE = -3
+local NO_SESSION = -4
 
 -- Waiting jobs with priority > 0 sit in PRIO scored (MAX_PRIORITY - priority) * BAND + offset,
 -- so higher priorities come first. Within a band, jobs handed back (release, sweep) get offsets
@@ -63,6 +64,10 @@ end
 local function job_key(id) return PREFIX .. id .. '@JOB_SUFFIX@' end
 local function lock_key(id) return PREFIX .. id .. '@LOCK_SUFFIX@' end
 local function held_key(worker) return PREFIX .. worker .. '@HELD_SUFFIX@' end
+local function session_key(worker) return PREFIX .. worker .. '@SESSION_SUFFIX@' end
+-- Live sessions by when they lapse, and lapses not yet swept (scored when they became due): the
+-- sweep finds lapsed sessions with one ZRANGEBYSCORE, never a scan of the workers.
+local SESSIONS = PREFIX .. '@SESSIONS_NAME@'
 local function request_key(worker, request_id) return PREFIX .. worker .. ':' .. request_id .. '@REQUEST_SUFFIX@' end
 
 -- key: the command's first argument, or nil when the values are the keys (DEL).
@@ -372,7 +377,8 @@ local function record_completed(entries, now)
   keep_at_most(COMPLETED, COMPLETED_MAX, added + TRIM_ALLOWANCE, size)
 end
 
--- reason: "fail" (the worker's last attempt failed), "lease_expired" (its lease ran out).
+-- reason: "fail" (the worker's last attempt failed), "lease_expired" (its lease ran out or its
+-- worker's session lapsed, on its last attempt), "stalled" (past the queue's max_stalls).
 local function dead_letter(id, key, now, attempt, reason, error_text)
   redis.call('HSET', key, 'state', 'failed', 'finished_at', now, 'updated_at', now)
   redis.call('ZADD', FAILED, now, id)

@@ -170,6 +170,16 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
     end
     return reply
   end
+  -- The worker's session: a quiet one leases nothing; a lapsed one the sweep has not yet taken
+  -- is bound here, before this lease, so that its lapse leaves this lease alone (sweep-11.lua).
+  local session = redis.call('HMGET', session_key(worker), 'state', 'expires_at', 'lapsed_fence')
+  if session[2] then
+    if tonumber(session[2]) > now then
+      if session[1] == 'quiet' then return {0, 0} end
+    elseif not session[3] then
+      redis.call('HSET', session_key(worker), 'lapsed_fence', redis.call('HGET', META, 'fence') or '0')
+    end
+  end
   local meta = redis.call('HMGET', META, 'paused', 'fence')
   if meta[1] then return {0, 0} end
   promote_due(now, max_jobs)

@@ -200,6 +200,29 @@ def test_ledger_failed_and_retry(service_url: str, queue: str) -> None:
     assert "state:        waiting" in shown
 
 
+def test_workers_and_quiet(service_url: str, sdk: Client, queue: str) -> None:
+    assert emq("workers", queue, url=service_url).stdout.startswith("no workers in")
+    sdk.enqueue(queue, 1, id="a")
+    sdk.lease(queue, "holder")
+    sdk.session_heartbeat(queue, "w-1", ttl_ms=60_000, info={"host": "h1"})
+    text = emq("workers", queue, url=service_url).stdout
+    lines = text.splitlines()
+    assert lines[0].split() == ["WORKER", "JOBS", "SESSION", "UP", "FOR", "LAPSES", "IN", "INFO"]
+    assert lines[1].split()[:3] == ["holder", "1", "-"]
+    assert lines[2].split()[:3] == ["w-1", "0", "running"] and '{"host":"h1"}' in lines[2]
+    listed = emq_json("workers", queue, url=service_url)
+    assert [entry["worker"] for entry in listed["workers"]] == ["holder", "w-1"]  # type: ignore[index]
+
+    assert emq("quiet", queue, "w-1", url=service_url).stdout.strip() == (
+        f"worker w-1 is quiet: it leases nothing more in {queue}"
+    )
+    assert emq_json("quiet", queue, "w-1", url=service_url) == {"worker": "w-1", "state": "quiet"}
+    assert sdk.session_heartbeat(queue, "w-1").state == "quiet"
+    none = emq("quiet", queue, "nobody", url=service_url, check=False)
+    assert none.returncode == 1 and "409 no_session" in none.stderr
+    assert sdk.end_session(queue, "holder") == ["a"]
+
+
 def test_jobs_cancel_and_wait(service_url: str, sdk: Client, queue: str) -> None:
     sdk.enqueue_many(queue, [{"payload": n, "id": f"j{n}", "name": "mail"} for n in range(5)])
     listed = emq_json("jobs", queue, "--state", "waiting", "--limit", "3", url=service_url)

@@ -323,3 +323,93 @@ async def test_a_rate_limited_worker_waits_retry_after_ms_instead_of_asking_agai
     await asyncio.wait_for(task, 5)
     assert took_s >= 1.4  # two windows: the rate held
     assert sent <= 12, f"{sent} lease requests in {took_s:.1f} s"
+
+
+# --- sessions ------------------------------------------------------------------------------------
+
+
+async def listed(client: AsyncClient, queue: str) -> dict[str, Any]:
+    return {holding.worker: holding for holding in await client.workers(queue)}
+
+
+async def test_a_worker_opens_a_session_with_info_and_ends_it_on_stop(asdk: AsyncClient, queue: str) -> None:
+    started = asyncio.Event()
+
+    async def handle(job: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(0.3)
+
+    await asdk.enqueue(queue, 1, id="a")
+    worker = Worker(queue, handle, client=asdk, session_ttl_ms=3000, session_info={"role": "test"}, **FAST)
+    task = asyncio.create_task(worker.arun())
+    await asyncio.wait_for(started.wait(), 5)
+    session = (await listed(asdk, queue))[worker.worker_id].session
+    assert session is not None and session.state == "running" and worker.session_state == "running"
+    assert session.info["role"] == "test" and session.info["pid"] > 0 and "echomq" in session.info["sdk"]
+    await await_until(lambda: completed(asdk, queue, 1))
+    worker.stop()
+    await asyncio.wait_for(task, 5)
+    assert await asdk.workers(queue) == []  # the session ended with the worker
+
+
+async def test_a_worker_renews_its_session_on_the_heartbeat_timer(asdk: AsyncClient, queue: str) -> None:
+    release = asyncio.Event()
+
+    async def handle(job: JobContext) -> None:
+        await release.wait()
+
+    await asdk.enqueue(queue, 1, id="a")
+    worker = Worker(queue, handle, client=asdk, session_ttl_ms=1000, lease_ms=60_000, **FAST)
+    task = asyncio.create_task(worker.arun())
+    await asyncio.sleep(2.5)  # past ttl + sweep interval + 1 s: a session not renewed would have lapsed
+    view = await asdk.get_job(queue, "a")
+    assert view.state == "active" and view.stalls == 0
+    release.set()
+    await await_until(lambda: completed(asdk, queue, 1))
+    worker.stop()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_without_sessions_the_worker_opens_none(asdk: AsyncClient, queue: str) -> None:
+    started = asyncio.Event()
+
+    async def handle(job: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(0.3)
+
+    await asdk.enqueue(queue, 1, id="a")
+    worker = Worker(queue, handle, client=asdk, session=False, **FAST)
+    task = asyncio.create_task(worker.arun())
+    await asyncio.wait_for(started.wait(), 5)
+    assert (await listed(asdk, queue))[worker.worker_id].session is None
+    worker.stop()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_a_quieted_worker_finishes_its_job_and_leases_no_more(asdk: AsyncClient, queue: str) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def handle(job: JobContext) -> str:
+        started.set()
+        await release.wait()
+        return job.id
+
+    await asdk.enqueue_many(queue, [{"payload": n, "id": f"j{n}"} for n in range(3)])
+    worker = Worker(queue, handle, client=asdk, session_ttl_ms=1500, **FAST)
+    task = asyncio.create_task(worker.arun())
+    await asyncio.wait_for(started.wait(), 5)
+    assert (await asdk.quiet(queue, worker.worker_id)).state == "quiet"
+
+    async def told() -> bool:
+        return worker.session_state == "quiet"
+
+    await await_until(told)
+    release.set()
+    await await_until(lambda: completed(asdk, queue, 1))
+    await asyncio.sleep(0.5)  # a worker that still leased would have taken the next job by now
+    counts = (await asdk.queue(queue)).counts
+    assert (counts.completed, counts.waiting, counts.active) == (1, 2, 0)
+    worker.stop()
+    stats = await asyncio.wait_for(task, 5)
+    assert stats.acked == 1
+    assert await asdk.workers(queue) == []

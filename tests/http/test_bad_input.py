@@ -276,6 +276,9 @@ ENDPOINTS: dict[str, Endpoint] = {
     "failed": Endpoint("GET", "/v1/queues/{queue}/failed"),
     "list_jobs": Endpoint("GET", "/v1/queues/{queue}/jobs?state=failed"),
     "release_worker": Endpoint("POST", "/v1/queues/{queue}/workers/{worker}/release"),
+    "session_heartbeat": Endpoint("POST", "/v1/queues/{queue}/workers/{worker}/heartbeat", {"ttl_ms": 5000}),
+    "quiet": Endpoint("POST", "/v1/queues/{queue}/workers/{worker}/quiet"),
+    "end_session": Endpoint("DELETE", "/v1/queues/{queue}/workers/{worker}"),
     "pause": Endpoint("POST", "/v1/queues/{queue}/pause"),
     "resume": Endpoint("POST", "/v1/queues/{queue}/resume"),
     "redrive": Endpoint("POST", "/v1/queues/{queue}/failed/retry", {"ids": [DEAD]}),
@@ -287,6 +290,7 @@ ENDPOINTS: dict[str, Endpoint] = {
 BODY_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if endpoint.body is not None]
 JOB_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if "{job}" in endpoint.path]
 QUEUE_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if "{queue}" in endpoint.path]
+WORKER_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if "{worker}" in endpoint.path]
 Q = ENDPOINTS["get_queue"].url()
 JOB = ENDPOINTS["get_job"].url()
 
@@ -331,6 +335,7 @@ INVALID_UTF8_BODIES = {
     "release": b'{"lease_id": "\xff"}',
     "redrive": b'{"ids": ["\xff"]}',
     "put_settings": b'{"max_in_flight": 3, "\xff": 1}',
+    "session_heartbeat": b'{"ttl_ms": "\xff"}',
 }
 # The same strings as an unpaired UTF-16 surrogate escape: valid-looking JSON, not encodable text.
 LONE_SURROGATE_BODIES = {
@@ -355,6 +360,7 @@ FLOAT_FIRST_FIELD = {
     "release": "lease_id",
     "redrive": "ids",
     "put_settings": "max_in_flight",
+    "session_heartbeat": "ttl_ms",
 }
 
 
@@ -377,7 +383,7 @@ def body_syntax_cases() -> list[Case]:
             "lone-surrogate": LONE_SURROGATE_BODIES[name],
             "float-then-deep-nesting": b'{"%s": 1.0, "bogus": %s}' % (FLOAT_FIRST_FIELD[name].encode(), DEEP),
         }
-        if name != "redrive":  # the redrive body is optional (empty = every dead letter)
+        if name not in ("redrive", "session_heartbeat"):  # optional bodies (empty = the defaults)
             faults["empty-body"] = b""
             faults["whitespace-body"] = b"  \n"
         for fault, body in faults.items():
@@ -511,6 +517,20 @@ FIELD_CASES = [
             ),
             "retry": not_null([("string", "yes"), ("int", 1), ("object", {})]),
             "retry_after_ms": ints(0, limits.MAX_DELAY_MS),  # null: the job's backoff
+        },
+    ),
+    *field_cases(
+        "session_heartbeat",
+        {
+            "ttl_ms": not_null(ints(limits.MIN_SESSION_TTL_MS, limits.MAX_SESSION_TTL_MS)),
+            "info": [
+                ("null", None),
+                ("string", "host-1"),
+                ("int", 5),
+                ("list", [{"host": "h"}]),
+                ("over-4KiB", {"host": "h" * limits.MAX_SESSION_INFO_BYTES}),
+                ("nested-65", {"a": NESTED_65}),
+            ],
         },
     ),
     *field_cases(
@@ -703,8 +723,9 @@ def path_name_cases() -> list[Case]:
         for endpoint in JOB_ENDPOINTS:
             e = ENDPOINTS[endpoint]
             cases.append(e.case(f"{endpoint}-path-job-{label}", hint="job id", job=encoded))
-        e = ENDPOINTS["release_worker"]
-        cases.append(e.case(f"release_worker-path-worker-{label}", hint="worker", worker=encoded))
+        for endpoint in WORKER_ENDPOINTS:
+            e = ENDPOINTS[endpoint]
+            cases.append(e.case(f"{endpoint}-path-worker-{label}", hint="worker", worker=encoded))
     # An empty or slash-containing name never reaches a handler as a name, but must not be answered
     # as some other request either (e.g. /v1/queues//active as the queue named "active").
     # (GET /v1/queues/ is the queue list with a trailing slash, a fine answer: not a case.)
@@ -716,8 +737,9 @@ def path_name_cases() -> list[Case]:
         for endpoint in JOB_ENDPOINTS:
             e = ENDPOINTS[endpoint]
             cases.append(e.case(f"{endpoint}-path-job-{label}", status=ROUTING_4XX, job=name))
-        e = ENDPOINTS["release_worker"]
-        cases.append(e.case(f"release_worker-path-worker-{label}", status=ROUTING_4XX, worker=name))
+        for endpoint in WORKER_ENDPOINTS:
+            e = ENDPOINTS[endpoint]
+            cases.append(e.case(f"{endpoint}-path-worker-{label}", status=ROUTING_4XX, worker=name))
     # A name holding an encoded '/' must not be routed as the rest of another path: the queue named
     # "<q>/jobs/waiting-1" is a bad name, not job waiting-1 of queue <q>.
     smuggled = {"job-path": f"{QUEUE}%2Fjobs%2F{WAITING}", "pause": f"{QUEUE}%2Fpause"}
@@ -919,6 +941,8 @@ def domain_cases() -> list[Case]:
     cases.append(
         ENDPOINTS["delete_job"].case("delete_job-leased", status=409, code="job_active", hint="leased")
     )
+    # The seeded worker has no session: quieting it is refused, and changes nothing.
+    cases.append(ENDPOINTS["quiet"].case("quiet-no-session", status=409, code="no_session", hint="session"))
     return cases
 
 
@@ -1303,6 +1327,7 @@ OVERSIZED_BODIES: dict[str, Any] = {
     "release": {"lease_id": LEASE, "bogus": OVERSIZED},
     "redrive": {"ids": [DEAD] * 300},
     "put_settings": {"max_in_flight": 3, "bogus": OVERSIZED},
+    "session_heartbeat": {"info": {"host": OVERSIZED}},  # under 4 KiB: only the body limit is hit
 }
 assert set(OVERSIZED_BODIES) == set(BODY_ENDPOINTS)
 

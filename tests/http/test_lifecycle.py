@@ -282,8 +282,8 @@ async def test_ledger_and_workers_views(client: AsyncClient, queue: str) -> None
     assert [entry["id"] for entry in page] == [j["id"] for j in second]
     workers = (await client.get(f"/v1/queues/{queue}/workers")).json()["workers"]
     assert workers == [
-        {"worker": "alpha", "jobs": sorted([first["id"], third["id"]])},
-        {"worker": "beta", "jobs": sorted(j["id"] for j in second)},
+        {"worker": "alpha", "jobs": sorted([first["id"], third["id"]]), "session": None},
+        {"worker": "beta", "jobs": sorted(j["id"] for j in second), "session": None},
     ]
 
 
@@ -302,7 +302,7 @@ async def test_operator_releases_a_dead_workers_jobs(client: AsyncClient, queue:
     assert [job["id"] for job in again[:2]] == [job["id"] for job in held]
     assert [job["attempt"] for job in again] == [1, 1, 1]
     assert (await client.get(f"/v1/queues/{queue}/workers")).json()["workers"] == [
-        {"worker": "healthy", "jobs": sorted(job["id"] for job in again)}
+        {"worker": "healthy", "jobs": sorted(job["id"] for job in again), "session": None}
     ]
 
 

@@ -49,6 +49,9 @@ CONTRACT = {
     ("get", "/v1/queues/{queue}/history"),  # v1.1
     ("get", "/v1/queues/{queue}/settings"),  # v1.1
     ("put", "/v1/queues/{queue}/settings"),  # v1.1
+    ("post", "/v1/queues/{queue}/workers/{worker}/heartbeat"),  # v1.1
+    ("post", "/v1/queues/{queue}/workers/{worker}/quiet"),  # v1.1
+    ("delete", "/v1/queues/{queue}/workers/{worker}"),  # v1.1
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -226,7 +229,9 @@ def test_problem_examples_use_the_services_titles() -> None:
             assert (value["status"], value["title"]) == titles[code]
 
 
-@pytest.mark.parametrize("code", ["invalid_request", "job_not_found", "lease_lost", "job_active"])
+@pytest.mark.parametrize(
+    "code", ["invalid_request", "job_not_found", "lease_lost", "job_active", "no_session"]
+)
 async def test_problem_examples_are_what_the_service_answers(
     client: httpx.AsyncClient, queue: str, code: str
 ) -> None:
@@ -235,6 +240,8 @@ async def test_problem_examples_are_what_the_service_answers(
         response = await client.post(f"/v1/queues/{queue}/jobs", json={"payload": 1, "priority": 5000})
     elif code == "job_not_found":
         response = await client.post(job + "/ack", json={"lease_id": examples.LEASE_ID})
+    elif code == "no_session":
+        response = await client.post(f"/v1/queues/{queue}/workers/worker-7/quiet")
     else:
         created = await client.post(f"/v1/queues/{queue}/jobs", json={"payload": 1, "id": examples.JOB_ID})
         assert created.status_code == 201

@@ -27,9 +27,11 @@ OPERATIONS = [
     "lease",
     "ledger",
     "list-jobs",
+    "quiet",
     "redrive",
     "release",
     "release-worker",
+    "session",
     "set-paused",
     "settings",
     "sweep",
@@ -379,7 +381,7 @@ async def test_workers_lists_who_holds_what_sorted(q):
     assert await q.workers() == []
     await leased(q, "j3", "j1", worker="w-b")
     await leased(q, "j2", worker="w-a")
-    assert await q.workers() == [["w-a", ["j2"]], ["w-b", ["j1", "j3"]]]
+    assert await q.workers() == [["w-a", ["j2"], []], ["w-b", ["j1", "j3"], []]]  # [] = no session
 
 
 async def test_failed_page_most_recent_first_with_total_and_payload_sizes(q):

@@ -32,6 +32,9 @@ export type Counts = Schemas["Counts"];
 export type FailedPage = Schemas["FailedPage"];
 export type PauseResponse = Schemas["PauseResponse"];
 export type LedgerEntry = Schemas["LedgerEntry"];
+export type WorkerHoldings = Schemas["WorkerHoldings"];
+export type SessionHeartbeatResponse = Schemas["SessionHeartbeatResponse"];
+export type QuietResponse = Schemas["QuietResponse"];
 
 // --- types looked up in the generated document ------------------------------------------------
 
@@ -358,6 +361,42 @@ export class Client {
    * go back to the queue; answers their ids. */
   async releaseWorker(queue: string, worker: string): Promise<string[]> {
     const answer = await this.call("post", "/v1/queues/{queue}/workers/{worker}/release", {
+      path: { queue, worker },
+      idempotent: false,
+    });
+    return answer.released;
+  }
+
+  /** Every worker holding jobs or with a live session: the ids it holds and its session. */
+  async workers(queue: string): Promise<WorkerHoldings[]> {
+    const answer = await this.call("get", "/v1/queues/{queue}/workers", { path: { queue }, idempotent: true });
+    return answer.workers;
+  }
+
+  /** Start or renew a worker's session: unless renewed within ttl_ms (default 30000) it lapses,
+   * and every job the worker holds goes back as if its lease had expired. */
+  sessionHeartbeat(
+    queue: string,
+    worker: string,
+    body: { ttl_ms?: number; info?: Record<string, unknown> } = {},
+    options: { retry?: RetryPolicy; timeoutMs?: number } = {},
+  ): Promise<SessionHeartbeatResponse> {
+    return this.call("post", "/v1/queues/{queue}/workers/{worker}/heartbeat", {
+      path: { queue, worker },
+      body,
+      idempotent: true,
+      ...options,
+    });
+  }
+
+  /** Quiet a worker (admin): its leases lease nothing until its session ends. */
+  quiet(queue: string, worker: string): Promise<QuietResponse> {
+    return this.call("post", "/v1/queues/{queue}/workers/{worker}/quiet", { path: { queue, worker }, idempotent: true });
+  }
+
+  /** End a worker's session, giving back every job it holds unspent; answers their ids. */
+  async endSession(queue: string, worker: string): Promise<string[]> {
+    const answer = await this.call("delete", "/v1/queues/{queue}/workers/{worker}", {
       path: { queue, worker },
       idempotent: false,
     });

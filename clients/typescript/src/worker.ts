@@ -25,6 +25,12 @@
 //   for up to graceMs; acks of the handlers that returned until then are sent, the rest are
 //   aborted and released (back to the front of the queue, the attempt not spent), and so are the
 //   jobs that a lease in flight brings. A handler that returned is always acked (or failed).
+// - Sessions (session: true, the default): the worker opens a session on its queue before its
+//   first lease and renews it on the heartbeat timer (at least three times per sessionTtlMs,
+//   default 30000), with info (host, pid, SDK, plus sessionInfo). If the process dies the
+//   session lapses and the service gives its jobs back then, not when their leases run out. A
+//   session heartbeat answering "quiet" (an operator's quiet) stops leasing; running jobs finish.
+//   Once stopped and settled, the worker ends its session (which gives back anything still held).
 
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
@@ -84,6 +90,12 @@ export interface WorkerOptions {
   handleSignals?: boolean;
   /** Where warnings go (default: console.warn / console.error; info is dropped). */
   logger?: Logger;
+  /** Open a worker session (default true); false: the v1 behaviour, leases only. */
+  session?: boolean;
+  /** The session lapses this long after its last renewal (ms, 1000..300000, default 30000). */
+  sessionTtlMs?: number;
+  /** Shown by GET .../workers with the host, pid and SDK (a JSON object, at most 4 KiB). */
+  sessionInfo?: Record<string, unknown>;
 }
 
 export interface WorkerStats {
@@ -177,6 +189,11 @@ export class Worker {
   readonly waitMs: number;
   readonly heartbeatMs: number;
   readonly ackBatchMs: number;
+  readonly session: boolean;
+  readonly sessionTtlMs: number;
+  readonly sessionInfo: Record<string, unknown>;
+  /** What the last session heartbeat said: "running" or "quiet" (undefined before the first). */
+  sessionState: string | undefined;
   graceMs: number;
   readonly stats: WorkerStats = { acked: 0, failed: 0, lost: 0, released: 0, errors: [] };
 
@@ -211,6 +228,10 @@ export class Worker {
   private idleWaiters: Array<() => void> = [];
   private endGrace: (() => void) | undefined;
   private fatal: unknown;
+  private quiet = false; // the session said quiet: lease nothing more
+  private sessionOpened = false;
+  private sessionBeating = false;
+  private lastSessionBeat = 0;
 
   constructor(options: WorkerOptions) {
     if (!options.queue) throw new TypeError("queue is required");
@@ -232,6 +253,12 @@ export class Worker {
     this.ackBatchMs = options.ackBatchMs ?? 5;
     this.handleSignals = options.handleSignals ?? false;
     this.log = options.logger ?? defaultLogger;
+    this.session = options.session ?? true;
+    this.sessionTtlMs = options.sessionTtlMs ?? 30_000;
+    if (!Number.isInteger(this.sessionTtlMs) || this.sessionTtlMs < 1000 || this.sessionTtlMs > 300_000) {
+      throw new RangeError("sessionTtlMs must be an integer in 1000..300000");
+    }
+    this.sessionInfo = { host: hostname(), pid: process.pid, sdk: "echomq-ts/0.1.0", ...options.sessionInfo };
     this.ownClient = options.client === undefined;
     this.client = options.client ?? new Client({ url: options.url, token: options.token });
     this.stopWaiter = new Promise((resolve) => (this.resolveStop = resolve));
@@ -270,6 +297,7 @@ export class Worker {
     }
     this.log.info(`${this.workerId}: working on queue ${this.queue} (concurrency ${this.concurrency})`);
     this.lastBeat = now();
+    if (!this.stopping) await this.sessionBeat(); // the session opens before the first lease
     this.tick = setInterval(() => this.onTick(), Math.max(50, Math.min(this.heartbeatMs, 500)));
     try {
       this.pump();
@@ -277,6 +305,7 @@ export class Worker {
       await this.windDown();
     } finally {
       clearInterval(this.tick);
+      await this.endSession();
       if (this.ackTimer) clearTimeout(this.ackTimer);
       if (this.handleSignals) {
         process.off("SIGTERM", onSignal);
@@ -349,7 +378,7 @@ export class Worker {
       if (this.acks.length >= this.share() || this.running === 0 || this.stopping) this.flushAcks();
       else this.ackTimer ??= setTimeout(() => this.flushAcks(), this.ackBatchMs);
     }
-    if (!this.stopping && !this.polling && this.acks.length === 0 && this.free() > 0) {
+    if (!this.stopping && !this.quiet && !this.polling && this.acks.length === 0 && this.free() > 0) {
       this.polling = true;
       this.track(this.poll());
     }
@@ -490,7 +519,7 @@ export class Worker {
 
   /** Acks batch; its lease_next takes a 1/parts part of the free slots (parts 0: no lease). */
   private async sendAcks(batch: Ack[], parts = 1): Promise<void> {
-    const wanted = this.stopping || parts === 0 ? 0 : Math.max(0, Math.ceil(this.free() / parts));
+    const wanted = this.stopping || this.quiet || parts === 0 ? 0 : Math.max(0, Math.ceil(this.free() / parts));
     const leaseNext: LeaseNext | undefined =
       wanted > 0
         ? { worker: this.workerId, lease_ms: this.leaseMs, max_jobs: wanted, wait_ms: 0, request_id: this.nextRequestId() }
@@ -607,10 +636,57 @@ export class Worker {
     for (const entry of this.held.values()) {
       if (entry.state === "running" && at >= entry.expiresAt) this.lose(entry, "the lease ran out without a renewal");
     }
+    if (this.session && !this.sessionBeating && at - this.lastSessionBeat >= this.sessionEvery()) {
+      this.track(this.sessionBeat());
+    }
     if (!this.beating && this.held.size > 0 && at - this.lastBeat >= this.beatDelay) {
       this.beating = true;
       this.lastBeat = at;
       this.track(this.beat());
+    }
+  }
+
+  // --- the session -------------------------------------------------------------------------------
+
+  /** Session heartbeats: every heartbeatMs, and at least three times per sessionTtlMs. */
+  private sessionEvery(): number {
+    return Math.min(this.heartbeatMs, this.sessionTtlMs / 3);
+  }
+
+  private async sessionBeat(): Promise<void> {
+    if (!this.session || this.sessionBeating) return;
+    this.sessionBeating = true;
+    this.lastSessionBeat = now();
+    try {
+      const answer = await this.client.sessionHeartbeat(
+        this.queue,
+        this.workerId,
+        { ttl_ms: this.sessionTtlMs, info: this.sessionInfo },
+        { retry: NO_RETRIES, timeoutMs: Math.max(1000, this.sessionEvery()) },
+      );
+      this.sessionOpened = true;
+      this.sessionState = answer.state;
+      if (answer.state === "quiet" && !this.quiet) {
+        this.quiet = true;
+        this.log.info(`${this.workerId}: quieted; leasing nothing more, finishing ${this.running} job(s)`);
+      }
+    } catch (error) {
+      this.lastSessionBeat = now() - this.sessionEvery() / 2; // again in half the interval
+      this.log.warn(`session heartbeat failed (${String(error)})`);
+    } finally {
+      this.sessionBeating = false;
+    }
+  }
+
+  /** Once stopped and settled: end the session (it gives back anything still held). */
+  private async endSession(): Promise<void> {
+    if (!this.sessionOpened) return;
+    this.sessionOpened = false;
+    try {
+      const released = await this.client.endSession(this.queue, this.workerId);
+      if (released.length > 0) this.log.warn(`ending the session gave back ${released.join(", ")}`);
+    } catch (error) {
+      this.log.warn(`could not end the session (${String(error)}); it will lapse`);
     }
   }
 

@@ -407,3 +407,57 @@ test("run() rejects when leasing cannot work (wrong URL)", async () => {
   const w = worker({ queue: freshQueue(), url: `${SERVICE_URL}/nowhere`, handler: () => undefined });
   await assert.rejects(w.run(), NotFound);
 });
+
+test("a worker opens a session with info, honours quiet, and ends the session on stop", async () => {
+  const queue = freshQueue();
+  const release = deferred();
+  let started = 0;
+  await client.enqueueMany(queue, [0, 1, 2].map((n) => ({ id: `j${n}`, payload: n })));
+  const w = worker({
+    queue,
+    sessionTtlMs: 1500,
+    sessionInfo: { role: "test" },
+    handler: async () => {
+      started += 1;
+      await release.promise;
+    },
+  });
+  const run = w.run();
+  await waitFor(() => started === 1);
+  const [listed] = await client.workers(queue);
+  assert.equal(listed?.worker, w.workerId);
+  assert.equal(listed?.session?.state, "running");
+  assert.deepEqual({ ...(listed?.session?.info as object), pid: 0, host: "" }, { role: "test", sdk: "echomq-ts/0.1.0", pid: 0, host: "" });
+  assert.equal((await client.quiet(queue, w.workerId)).state, "quiet");
+  await waitFor(() => w.sessionState === "quiet");
+  release.resolve();
+  await waitFor(async () => (await client.counts(queue)).completed === 1);
+  await sleep(500); // a worker still leasing would have taken the next job by now
+  const counts = await client.counts(queue);
+  assert.deepEqual([counts.completed, counts.waiting, counts.active, started], [1, 2, 0, 1]);
+  await w.stop();
+  await run;
+  assert.deepEqual(await client.workers(queue), []); // the session ended with the worker
+});
+
+test("without sessions the worker opens none", async () => {
+  const queue = freshQueue();
+  const release = deferred();
+  let started = false;
+  await client.enqueue(queue, { id: "a", payload: 1 });
+  const w = worker({
+    queue,
+    session: false,
+    handler: async () => {
+      started = true;
+      await release.promise;
+    },
+  });
+  const run = w.run();
+  await waitFor(() => started);
+  const [listed] = await client.workers(queue);
+  assert.equal(listed?.session, null);
+  release.resolve();
+  await w.stop();
+  await run;
+});

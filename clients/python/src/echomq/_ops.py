@@ -171,6 +171,8 @@ _read_failed_page = reader(m.FailedPage)
 _read_job_page = reader(m.JobPage)
 _read_redriven = _field(m._Redriven, "retried")
 _read_worker_released = _field(m._WorkerReleased, "released")
+_read_session = reader(m.Session)
+_read_quieted = reader(m.Quieted)
 _read_paused = reader(m.Paused)
 _read_cancelled = reader(m.Cancelled)
 _read_history = _field(m._History, "minutes")
@@ -506,6 +508,32 @@ def retry_failed(queue: str, ids: Optional[Iterable[str]]) -> Op[list[str]]:
 
 def release_worker(queue: str, worker: str) -> Op[list[str]]:
     return Op("POST", f"{_q(queue)}/workers/{_seg(worker)}/release", _read_worker_released, idempotent=False)
+
+
+def _worker(queue: str, worker: str) -> str:
+    return f"{_q(queue)}/workers/{_seg(worker)}"
+
+
+def session_heartbeat(
+    queue: str, worker: str, ttl_ms: Optional[int], info: Optional[Mapping[str, Any]]
+) -> Op[m.Session]:
+    # Renewing a session again is harmless: safe to repeat.
+    return Op(
+        "POST",
+        f"{_worker(queue, worker)}/heartbeat",
+        _read_session,
+        idempotent=True,
+        body=_body({"ttl_ms": ttl_ms, "info": None if info is None else dict(info)}),
+    )
+
+
+def quiet(queue: str, worker: str) -> Op[m.Quieted]:
+    return Op("POST", f"{_worker(queue, worker)}/quiet", _read_quieted, idempotent=True)
+
+
+def end_session(queue: str, worker: str) -> Op[list[str]]:
+    # A repeat gives back nothing more (the first call's answer would be lost): not retried.
+    return Op("DELETE", _worker(queue, worker), _read_worker_released, idempotent=False)
 
 
 def set_paused(queue: str, paused: bool) -> Op[m.Paused]:

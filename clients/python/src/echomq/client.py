@@ -378,6 +378,26 @@ class Client(_Base):
             )
         )
 
+    def session_heartbeat(
+        self,
+        queue: str,
+        worker: str,
+        *,
+        ttl_ms: Optional[int] = None,
+        info: Optional[Mapping[str, Any]] = None,
+    ) -> m.Session:
+        """Start or renew the worker's session: unless renewed within ttl_ms (default 30 s) it
+        lapses, and every job the worker holds goes back as if its lease had expired."""
+        return self._call(_ops.session_heartbeat(queue, worker, ttl_ms, info))
+
+    def quiet(self, queue: str, worker: str) -> m.Quieted:
+        """Quiet a worker (admin): it leases nothing more until its session ends."""
+        return self._call(_ops.quiet(queue, worker))
+
+    def end_session(self, queue: str, worker: str) -> list[str]:
+        """End the worker's session, giving back every job it holds unspent; the ids given back."""
+        return self._call(_ops.end_session(queue, worker))
+
     def pause(self, queue: str) -> m.Paused:
         return self._call(_ops.set_paused(queue, True))
 
@@ -690,6 +710,22 @@ class AsyncClient(_Base):
                 failed_retention_s=failed_retention_s,
             )
         )
+
+    async def session_heartbeat(
+        self,
+        queue: str,
+        worker: str,
+        *,
+        ttl_ms: Optional[int] = None,
+        info: Optional[Mapping[str, Any]] = None,
+    ) -> m.Session:
+        return await self._call(_ops.session_heartbeat(queue, worker, ttl_ms, info))
+
+    async def quiet(self, queue: str, worker: str) -> m.Quieted:
+        return await self._call(_ops.quiet(queue, worker))
+
+    async def end_session(self, queue: str, worker: str) -> list[str]:
+        return await self._call(_ops.end_session(queue, worker))
 
     async def pause(self, queue: str) -> m.Paused:
         return await self._call(_ops.set_paused(queue, True))

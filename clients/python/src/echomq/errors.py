@@ -81,6 +81,10 @@ class JobActive(APIError):
     """409 job_active: not allowed while the job is leased."""
 
 
+class NoSession(APIError):
+    """409 no_session: the worker has no live session in the queue."""
+
+
 class RequestTimeout(APIError):
     """408 request_timeout: the request body did not arrive in time."""
 
@@ -106,6 +110,7 @@ ERRORS_BY_CODE: dict[str, type[APIError]] = {
     "job_not_found": JobNotFound,
     "lease_lost": LeaseLost,
     "job_active": JobActive,
+    "no_session": NoSession,
     "request_timeout": RequestTimeout,
     "payload_too_large": PayloadTooLarge,
     "too_many_requests": TooManyRequests,

@@ -222,9 +222,37 @@ class LedgerEntry(_Model):
     lease_expires_at: int
 
 
+class WorkerSession(_Model):
+    """A worker's live session: ``state`` running or quiet; ``info`` the JSON object its
+    heartbeats sent (or None)."""
+
+    state: str
+    started_at: int
+    last_seen_at: int
+    expires_at: int
+    info: Optional[dict[str, Any]] = None
+
+
 class WorkerHoldings(_Model):
+    """A worker holding jobs or with a live session: the ids it holds and its session."""
+
     worker: str
     jobs: list[str]
+    session: Optional[WorkerSession] = None
+
+
+class Session(_Model):
+    """Answer to a session heartbeat: when the session lapses unless renewed, and its state
+    (``quiet``: an operator quieted the worker; lease nothing more, finish what it holds)."""
+
+    worker: str
+    session_expires_at: int
+    state: str
+
+
+class Quieted(_Model):
+    worker: str
+    state: str
 
 
 class FailedPage(_Model):

@@ -43,6 +43,15 @@
 - ``on_outcome(job, outcome, detail)``, if given, is called once per job when its outcome is
   settled: ``acked``, ``failed`` (detail: the job's state now), ``released``, ``lost`` or
   ``error`` (the service did not take the outcome; detail says why).
+- Sessions (``session=True``, the default): the worker opens a session on the queue before its
+  first lease and renews it on the heartbeat timer (every ``heartbeat_s``, at most a third of
+  ``session_ttl_ms``, default 30 s), with ``info`` (host, pid, SDK version, plus
+  ``session_info``) that ``GET .../workers`` shows. If the process dies, its session lapses
+  after ``session_ttl_ms`` and the service gives its jobs back then, instead of when their
+  leases run out. When a session heartbeat answers ``quiet`` (an operator called ``quiet``),
+  the worker leases nothing more and finishes the jobs it runs; ``stop()`` still ends it. Once
+  stopped and every job settled, it ends its session (``DELETE``), which also gives back any job
+  it still holds. ``session=False`` keeps the v1 behaviour.
 - Lease requests always carry a ``request_id``, so a lease repeated after a lost answer never
   leases twice; acks, fails and releases are repeated on lost connections and 503s while the
   lease may still be alive (the service answers a repeat as it answered the first).
@@ -70,13 +79,14 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional, TypeVar, Union
 
 import msgspec
 
 from echomq import _ops
+from echomq._ops import USER_AGENT
 from echomq.client import AsyncClient
 from echomq.errors import (
     BackendUnavailable,
@@ -108,6 +118,9 @@ MAX_LEASE_JOBS = 100  # the API's limit per lease
 MAX_BATCH = 1000  # the API's limit per ack-many and heartbeat-many
 MAX_BATCH_RESULT_BYTES = 256 * 1024  # well under the service's 1 MiB body limit
 PIPELINE = 2  # ack-manies (each with its lease_next) a full worker keeps in flight
+DEFAULT_SESSION_TTL_MS = 30_000
+MIN_SESSION_TTL_MS, MAX_SESSION_TTL_MS = 1000, 300_000  # the API's range
+END_SESSION_TIMEOUT_S = 10.0  # the DELETE of the session on stop: a dead service must not hold us
 CANCEL_WAIT_S = 5.0  # how long cancelled async handlers get to unwind before their jobs are released
 _FATAL = (Unauthorized, Forbidden, InvalidRequest, NotFound)  # retrying cannot help
 _TRANSIENT = (ConnectionFailed, BackendUnavailable, TooManyRequests)  # a later try may succeed
@@ -310,9 +323,14 @@ class Worker:
         ack_batch_s: float = DEFAULT_ACK_BATCH_S,
         cancel_wait_s: float = CANCEL_WAIT_S,
         on_outcome: Optional[Callable[[JobContext, str, str], None]] = None,
+        session: bool = True,
+        session_ttl_ms: int = DEFAULT_SESSION_TTL_MS,
+        session_info: Optional[Mapping[str, Any]] = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if not MIN_SESSION_TTL_MS <= session_ttl_ms <= MAX_SESSION_TTL_MS:
+            raise ValueError(f"session_ttl_ms must be in {MIN_SESSION_TTL_MS}..{MAX_SESSION_TTL_MS}")
         self.queue = queue
         self.handler = handler
         self.worker_id = worker_id or default_worker_id()
@@ -324,6 +342,15 @@ class Worker:
         self.ack_batch_s = ack_batch_s
         self.cancel_wait_s = cancel_wait_s
         self.on_outcome = on_outcome
+        self.session = session
+        self.session_ttl_ms = session_ttl_ms
+        self.session_info = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "sdk": USER_AGENT,
+            **(session_info or {}),
+        }
+        self.session_state: Optional[str] = None  # running or quiet, as the last session heartbeat said
         self.stats = WorkerStats()
         self._client = client
         self._url, self._token = url, token
@@ -353,6 +380,8 @@ class Worker:
         self._wake: Optional[asyncio.Event] = None
         self._stopping: Optional[asyncio.Event] = None
         self._wound_down = False
+        self._quiet = False  # the session said quiet: lease nothing more
+        self._session_opened = False
 
     # --- control -------------------------------------------------------------------------------
 
@@ -406,6 +435,8 @@ class Worker:
         )
         if self._stop_requested:
             self._begin_stop()
+        else:
+            await self._session_beat()  # open the session before the first lease
         beats = asyncio.create_task(self._heartbeats(), name="emq-heartbeats")
         winding = asyncio.create_task(self._wind_down(), name="emq-wind-down")
         try:
@@ -429,6 +460,7 @@ class Worker:
                     await task
             for signum in installed:
                 self._loop.remove_signal_handler(signum)
+            await self._end_session()
             if self._client is None:
                 await self._api.aclose()
             log.info("worker %s: stopped (%s)", self.worker_id, self.stats)
@@ -501,7 +533,7 @@ class Worker:
         return left if left > 0 and self._wants_lease() and not self._polling else None
 
     def _wants_lease(self) -> bool:
-        return not self._is_stopping and self._fatal is None and self._free_slots() > 0
+        return not self._is_stopping and not self._quiet and self._fatal is None and self._free_slots() > 0
 
     def _may_lease(self) -> bool:
         # Gathered acks carry the next lease themselves (lease_next) when they are sent.
@@ -832,13 +864,15 @@ class Worker:
     # --- leases: renewals --------------------------------------------------------------------------
 
     async def _heartbeats(self) -> None:
-        """One heartbeat-many every heartbeat_s renews every lease held; sooner after a failure."""
-        delay = self.heartbeat_s
+        """Every tick, the session heartbeat, and one heartbeat-many renews every lease held that
+        is due (every heartbeat_s); sooner after a failure."""
+        delay = self._tick_s()
         while True:
             await asyncio.sleep(delay)
             self._lose_expired()
+            delay = self._tick_s()
+            session = asyncio.ensure_future(self._session_beat())  # alongside: neither waits for the other
             due = [held for held in self._held.values() if not held.settled and self._renewal_due(held)]
-            delay = self.heartbeat_s
             for start in range(0, len(due), MAX_BATCH):
                 try:
                     renewed = await self._renew(due[start : start + MAX_BATCH])
@@ -847,6 +881,56 @@ class Worker:
                     renewed = False
                 if not renewed:
                     delay = self._retry_delay()
+            try:
+                if not await session:
+                    delay = min(delay, self._retry_delay())
+            except Exception:  # a bug must not end the renewals
+                log.exception("worker %s: session heartbeat", self.worker_id)
+
+    def _tick_s(self) -> float:
+        """The heartbeat timer: every heartbeat_s, and at least three times per session ttl."""
+        if not self.session:
+            return self.heartbeat_s
+        return min(self.heartbeat_s, self.session_ttl_ms / 3000)
+
+    # --- the session -----------------------------------------------------------------------------
+
+    async def _session_beat(self) -> bool:
+        """Start or renew the session (nothing without sessions); False when it failed."""
+        if not self.session:
+            return True
+        try:
+            answer = await self._api.session_heartbeat(
+                self.queue, self.worker_id, ttl_ms=self.session_ttl_ms, info=self.session_info
+            )
+        except EchoMQError as error:
+            log.warning("worker %s: session heartbeat failed (%s)", self.worker_id, error)
+            return False
+        self._session_opened = True
+        self.session_state = answer.state
+        if answer.state == "quiet" and not self._quiet:
+            log.info(
+                "worker %s: quieted; leasing nothing more, finishing %d job(s)", self.worker_id, self._running
+            )
+            self._quiet = True
+            self._poke()
+        return True
+
+    async def _end_session(self) -> None:
+        """Once stopped: end the session, which gives back any job still held (there should be
+        none: every job was acked, failed or released by now)."""
+        if not self._session_opened:
+            return
+        self._session_opened = False
+        try:
+            released = await asyncio.wait_for(
+                self._api.end_session(self.queue, self.worker_id), END_SESSION_TIMEOUT_S
+            )
+        except (EchoMQError, asyncio.TimeoutError) as error:
+            log.warning("worker %s: could not end its session (%r); it will lapse", self.worker_id, error)
+            return
+        if released:
+            log.warning("worker %s: ending its session gave back %s", self.worker_id, released)
 
     def _renewal_due(self, held: _Held) -> bool:
         return time.monotonic() - held.renewed_at >= self.heartbeat_s / 2

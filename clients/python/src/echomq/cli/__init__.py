@@ -122,6 +122,24 @@ def _parser() -> argparse.ArgumentParser:
     ledger.add_argument("--worker", help="only this worker's jobs")
     ledger.add_argument("--limit", type=int, help="at most this many (default 1000)")
 
+    workers = commands.add_parser(
+        "workers",
+        parents=[common],
+        help="workers holding jobs or with a session: jobs held, session state, info",
+    )
+    workers.add_argument("queue")
+
+    quiet = commands.add_parser(
+        "quiet",
+        parents=[common],
+        help="quiet a worker: it leases nothing more and finishes its jobs (admin)",
+        description="The worker's lease requests lease nothing until its session ends; its session "
+        "heartbeats tell it so, and an SDK Worker then finishes the jobs it runs. Fails (exit 1) "
+        "when the worker has no live session.",
+    )
+    quiet.add_argument("queue")
+    quiet.add_argument("worker")
+
     failed = commands.add_parser("failed", parents=[common], help="dead-lettered jobs, most recent first")
     failed.add_argument("queue")
     failed.add_argument("--limit", type=int, help="at most this many (default 100, at most 1000)")

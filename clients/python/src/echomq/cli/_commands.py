@@ -193,6 +193,45 @@ def cmd_ledger(args: argparse.Namespace, client: Client) -> int:
     return EXIT_OK
 
 
+def cmd_workers(args: argparse.Namespace, client: Client) -> int:
+    holdings = client.workers(args.queue)
+    if args.json:
+        print_json({"workers": [holding.to_dict() for holding in holdings]})
+        return EXIT_OK
+    if not holdings:
+        print(f"no workers in {args.queue}: none holds a job or has a session")
+        return EXIT_OK
+    now = now_ms()
+    rows = []
+    for holding in holdings:
+        session = holding.session
+        if session is None:
+            rows.append([holding.worker, len(holding.jobs), "-", "-", "-", "-"])
+            continue
+        info = json.dumps(session.info, separators=(",", ":")) if session.info else "-"
+        rows.append(
+            [
+                holding.worker,
+                len(holding.jobs),
+                session.state,
+                duration(now - session.started_at),
+                duration(session.expires_at - now),
+                summary(info, 48),
+            ]
+        )
+    table(["WORKER", "JOBS", "SESSION", "UP FOR", "LAPSES IN", "INFO"], rows)
+    return EXIT_OK
+
+
+def cmd_quiet(args: argparse.Namespace, client: Client) -> int:
+    answer = client.quiet(args.queue, args.worker)
+    if args.json:
+        print_json(answer.to_dict())
+    else:
+        print(f"worker {answer.worker} is quiet: it leases nothing more in {args.queue}")
+    return EXIT_OK
+
+
 def cmd_failed(args: argparse.Namespace, client: Client) -> int:
     page = client.failed(args.queue, limit=args.limit, offset=args.offset)
     if args.json:
@@ -389,6 +428,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Client], int]] = {
     "enqueue": cmd_enqueue,
     "stats": cmd_stats,
     "ledger": cmd_ledger,
+    "workers": cmd_workers,
+    "quiet": cmd_quiet,
     "failed": cmd_failed,
     "retry": cmd_retry,
     "pause": cmd_pause,
