@@ -181,9 +181,9 @@ async def test_the_workers_listing_shows_holders_and_sessions(client: httpx.Asyn
 
 
 async def test_past_max_stalls_a_job_is_dead_lettered_as_stalled(
-    client: httpx.AsyncClient, queue: str, redis_client: Redis
+    client: httpx.AsyncClient, queue: str
 ) -> None:
-    await redis_client.hset(keys_of(queue).meta, "max_stalls", 1)  # until the settings endpoint exists
+    assert (await client.put(f"/v1/queues/{queue}/settings", json={"max_stalls": 1})).status_code == 200
     await enqueue(client, queue, 1, id="a", max_attempts=10)
     async with subscribed(client, queue, types="failed,reclaimed", after=0) as feed:
         await lease_one(client, queue, lease_ms=1000)
