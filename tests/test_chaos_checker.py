@@ -7,7 +7,10 @@ reads them from the Redis stream at the end (stream.jsonl). A clean history pass
 without cancellations; a lost job, a job acked twice with no worker dead, a job leased again
 while its lease was live, a job leased after its cancel was answered, events that tell a story
 that cannot have happened, too few faults and a failed final read each fail the verdict, named
-by kind and job. No Redis is needed.
+by kind and job. With worker sessions: a dead worker's job that its session gives back in
+seconds passes; one given back late or never, one leased again before the session can have
+lapsed, a stopped worker's accepted zombie ack, and a session lease refused while its session
+was live each fail. No Redis is needed.
 """
 
 from __future__ import annotations
@@ -599,3 +602,196 @@ def test_a_cancelled_job_that_ends_neither_cancelled_nor_completed_is_lost(tmp_p
     # the stream ends D cancelled: the final read and the events disagree too
     assert findings(result) == {("lost", D), ("events-story", D), ("left-over", None)}
     assert any(f"LOST: {D} was cancelled, yet ended waiting" in f for f in result["failures"])
+
+
+# -- worker sessions: a dead worker's jobs come back when its session lapses -------------------
+
+SESSION_TTL = 2500
+SESSION_LEASE = 30_000
+
+
+def session_start(name: str, ms: int) -> dict[str, Any]:
+    return {**start(name, ms), "lease_ms": SESSION_LEASE, "session_ttl_ms": SESSION_TTL}
+
+
+def renewed(ms: int) -> dict[str, Any]:
+    """A session heartbeat run by Redis at ms, answered then: the session lapses ttl later."""
+    return {"ev": "sess", "st": 200, "exp": T0_MS + ms + SESSION_TTL, "state": "running",
+            "ts": at(ms - 3), "t": at(ms), "r": 0}  # fmt: skip
+
+
+def session_lease(job: str, lease_id: str, fence: int, attempt: int, ms: int) -> dict[str, Any]:
+    return {
+        **lease(job, lease_id, fence, attempt, ms),
+        "exp": T0_MS + ms + SESSION_LEASE,
+        "lease_ms": SESSION_LEASE,
+    }
+
+
+def session_run(back_ms: int = 3900, **kill: Any) -> dict[str, Any]:
+    """The clean run, and w2g0, a worker with a session (ttl 2.5 s, lease 30 s): it leases G at
+    1000, renews its session until 1300 (so it can lapse at 3800) and is SIGKILLed at 1500
+    holding G; the sweep reclaims G at back_ms and w1g0 leases it 50 ms later."""
+    run = clean_run()
+    producer = run["clients"]["producer.jsonl"]
+    producer[-1:-1] = [send(G, 146), enqueued(G, 149)]
+    run["clients"]["events-w2g0.jsonl"] = [
+        session_start("w2g0", 0),
+        renewed(10),
+        renewed(845),
+        session_lease(G, "lease-g1", 5, 1, 1000),
+        {"ev": "hold", "at": "mid", "job": G, "lease": "lease-g1", "t": at(1001)},
+        renewed(1300),
+    ]
+    w1g0 = run["clients"]["events-w1g0.jsonl"]
+    w1g0[-1:] = [lease(G, "lease-g2", 6, 2, back_ms + 50), ack(G, "lease-g2", back_ms + 70),
+                 {"ev": "exit", "t": at(back_ms + 100)}]  # fmt: skip
+    run["clients"]["effects-w1g0.jsonl"].append(effect(G, "lease-g2", 6, back_ms + 60))
+    recorded = run["history.json"]
+    recorded["planned"]["worker-kill"] = 2
+    recorded["faults"].append(
+        {"id": 2, "kind": "worker-kill", "target": "w2g0", "variant": "mid", "t": at(1500),
+         "t_end": at(1520), "skipped": "", "extra": {"job": G, "session": True, **kill}}
+    )  # fmt: skip
+    final = recorded["final"]
+    final["states"][G] = ["completed", 2]
+    final["counts"]["completed"] = 4
+    run["stream.jsonl"] = numbered(
+        [
+            *run["stream.jsonl"],
+            queued(G, 148),
+            {**leased(G, 5, 1, 1000, "w2g0"), "lease_expires_at": T0_MS + 1000 + SESSION_LEASE},
+            event("reclaimed", G, back_ms, worker="w2g0", attempt=1),
+            leased(G, 6, 2, back_ms + 50, "w1g0"),
+            done(G, back_ms + 69, "w1g0", 2),
+        ]
+    )
+    return run
+
+
+def test_a_session_lapse_that_returns_the_job_in_seconds_passes(tmp_path: Path) -> None:
+    result = verdict(session_run(), tmp_path)
+    assert result["failures"] == []
+    kill = result["figures"]["worker-kill"]
+    assert (kill["session_jobs"], kill["session_returned"], kill["session_exempt"]) == (1, 1, 0)
+    assert kill["max_session_return_ms"] == 2400  # the reclaim, 2.4 s after the SIGKILL
+    assert (result["session_reclaims"], result["min_session_reclaim_gap_ms"]) == (1, 2650)
+
+
+def test_a_session_lapse_that_returns_the_job_late_fails(tmp_path: Path) -> None:
+    """Reclaimed 7.5 s after the kill: within the 30 s lease, beyond ttl + sweep + 1 s + 3 s."""
+    result = verdict(session_run(back_ms=9000), tmp_path)
+    assert findings(result) == {("slow-session-return", G)}
+    [failure] = result["failures"]
+    assert "left it 7500 ms after the fault; budget 6700 ms" in failure
+
+
+def test_a_job_a_session_never_gave_back_fails(tmp_path: Path) -> None:
+    """G stays with the dead worker (no reclaim, no new lease) and ends active."""
+    run = session_run()
+    run["clients"]["events-w1g0.jsonl"][-3:-1] = []
+    run["clients"]["effects-w1g0.jsonl"].pop()
+    final = run["history.json"]["final"]
+    final["states"][G] = ["active", 1]
+    final["counts"].update(completed=3, active=1)
+    final["active"] = [{"id": G, "worker": "w2g0", "lease_expires_at": T0_MS + 31_000}]
+    run["stream.jsonl"] = numbered([e for e in run["stream.jsonl"] if not (e["id"] == G and e["n"] > 13)])
+    result = verdict(run, tmp_path)
+    assert ("slow-session-return", G) in findings(result)
+    assert any("left it never" in failure for failure in result["failures"])
+
+
+def test_a_session_lapse_while_redis_was_down_is_not_judged(tmp_path: Path) -> None:
+    run = session_run(back_ms=9000)
+    run["history.json"]["planned"]["redis-kill"] = 1
+    run["history.json"]["faults"].append(
+        {"id": 3, "kind": "redis-kill", "target": "redis", "variant": "long", "t": at(2000),
+         "t_end": at(8500), "skipped": "", "extra": {}}
+    )  # fmt: skip
+    result = verdict(run, tmp_path)
+    kill = result["figures"]["worker-kill"]
+    assert (kill["session_jobs"], kill["session_returned"], kill["session_exempt"]) == (1, 0, 1)
+    # and a run whose only session kill was not judged has not exercised sessions
+    assert findings(result) == {("faults-short", "sessions")}
+
+
+def test_a_job_leased_again_before_its_session_can_have_lapsed_fails(tmp_path: Path) -> None:
+    """Renewed at 1300 (live until 3800), yet G was reclaimed at 2000 and leased again."""
+    result = verdict(session_run(back_ms=2000), tmp_path)
+    assert findings(result) == {("early-lease", G)}
+    assert any("w2g0's session could lapse at" in f and "(1750 ms early)" in f for f in result["failures"])
+
+
+def test_sessions_no_kill_exercised_fail_the_run(tmp_path: Path) -> None:
+    """Workers with sessions, but the planned kills all hit workers without one."""
+    run = session_run()
+    [kill] = [f for f in run["history.json"]["faults"] if f["id"] == 2]
+    kill.update(kind="worker-stop", extra={"job": G, "session": True})
+    run["history.json"]["planned"] = {"worker-kill": 1, "worker-stop": 1}
+    result = verdict(run, tmp_path)
+    assert findings(result) == {("faults-short", "sessions")}
+    assert result["figures"]["worker-stop"]["session_returned"] == 1
+
+
+def test_a_session_return_in_time_counts_even_with_redis_down_meanwhile(tmp_path: Path) -> None:
+    run = session_run()
+    run["history.json"]["planned"]["redis-kill"] = 1
+    run["history.json"]["faults"].append(
+        {"id": 3, "kind": "redis-kill", "target": "redis", "variant": "short", "t": at(5000),
+         "t_end": at(5800), "skipped": "", "extra": {}}
+    )  # fmt: skip
+    result = verdict(run, tmp_path)
+    assert result["failures"] == []
+    kill = result["figures"]["worker-kill"]
+    assert (kill["session_jobs"], kill["session_returned"], kill["session_exempt"]) == (1, 1, 0)
+
+
+def stopped_session_run(ack_status: int) -> dict[str, Any]:
+    """session_run, but w2g0 is SIGSTOPped at 1500 and resumed at 5000 (its session lapsed at
+    3800; G was leased again at 3950): it renews its session (a new one), writes G's effect and
+    acks it, a zombie call that must be refused."""
+    run = session_run()
+    recorded = run["history.json"]
+    recorded["planned"] = {"worker-stop": 1}
+    [fault] = [f for f in recorded["faults"] if f["id"] == 2]
+    fault.update(kind="worker-stop", t_end=at(5000))
+    ack_call = {**ack(G, "lease-g1", 5020), "st": ack_status}
+    if ack_status == 409:
+        ack_call["code"] = "lease_lost"
+    run["clients"]["events-w2g0.jsonl"] += [renewed(5010), ack_call]
+    run["clients"]["effects-w2g0.jsonl"] = [effect(G, "lease-g1", 5, 5015)]
+    return run
+
+
+def test_a_stopped_session_workers_refused_zombie_ack_passes(tmp_path: Path) -> None:
+    result = verdict(stopped_session_run(409), tmp_path)
+    assert result["failures"] == []
+    stop = result["figures"]["worker-stop"]
+    assert (stop["zombie_calls"], stop["zombie_refused"], stop["duplicated"], stop["explained"]) == (
+        1,
+        1,
+        1,
+        1,
+    )
+    assert (stop["session_jobs"], stop["session_returned"]) == (1, 1)
+
+
+def test_a_stopped_session_workers_accepted_zombie_ack_fails(tmp_path: Path) -> None:
+    result = verdict(stopped_session_run(200), tmp_path)
+    assert findings(result) == {("zombie-accepted", G), ("duplicate", G)}
+    assert any("zombie call ACCEPTED: ack of" in f for f in result["failures"])
+
+
+def test_a_session_lease_refused_before_its_session_can_have_lapsed_fails(tmp_path: Path) -> None:
+    """w2g0's heartbeat of G at 1200 is refused, though its session was live until 3800."""
+    run = session_run()
+    run["clients"]["events-w2g0.jsonl"][-1:-1] = [
+        heartbeat(G, "lease-g1", 1200, None),
+        abandon(G, "lease-g1", 1201),
+    ]
+    result = verdict(run, tmp_path)
+    # G was no longer held at the kill, so no kill hit a job its session held
+    assert findings(result) == {("valid-lease-refused", G), ("faults-short", "sessions")}
+    assert any(
+        "2600 ms before the lease's end (its session's earliest lapse)" in f for f in result["failures"]
+    )
