@@ -3,7 +3,7 @@
 -- requested: its heartbeats then answer cancel_requested, an ack still completes it, and a fail,
 -- a release, an operator release or an expired lease make it cancelled (no retry). A finished
 -- job (completed, failed, cancelled) is left as it is. Cancelling again changes nothing.
--- KEYS[1..11] the queue's keys (see include/common.lua); writes WAIT or PRIO or DELAYED, DUE and
+-- KEYS[1..11] the queue's keys (see include/common.lua); writes WAIT or PRIO or its group's line or DELAYED, DUE and
 --             the job's hash; derives CANCELLED and EVENTS from the prefix
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     job id
@@ -13,12 +13,16 @@
 -- @include common
 local id, reason = ARGV[2], ARGV[3] ~= '' and ARGV[3] or nil
 local key = job_key(id)
-local job = redis.call('HMGET', key, 'state', 'cancel_requested')
+local job = redis.call('HMGET', key, 'state', 'cancel_requested', 'group')
 local state = job[1]
 if not state then return JOB_NOT_FOUND end
 local now = now_ms()
 if state == 'waiting' then
-  if redis.call('ZREM', PRIO, id) == 0 then bury_waiting(id) end
+  if job[3] then
+    unqueue_grouped(id, job[3])
+  elseif redis.call('ZREM', PRIO, id) == 0 then
+    bury_waiting(id)
+  end
 elseif state == 'delayed' then
   redis.call('ZREM', DELAYED, id)
 elseif state == 'active' then

@@ -1,12 +1,12 @@
 -- Delete a whole queue, one bounded step at a time: each step deletes up to `step` jobs with
 -- their keys (jobs in flight first, with their locks, then waiting, delayed, completed and
--- failed ones), then the workers' held sets; the step that finds nothing left deletes the
+-- failed ones; a group's waiting jobs, then its own keys), then the workers' held sets; the step that finds nothing left deletes the
 -- queue's own keys and its entry in the due index. Without force, the first step refuses a
 -- queue with jobs in its ledger; once begun, the deletion takes whatever it finds (a job leased
 -- meanwhile is gone for its worker, whose later calls answer "job not found").
 -- KEYS[1..11] the queue's keys (see include/common.lua); deletes every one of them but WAKE, the
---             per-job and per-worker keys derived from the prefix, and the queue's cancelled
---             jobs, events and history
+--             per-job, per-worker and per-group keys derived from the prefix, and the queue's
+--             cancelled jobs, events, history, group ring and group index
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     "1" = force (jobs in flight are deleted too), "0" = refuse while any are
 -- ARGV[3]     "1" on the first step
@@ -45,15 +45,25 @@ call_chunked('ZREM', DEADLINES, in_flight)
 delete_jobs(in_flight, true)
 delete_jobs(take_from_zset(PRIO), false)
 delete_jobs(take_from_list(WAIT), false)
+-- Groups, one after another by name: its waiting jobs, then (once none are left) its hash.
+while budget > 0 do
+  local group = redis.call('ZRANGE', GROUPS, 0, 0)[1]
+  if not group then break end
+  delete_jobs(take_from_zset(group_wait_key(group)), false)
+  if redis.call('EXISTS', group_wait_key(group)) == 1 then break end
+  redis.call('DEL', group_key(group))
+  redis.call('ZREM', GROUPS, group)
+  budget = budget - 1
+end
 for _, finished in ipairs({DELAYED, COMPLETED, FAILED, CANCELLED}) do delete_jobs(take_from_zset(finished), false) end
 if budget > 0 then
   for _, worker in ipairs(redis.call('SPOP', WORKERS, budget)) do redis.call('DEL', held_key(worker)) end
 end
-for _, key in ipairs({ACTIVE, PRIO, WAIT, DELAYED, COMPLETED, FAILED, CANCELLED, WORKERS}) do
+for _, key in ipairs({ACTIVE, PRIO, WAIT, GROUPS, DELAYED, COMPLETED, FAILED, CANCELLED, WORKERS}) do
   if redis.call('EXISTS', key) == 1 then return 0 end
 end
 -- Nothing left but the queue's own small keys. DEADLINES can only hold entries of jobs that
 -- were in the ledger, all deleted above.
-redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY)
+redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY, RING)
 redis.call('ZREM', DUE, QUEUE)
 return 1

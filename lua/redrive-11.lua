@@ -24,11 +24,11 @@ local redriven = 0
 for _, id in ipairs(ids) do
   if redis.call('ZREM', FAILED, id) == 1 then
     local key = job_key(id)
-    local job = redis.call('HMGET', key, 'state', 'priority')
+    local job = redis.call('HMGET', key, 'state', 'priority', 'group')
     if job[1] == 'failed' then
       redis.call('HSET', key, 'state', 'waiting', 'attempt', 0, 'updated_at', now)
       redis.call('HDEL', key, 'error', 'finished_at', 'redeliver')
-      push_waiting(id, number_or(job[2], 0), false)
+      push_waiting(id, number_or(job[2], 0), false, job[3])
       emit('enqueued', id, '"state":"waiting","redriven":true')
       reply[#reply + 1] = id
       redriven = redriven + 1

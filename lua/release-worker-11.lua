@@ -23,13 +23,15 @@ local held = held_key(worker)
 local bound = ARGV[3]
 if bound == '' then bound = redis.call('HGET', META, 'fence') or '0' end
 local ids = redis.call('ZREVRANGEBYSCORE', held, bound, '-inf', 'LIMIT', 0, step)
-local wanted, left, gone, priority, cancelling = {}, 0, {}, {}, {}
+local wanted, left, gone, priority, cancelling, group_of = {}, 0, {}, {}, {}, {}
 for _, id in ipairs(ids) do
-  local job = redis.call('HMGET', job_key(id), 'state', 'worker', 'priority', 'cancel_requested', 'cancel_reason')
+  local job = redis.call('HMGET', job_key(id), 'state', 'worker', 'priority', 'cancel_requested', 'cancel_reason',
+    'group')
   if job[1] == 'active' and job[2] == worker then
     wanted[id] = true
     left = left + 1
     priority[id] = number_or(job[3], 0)
+    group_of[id] = job[6]
     if job[4] then cancelling[id] = job[5] or false end
   else
     gone[#gone + 1] = id
@@ -50,12 +52,12 @@ for _, id in ipairs(ids) do -- newest first, each pushed to the front: the oldes
   if priority[id] and (index_of[id] or whole_ledger) then
     if index_of[id] then cut[#cut + 1] = index_of[id] end
     local key = job_key(id)
-    leave_ledger(departures, id, key, worker)
+    leave_ledger(departures, id, key, worker, nil, group_of[id])
     if cancelling[id] ~= nil then
       cancel_job(id, key, now, cancelling[id] or nil)
     else
       redis.call('HSET', key, 'state', 'waiting', 'redeliver', 1, 'updated_at', now)
-      push_waiting(id, priority[id], true)
+      push_waiting(id, priority[id], true, group_of[id])
       released[#released + 1] = id
       emit('released', id, '"worker":"' .. worker .. '"')
     end

@@ -30,11 +30,20 @@ HELD_SUFFIX = ":held"  # ZSET: id -> fence of the jobs a worker holds (so: by le
 # STRING "<id> <lease_id> ..." with a PX TTL: what one lease request leased, under
 # "<worker>:<request_id>:req" (three segments: never a job's or a worker's key)
 REQUEST_SUFFIX = ":req"
+# Per-group keys, "<group>:gwait" and "<group>:group" (groups are names: never a queue-level key,
+# and the suffixes keep them apart from job and worker keys):
+GROUP_WAIT_SUFFIX = ":gwait"  # ZSET: a group's waiting jobs, scored like PRIO (priority, then line)
+GROUP_SUFFIX = ":group"  # HASH: active (its jobs in the ledger), max (its cap), ring ("1": in RING)
 # Queue-level keys the scripts derive from the prefix rather than take as KEYS (every script takes
 # the same eleven; these are written by a few and read back by the service):
 EVENTS_NAME = "events"  # STREAM: the queue's events, entry id "0-<number of its last event>"
 HISTORY_NAME = "history"  # HASH: "<minute ms>:<kind>" -> count, the last 24 h (lua/include/common.lua)
 CANCELLED_NAME = "cancelled"  # ZSET: id -> cancellation time (ms), for retention
+# Groups (lua/include/common.lua): RING is the LIST of the members leases take turns from (the
+# groups with waiting jobs and room, and the ungrouped jobs as one member ":"); GROUPS the ZSET
+# (all scores 0, so by name) of every group with waiting or active jobs or a cap of its own.
+RING_NAME = "ring"
+GROUPS_NAME = "groups"
 DUE_INDEX = f"{KEY_ROOT}:due"  # ZSET: queue -> when its next sweep has work (ms)
 DUE_INDEX_FILLED = f"{KEY_ROOT}:due-filled"  # STRING: every registered queue was put in the index
 CLUSTER_SLOTS = 16384
@@ -66,6 +75,8 @@ class QueueKeys:
     events: str
     history: str
     cancelled: str  # ZSET: id -> cancellation time (ms); not a script key (Lua derives it)
+    ring: str  # LIST: group names leases take turns from; not a script key (Lua derives it)
+    groups: str  # ZSET: the queue's groups by name; not a script key (Lua derives it)
 
     @classmethod
     def for_queue(cls, queue: str, cluster: bool = False) -> QueueKeys:
@@ -81,6 +92,8 @@ class QueueKeys:
             events=prefix + EVENTS_NAME,
             history=prefix + HISTORY_NAME,
             cancelled=prefix + CANCELLED_NAME,
+            ring=prefix + RING_NAME,
+            groups=prefix + GROUPS_NAME,
             **named,
         )
 
@@ -95,6 +108,12 @@ class QueueKeys:
 
     def request(self, worker: str, request_id: str) -> str:
         return self.prefix + worker + ":" + request_id + REQUEST_SUFFIX
+
+    def group_wait(self, group: str) -> str:
+        return self.prefix + group + GROUP_WAIT_SUFFIX
+
+    def group(self, group: str) -> str:
+        return self.prefix + group + GROUP_SUFFIX
 
 
 WAKE_CHANNEL_PATTERN = f"{KEY_ROOT}:{{*}}:wake"

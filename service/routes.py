@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar, get_args
 
 import msgspec
-from litestar import Request, Response, delete, get, post
+from litestar import Request, Response, delete, get, post, put
 from litestar.connection import ASGIConnection
 from litestar.datastructures import State
 from litestar.exceptions import InternalServerException
@@ -42,6 +42,9 @@ from echomq_http.schemas import (
     FailedPage,
     FailRequest,
     FailResponse,
+    GroupLimitRequest,
+    GroupLimitResponse,
+    GroupPage,
     HeartbeatManyRequest,
     HeartbeatManyResponse,
     HeartbeatRequest,
@@ -1009,6 +1012,48 @@ async def redrive(request: Request[Any, Any, State]) -> Response[bytes]:
     return json_response(RedriveResponse(retried=await queues_of(request).redrive(queue, ask.ids)))
 
 
+@put(
+    Q + "/groups/{group:str}",
+    operation_id="setGroupLimit",
+    summary="Set or clear a group's own cap on its jobs in flight",
+    description="At most max_in_flight of the group's jobs in the ledger at once, whatever the queue's "
+    "group_max_in_flight; null goes back to the queue's. A group at its cap is skipped by leases "
+    "(at no cost) until one of its jobs leaves the ledger (ack, fail, release, the sweep, ...). "
+    "Raising the cap lets leases take more of the group's waiting jobs at once (long polls are "
+    "woken); lowering it below the jobs in flight takes none until enough have left. Idempotent.",
+    opt=_opt(Action.ADMIN, OPERATE, GroupLimitRequest, {200: GroupLimitResponse}),
+)
+async def set_group_limit(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue, group = path_queue(request), path_name(request, "group", "group")
+    ask = await read_body(request, GroupLimitRequest)
+    return json_response(await queues_of(request).set_group_limit(queue, group, ask.max_in_flight))
+
+
+GROUPS_QUERY = (
+    ("limit", "integer", f"at most this many groups (default {limits.DEFAULT_PAGE})", limits.MAX_PAGE),
+    ("cursor", "string", "the next_cursor of the previous page; none for the first page", None),
+)
+
+
+@get(
+    Q + "/groups",
+    operation_id="listGroups",
+    summary="A queue's groups, page by page",
+    description="The queue's groups by name, each with its waiting jobs, its jobs in flight and its "
+    "cap: every group with waiting jobs, jobs in flight or a cap of its own. Pass the answer's "
+    "next_cursor as cursor for the next page, until it is null.",
+    opt=_opt(Action.READ, INSPECT, None, {200: GroupPage}, (), GROUPS_QUERY),
+)
+async def list_groups(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
+    limit = query_int(request, "limit", limits.DEFAULT_PAGE, 1, limits.MAX_PAGE)
+    cursor = request.query_params.get("cursor")
+    if cursor is not None:
+        checked_name(cursor, "cursor")
+    groups, next_cursor = await queues_of(request).groups(queue, cursor, limit)
+    return json_response(GroupPage(groups=groups, next_cursor=next_cursor))
+
+
 QUEUE_HANDLERS = [
     enqueue,
     enqueue_many,
@@ -1035,4 +1080,6 @@ QUEUE_HANDLERS = [
     pause,
     resume,
     redrive,
+    set_group_limit,
+    list_groups,
 ]

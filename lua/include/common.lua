@@ -159,9 +159,98 @@ end
 -- so the sweeper never visits a quiet queue.
 local function sweep_needed_by(at_ms) redis.call('ZADD', DUE, 'LT', at_ms, QUEUE) end
 
--- Make a job leasable. front = true puts it first in line among its priority.
-local function push_waiting(id, priority, front)
-  if priority == 0 then
+local function wake_waiters(count)
+  -- PUBLISH, or SPUBLISH on a Cluster (the channel is KEYS[10], so it shares the queue's slot)
+  if count > 0 then redis.call('@PUBLISH@', WAKE, count) end
+end
+
+-- Groups. A grouped job waits in its group's ZSET (group_wait_key: scored like PRIO, so by
+-- priority, then handed-back jobs first, then first in first out); its group's HASH (group_key)
+-- counts its jobs in the ledger ("active"), holds the group's own cap ("max"; else META
+-- "group_max_in_flight" applies; none: no cap) and says whether it is in RING ("ring").
+-- RING is the LIST leases take turns from, one job per turn: a member is popped from the right
+-- and pushed back on the left while it has waiting jobs and room. Its members are the groups
+-- with waiting jobs and room, and UNGROUPED, which stands for the jobs without a group (WAIT and
+-- PRIO: a group of their own, without a cap) from the queue's first group on (META "grouped";
+-- until then leases take from WAIT and PRIO as they always did). A group at its cap is out of
+-- RING, so it costs a lease nothing, until one of its jobs leaves the ledger (detach) and puts
+-- it back. META "group_waiting" counts the grouped waiting jobs; GROUPS indexes the groups by
+-- name (all scores 0): every group with waiting or active jobs or a cap of its own (a group with
+-- none of these is forgotten).
+local RING = PREFIX .. '@RING_NAME@'
+local GROUPS = PREFIX .. '@GROUPS_NAME@'
+local UNGROUPED = ':' -- never a group's name (names have no ':')
+local function group_wait_key(group) return PREFIX .. group .. '@GROUP_WAIT_SUFFIX@' end
+local function group_key(group) return PREFIX .. group .. '@GROUP_SUFFIX@' end
+
+-- The queue's group_max_in_flight (math.huge: none), read at most once per call.
+local queue_group_cap = nil
+local function group_cap(own_max)
+  if own_max then return tonumber(own_max) end
+  if queue_group_cap == nil then
+    queue_group_cap = tonumber(redis.call('HGET', META, 'group_max_in_flight') or '') or math.huge
+  end
+  return queue_group_cap
+end
+
+-- A group seen for the first time: indexed; the queue's first group also starts RING, with
+-- the ungrouped jobs' member in it.
+local function new_group(group)
+  redis.call('ZADD', GROUPS, 0, group)
+  if redis.call('HSETNX', META, 'grouped', 1) == 1 then redis.call('RPUSH', RING, UNGROUPED) end
+end
+
+-- Puts a group into RING when it is out of it and has waiting jobs and room. fields: its hash's
+-- {active, max, ring}; waiting: how many jobs it has waiting. Returns 1 when it went in, else 0.
+local function ring_group(group, fields, waiting)
+  if fields[3] or waiting == 0 or number_or(fields[1], 0) >= group_cap(fields[2]) then return 0 end
+  redis.call('LPUSH', RING, group)
+  redis.call('HSET', group_key(group), 'ring', 1)
+  fields[3] = '1'
+  return 1
+end
+
+-- Forgets a group with nothing waiting, nothing in the ledger, no cap of its own, out of RING.
+local function forget_group_if_idle(group, fields, waiting)
+  if waiting == 0 and number_or(fields[1], 0) <= 0 and not fields[2] and not fields[3] then
+    redis.call('DEL', group_key(group))
+    redis.call('ZREM', GROUPS, group)
+  end
+end
+
+-- A grouped job joins its group's line (score: its place, as in PRIO).
+local function push_grouped(id, score, group)
+  if redis.call('ZADD', group_wait_key(group), score, id) == 1 then
+    redis.call('HINCRBY', META, 'group_waiting', 1)
+  end
+  local fields = redis.call('HMGET', group_key(group), 'active', 'max', 'ring')
+  if not (fields[1] or fields[2] or fields[3]) then new_group(group) end
+  ring_group(group, fields, 1)
+end
+
+-- A waiting job of a group leaves its line (cancelled, deleted). A group left empty in RING
+-- stays there until a lease meets it (taking it out of RING would be an LREM over RING).
+local function unqueue_grouped(id, group)
+  if redis.call('ZREM', group_wait_key(group), id) == 0 then return end
+  redis.call('HINCRBY', META, 'group_waiting', -1)
+  local fields = redis.call('HMGET', group_key(group), 'active', 'max', 'ring')
+  forget_group_if_idle(group, fields, redis.call('ZCARD', group_wait_key(group)))
+end
+
+-- A waiting job's score in PRIO or in its group's line: its priority's band, then before the
+-- middle when handed back (front), after it when new or retried.
+local function line_score(priority, front)
+  local score = (MAX_PRIORITY - priority) * PRIORITY_BAND + PRIORITY_MIDDLE
+  if front then return score - redis.call('HINCRBY', META, 'front_seq', 1) end
+  return score + redis.call('HINCRBY', META, 'back_seq', 1)
+end
+
+-- Make a job leasable. front = true puts it first in line among its priority (in its group's
+-- line when it has one: group, else false or nil).
+local function push_waiting(id, priority, front, group)
+  if group then
+    push_grouped(id, line_score(priority, front), group)
+  elseif priority == 0 then
     if front then
       redis.call('RPUSH', WAIT, id)
       -- Counted, so that a listing cursor knows how far its anchor can have moved from the
@@ -170,15 +259,9 @@ local function push_waiting(id, priority, front)
     else
       redis.call('LPUSH', WAIT, id)
     end
-    return
-  end
-  local score = (MAX_PRIORITY - priority) * PRIORITY_BAND + PRIORITY_MIDDLE
-  if front then
-    score = score - redis.call('HINCRBY', META, 'front_seq', 1)
   else
-    score = score + redis.call('HINCRBY', META, 'back_seq', 1)
+    redis.call('ZADD', PRIO, line_score(priority, front), id)
   end
-  redis.call('ZADD', PRIO, score, id)
 end
 
 -- A waiting job taken out of line (deleted, cancelled) leaves a tombstone ":<id>" in its place
@@ -284,10 +367,11 @@ end
 -- batches the ledger, sorted-set and set removals (one pass or command per key, not per job).
 -- out_of_ledger: the caller took the jobs out of the ledger itself (cut_from_ledger).
 local function new_departures(out_of_ledger)
-  return {ids = {}, by_worker = {}, workers = {}, out_of_ledger = out_of_ledger}
+  return {ids = {}, by_worker = {}, workers = {}, out_of_ledger = out_of_ledger, by_group = {}, groups = {}}
 end
 
-local function leave_ledger(departures, id, key, worker, lock_deleted)
+-- group: the job's group, false for none, nil when the caller did not read it (then read here).
+local function leave_ledger(departures, id, key, worker, lock_deleted, group)
   if not lock_deleted then redis.call('DEL', lock_key(id)) end
   redis.call('HDEL', key, 'worker', 'lease_id', 'leased_at', 'lease_expires_at', 'lease_ms')
   departures.ids[#departures.ids + 1] = id
@@ -300,6 +384,29 @@ local function leave_ledger(departures, id, key, worker, lock_deleted)
     end
     held[#held + 1] = id
   end
+  if group == nil then group = redis.call('HGET', key, 'group') end
+  if group then
+    local leaving = departures.by_group[group]
+    if not leaving then departures.groups[#departures.groups + 1] = group end
+    departures.by_group[group] = (leaving or 0) + 1
+  end
+end
+
+-- The departed jobs' groups have room again: each that has waiting jobs goes back into RING,
+-- and the queue's long polls are woken for them.
+local function free_groups(departures)
+  local ringed = 0
+  for _, group in ipairs(departures.groups) do
+    local key = group_key(group)
+    if redis.call('HINCRBY', key, 'active', -departures.by_group[group]) < 0 then
+      redis.call('HSET', key, 'active', 0)
+    end
+    local fields = redis.call('HMGET', key, 'active', 'max', 'ring')
+    local waiting = redis.call('ZCARD', group_wait_key(group))
+    ringed = ringed + ring_group(group, fields, waiting)
+    forget_group_if_idle(group, fields, waiting)
+  end
+  wake_waiters(ringed)
 end
 
 local function detach(departures)
@@ -311,12 +418,13 @@ local function detach(departures)
     call_chunked('ZREM', held, departures.by_worker[worker])
     if redis.call('ZCARD', held) == 0 then redis.call('SREM', WORKERS, worker) end
   end
+  if #departures.groups > 0 then free_groups(departures) end
 end
 
 -- Both steps for one job.
-local function leave_ledger_now(id, key, worker)
+local function leave_ledger_now(id, key, worker, group)
   local departures = new_departures()
-  leave_ledger(departures, id, key, worker)
+  leave_ledger(departures, id, key, worker, nil, group)
   detach(departures)
 end
 
@@ -381,10 +489,10 @@ local function promote_due(now, limit)
   local promoted = 0
   for _, id in ipairs(due) do
     local key = job_key(id)
-    local job = redis.call('HMGET', key, 'state', 'priority')
+    local job = redis.call('HMGET', key, 'state', 'priority', 'group')
     if job[1] == 'delayed' then
       redis.call('HSET', key, 'state', 'waiting', 'updated_at', now)
-      push_waiting(id, number_or(job[2], 0), false)
+      push_waiting(id, number_or(job[2], 0), false, job[3])
       promoted = promoted + 1
     else
       stale_entries = stale_entries + 1
@@ -393,7 +501,3 @@ local function promote_due(now, limit)
   return promoted, #due
 end
 
-local function wake_waiters(count)
-  -- PUBLISH, or SPUBLISH on a Cluster (the channel is KEYS[10], so it shares the queue's slot)
-  if count > 0 then redis.call('@PUBLISH@', WAKE, count) end
-end

@@ -15,10 +15,11 @@ local function append_job(reply, id, job, attempt, lease_id, expires_at, fence)
   reply[#reply + 1] = job[5]
 end
 
--- The ids to try, in order: the highest priorities first, then the oldest (right) end of WAIT.
--- Taken from their keys in a few commands for the whole batch rather than a few per job.
+-- The ungrouped ids to try, in order: the highest priorities first, then the oldest (right) end
+-- of WAIT. Taken from their keys in a few commands for the whole batch rather than a few per job.
 local TOMBSTONES_PER_CALL = 4096 -- dropped at most per call (a bound on one lease's work)
-local function take_waiting(wanted)
+local tombstones_dropped = 0
+local function take_ungrouped(wanted)
   local ids = {}
   if redis.call('EXISTS', PRIO) == 1 then
     local top = redis.call('ZPOPMIN', PRIO, wanted)
@@ -43,11 +44,88 @@ local function take_waiting(wanted)
         end
       end
       buried = buried + found
-      if found == 0 or buried >= TOMBSTONES_PER_CALL then break end
+      if found == 0 or tombstones_dropped + buried >= TOMBSTONES_PER_CALL then break end
     end
-    if buried > 0 then redis.call('HINCRBY', META, 'wait_tombstones', -buried) end
+    if buried > 0 then
+      tombstones_dropped = tombstones_dropped + buried
+      redis.call('HINCRBY', META, 'wait_tombstones', -buried)
+    end
   end
   return ids
+end
+
+-- One turn of a group (a member of RING, popped): its first waiting job, counted in the group's
+-- active jobs, appended to ids; then the group goes back to RING's left end if it still has
+-- waiting jobs and room, else it leaves RING (and is forgotten when idle). An entry whose job
+-- is not waiting is dropped (stale). Returns 1 when it took an entry from the group's line (a job
+-- or a stale entry), else 0.
+local function take_group_turn(group, ids)
+  local key, line = group_key(group), group_wait_key(group)
+  local fields = redis.call('HMGET', key, 'active', 'max', 'ring')
+  if not fields[3] then -- a RING entry of a group that is not in it: dropped
+    stale_entries = stale_entries + 1
+    return 0
+  end
+  local active, cap = number_or(fields[1], 0), group_cap(fields[2])
+  local taken = 0
+  if active < cap then
+    local top = redis.call('ZPOPMIN', line)
+    if top[1] then
+      redis.call('HINCRBY', META, 'group_waiting', -1)
+      if redis.call('HGET', job_key(top[1]), 'state') == 'waiting' then
+        ids[#ids + 1] = top[1]
+        active = active + 1
+        redis.call('HSET', key, 'active', active)
+      else
+        stale_entries = stale_entries + 1
+      end
+      taken = 1
+    end
+  end
+  local waiting = active < cap and redis.call('ZCARD', line) or 0
+  if waiting > 0 then
+    redis.call('LPUSH', RING, group)
+  else
+    redis.call('HDEL', key, 'ring')
+    forget_group_if_idle(group, {active, fields[2], false}, waiting)
+  end
+  return taken
+end
+
+-- A grouped queue's ids to try: RING's members take turns, one job per turn, so successive jobs
+-- come from successive members (UNGROUPED: the jobs without a group). Each turn is O(1), and
+-- groups without room are not in RING: the cost does not grow with the number of groups. Stops
+-- once a whole round of RING took nothing from any line (UNGROUPED met twice, nothing taken in
+-- between), and after at most 2 * wanted + RING_TURNS_SLACK turns.
+local RING_TURNS_SLACK = 64
+local function take_from_ring(wanted)
+  local ids = {}
+  local ungrouped_empty, taken_since = false, 0
+  for _ = 1, 2 * wanted + RING_TURNS_SLACK do
+    if #ids >= wanted then break end
+    local member = redis.call('RPOP', RING)
+    if not member then break end
+    if member == UNGROUPED then
+      redis.call('LPUSH', RING, UNGROUPED)
+      local one = ungrouped_empty and {} or take_ungrouped(1)
+      if one[1] then
+        ids[#ids + 1] = one[1]
+      elseif ungrouped_empty and taken_since == 0 then
+        break
+      else
+        ungrouped_empty, taken_since = true, 0
+      end
+    else
+      taken_since = taken_since + take_group_turn(member, ids)
+    end
+  end
+  return ids
+end
+
+-- The ids to try next: from RING on a grouped queue, else from PRIO and WAIT.
+local function take_waiting(wanted, grouped)
+  if grouped then return take_from_ring(wanted) end
+  return take_ungrouped(wanted)
 end
 
 -- Lease up to max_jobs waiting jobs to worker (see lease-11.lua). lease_ms_text: the lease's
@@ -70,8 +148,10 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
     end
     return reply
   end
-  local meta = redis.call('HMGET', META, 'paused', 'fence')
+  local meta = redis.call('HMGET', META, 'paused', 'fence', 'grouped', 'group_max_in_flight')
   if meta[1] then return {0} end
+  local grouped = meta[3] ~= false
+  if grouped then queue_group_cap = tonumber(meta[4] or '') or math.huge end
   promote_due(now, max_jobs)
 
   local expires_at = now + lease_ms
@@ -81,7 +161,7 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
   local reply = {0}
   -- A dropped entry leaves room for another job: a few more rounds, never an unbounded loop.
   for _ = 1, 4 do
-    local ids = take_waiting(max_jobs - #leased)
+    local ids = take_waiting(max_jobs - #leased, grouped)
     if #ids == 0 then break end
     for _, id in ipairs(ids) do
       local key = job_key(id)
