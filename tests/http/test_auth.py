@@ -49,12 +49,14 @@ ENDPOINTS = [
     ("read", "GET", Q + "/workers", None),
     ("read", "GET", Q + "/failed", None),
     ("read", "GET", Q + "/jobs?state=waiting", None),
+    ("read", "GET", Q + "/groups", None),
     ("admin", "DELETE", JOB, None),
     ("admin", "DELETE", Q, None),
     ("admin", "POST", Q + "/workers/w/release", None),
     ("admin", "POST", Q + "/pause", None),
     ("admin", "POST", Q + "/resume", None),
     ("admin", "POST", Q + "/failed/retry", None),
+    ("admin", "PUT", Q + "/groups/g", {"max_in_flight": 2}),
 ]
 ALLOWED = {
     "admin": {"enqueue", "work", "read", "admin"},

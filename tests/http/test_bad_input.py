@@ -90,6 +90,7 @@ QUEUE = "$Q"  # placeholder in case paths for the seeded queue's name
 LEASE = "$LEASE"  # placeholder in case bodies for the seeded job's real lease id
 HELD, WAITING, LATER, DEAD = "held-1", "waiting-1", "later-1", "dead-1"
 HOLDER = "w1"
+GROUP = "g1"
 SEED_LEASE_MS = 120_000  # far longer than any test: the sweep never touches the seeded lease
 WRONG_LEASE = "0" * 32
 OTHER_TESTS_QUEUE = re.compile(r"t-[0-9a-f]{12}")  # conftest's queue names, for a shared Redis
@@ -234,11 +235,11 @@ VALID: Any = object()  # Endpoint.case: the endpoint's valid body
 @dataclass(frozen=True)
 class Endpoint:
     method: str
-    path: str  # format fields {queue}, {job}, {worker}
+    path: str  # format fields {queue}, {job}, {worker}, {group}
     body: Any = None  # a valid body: in each case below, the one bad part is the only fault
 
-    def url(self, queue: str = QUEUE, job: str = HELD, worker: str = HOLDER) -> str:
-        return self.path.format(queue=queue, job=job, worker=worker)
+    def url(self, queue: str = QUEUE, job: str = HELD, worker: str = HOLDER, group: str = GROUP) -> str:
+        return self.path.format(queue=queue, job=job, worker=worker, group=group)
 
     def case(
         self,
@@ -279,6 +280,8 @@ ENDPOINTS: dict[str, Endpoint] = {
     "pause": Endpoint("POST", "/v1/queues/{queue}/pause"),
     "resume": Endpoint("POST", "/v1/queues/{queue}/resume"),
     "redrive": Endpoint("POST", "/v1/queues/{queue}/failed/retry", {"ids": [DEAD]}),
+    "set_group": Endpoint("PUT", "/v1/queues/{queue}/groups/{group}", {"max_in_flight": 2}),
+    "list_groups": Endpoint("GET", "/v1/queues/{queue}/groups"),
 }
 BODY_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if endpoint.body is not None]
 JOB_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if "{job}" in endpoint.path]
@@ -298,7 +301,7 @@ BAD_NAMES = {
     "non-ascii": "é",
 }
 BAD_BODY_NAMES = {**BAD_NAMES, "empty": "", "slash": "a/b"}  # in a path these two are routing matters
-NAME_FIELDS = {"id", "worker", "ids"}
+NAME_FIELDS = {"id", "worker", "ids", "group"}
 
 
 def with_fields(endpoint: str, **fields: Any) -> dict[str, Any]:
@@ -326,6 +329,7 @@ INVALID_UTF8_BODIES = {
     "fail": b'{"lease_id": "$LEASE", "error": "\xe9"}',  # Latin-1, not UTF-8
     "release": b'{"lease_id": "\xff"}',
     "redrive": b'{"ids": ["\xff"]}',
+    "set_group": b'{"max_in_flight": "\xff"}',
 }
 # The same strings as an unpaired UTF-16 surrogate escape: valid-looking JSON, not encodable text.
 LONE_SURROGATE_BODIES = {
@@ -349,6 +353,7 @@ FLOAT_FIRST_FIELD = {
     "fail": "retry_after_ms",
     "release": "lease_id",
     "redrive": "ids",
+    "set_group": "max_in_flight",
 }
 
 
@@ -462,6 +467,7 @@ FIELD_CASES = [
             "priority": not_null(ints(0, limits.MAX_PRIORITY)),
             "delay_ms": not_null(ints(0, limits.MAX_DELAY_MS)),
             "max_attempts": not_null(ints(1, limits.MAX_ATTEMPTS)),
+            "group": bad_names(),
             "backoff": [
                 ("string", "fixed"),
                 ("list", []),
@@ -488,6 +494,8 @@ FIELD_CASES = [
     *field_cases("ack", {"lease_id": LEASE_IDS, "lease_next": LEASE_NEXTS}),
     *field_cases("ack_many", {"lease_next": LEASE_NEXTS}),
     *field_cases("release", {"lease_id": LEASE_IDS}),
+    # null is a value: back to the queue's group_max_in_flight
+    *field_cases("set_group", {"max_in_flight": [*ints(1, limits.MAX_GROUP_MAX_IN_FLIGHT), ("missing", ...)]}),
     *field_cases(
         "fail",
         {
@@ -673,6 +681,8 @@ def path_name_cases() -> list[Case]:
             cases.append(e.case(f"{endpoint}-path-job-{label}", hint="job id", job=encoded))
         e = ENDPOINTS["release_worker"]
         cases.append(e.case(f"release_worker-path-worker-{label}", hint="worker", worker=encoded))
+        e = ENDPOINTS["set_group"]
+        cases.append(e.case(f"set_group-path-group-{label}", hint="group", group=encoded))
     # An empty or slash-containing name never reaches a handler as a name, but must not be answered
     # as some other request either (e.g. /v1/queues//active as the queue named "active").
     # (GET /v1/queues/ is the queue list with a trailing slash, a fine answer: not a case.)
@@ -686,6 +696,8 @@ def path_name_cases() -> list[Case]:
             cases.append(e.case(f"{endpoint}-path-job-{label}", status=ROUTING_4XX, job=name))
         e = ENDPOINTS["release_worker"]
         cases.append(e.case(f"release_worker-path-worker-{label}", status=ROUTING_4XX, worker=name))
+        e = ENDPOINTS["set_group"]
+        cases.append(e.case(f"set_group-path-group-{label}", status=ROUTING_4XX, group=name))
     # A name holding an encoded '/' must not be routed as the rest of another path: the queue named
     # "<q>/jobs/waiting-1" is a bad name, not job waiting-1 of queue <q>.
     smuggled = {"job-path": f"{QUEUE}%2Fjobs%2F{WAITING}", "pause": f"{QUEUE}%2Fpause"}
@@ -730,12 +742,13 @@ def query_cases() -> list[Case]:
         ("ledger", limits.MAX_LEDGER_PAGE),
         ("failed", limits.MAX_PAGE),
         ("list_jobs", limits.MAX_PAGE),
+        ("list_groups", limits.MAX_PAGE),
     ):
         path = ENDPOINTS[name].url()
         sep = "&" if "?" in path else "?"
         for label, value in [*bad_ints, (f"above-{high}", str(high + 1))]:
             cases.append(Case(f"{name}-limit-{label}", "GET", f"{path}{sep}limit={value}", hint="limit"))
-        if name == "list_jobs":
+        if name in ("list_jobs", "list_groups"):
             continue
         for label, value in [
             ("negative", "-1"),
@@ -783,6 +796,14 @@ def flag_and_worker_cases() -> list[Case]:
         path = ENDPOINTS["delete_queue"].url()
         cases.append(Case(f"delete_queue-force-{label}", "DELETE", f"{path}?force={value}", hint="force"))
     for label, value in BAD_BODY_NAMES.items():
+        cases.append(
+            Case(
+                f"list_groups-cursor-{label}",
+                "GET",
+                f"{ENDPOINTS['list_groups'].url()}?cursor={quote(value, safe='')}",
+                hint="cursor",
+            )
+        )
         cases.append(
             Case(
                 f"ledger-worker-{label}",
@@ -1270,6 +1291,7 @@ OVERSIZED_BODIES: dict[str, Any] = {
     "fail": {"lease_id": LEASE, "error": OVERSIZED},  # under 8 KiB: only the body limit is hit
     "release": {"lease_id": LEASE, "bogus": OVERSIZED},
     "redrive": {"ids": [DEAD] * 300},
+    "set_group": {"max_in_flight": 2, "bogus": OVERSIZED},
 }
 assert set(OVERSIZED_BODIES) == set(BODY_ENDPOINTS)
 
