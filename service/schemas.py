@@ -615,9 +615,7 @@ class JobView(Struct):
     cancel_requested: Annotated[
         bool, Meta(description="its cancellation was requested (a cancelled job's always was)")
     ] = False
-    group: Annotated[
-        str | None, Meta(description="the group it was enqueued with, or null")
-    ] = None
+    group: Annotated[str | None, Meta(description="the group it was enqueued with, or null")] = None
     stalls: Annotated[
         int, Meta(description="how many times its lease expired (or its worker's session lapsed) so far")
     ] = 0
@@ -883,7 +881,9 @@ class GroupView(Struct):
 
     group: Annotated[str, Meta(description="the group's name")]
     waiting: Annotated[int, Meta(description="its waiting jobs")]
-    active: Annotated[int, Meta(description="its jobs in the ledger (leased, not yet acked, failed or released)")]
+    active: Annotated[
+        int, Meta(description="its jobs in the ledger (leased, not yet acked, failed or released)")
+    ]
     max_in_flight: Annotated[
         int | None, Meta(description="its own cap, set with PUT .../groups/{group}; null for none")
     ]

@@ -495,7 +495,9 @@ FIELD_CASES = [
     *field_cases("ack_many", {"lease_next": LEASE_NEXTS}),
     *field_cases("release", {"lease_id": LEASE_IDS}),
     # null is a value: back to the queue's group_max_in_flight
-    *field_cases("set_group", {"max_in_flight": [*ints(1, limits.MAX_GROUP_MAX_IN_FLIGHT), ("missing", ...)]}),
+    *field_cases(
+        "set_group", {"max_in_flight": [*ints(1, limits.MAX_GROUP_MAX_IN_FLIGHT), ("missing", ...)]}
+    ),
     *field_cases(
         "fail",
         {
