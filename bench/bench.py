@@ -965,6 +965,8 @@ EVENT_OPS = (
     ("sse_fanout", "1,000 SSE subscribers of one queue", (60, 90)),
     ("outcome_wait", "waiting for a job's outcome", (30, 60)),
 )
+# The workload of bench/groups_ops.py (issue 15), the same way.
+GROUP_OPS = (("group_lease_cost", "lease cost with 1 vs 10,000 groups", (120, 300)),)
 HTTP_ONLY_WORKLOADS = {"enqueue", "enqueue_batch", "wakeup", "idle_sweep", "idle"}
 
 
@@ -1443,6 +1445,7 @@ def run_all(bench: Bench) -> list[Row]:
     rows += run_ts_worker(bench, enabled)
     rows += run_ledger_ops(bench, enabled)
     rows += run_ledger_ops(bench, enabled, "events_ops", EVENT_OPS)
+    rows += run_ledger_ops(bench, enabled, "groups_ops", GROUP_OPS)
 
     judge(rows, dur)
     return rows
@@ -1760,7 +1763,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     enabled = selection(args)
     extra_s = sum(
-        allow[0 if args.quick else 1] for key, _, allow in (*LEDGER_OPS, *EVENT_OPS) if enabled(key)
+        allow[0 if args.quick else 1]
+        for key, _, allow in (*LEDGER_OPS, *EVENT_OPS, *GROUP_OPS)
+        if enabled(key)
     )
     extra_s += TS_WORKER_EXTRA_S if enabled("ts_worker") else 0
     watchdog(args.deadline_s or (300 if args.quick else 1200) + extra_s)

@@ -3,8 +3,9 @@
 -- requested: its heartbeats then answer cancel_requested, an ack still completes it, and a fail,
 -- a release, an operator release or an expired lease make it cancelled (no retry). A finished
 -- job (completed, failed, cancelled) is left as it is. Cancelling again changes nothing.
--- KEYS[1..11] the queue's keys (see include/common.lua); writes WAIT or PRIO or its group's line or DELAYED, DUE and
---             the job's hash; derives CANCELLED and EVENTS from the prefix
+-- KEYS[1..11] the queue's keys (see include/common.lua); writes WAIT or PRIO or DELAYED, DUE and
+--             the job's hash; derives CANCELLED, EVENTS and a grouped job's line and group hash
+--             (include/common.lua, groups) from the prefix
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     job id
 -- ARGV[3]     the reason (at most 1 KiB), "" = none

@@ -1,5 +1,6 @@
 -- Delete a job that is not leased, with its keys.
--- KEYS[1..11] the queue's keys (see include/common.lua); writes WAIT, PRIO, the job's group's line, DELAYED, COMPLETED
+-- KEYS[1..11] the queue's keys (see include/common.lua); writes WAIT, PRIO (or the job's group's
+--             line and hash), DELAYED, COMPLETED
 --             or FAILED (whichever holds the job) and deletes the job's hash
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     job id

@@ -1,7 +1,8 @@
 -- Delete a whole queue, one bounded step at a time: each step deletes up to `step` jobs with
--- their keys (jobs in flight first, with their locks, then waiting, delayed, completed and
--- failed ones; a group's waiting jobs, then its own keys), then the workers' held sets; the step that finds nothing left deletes the
--- queue's own keys and its entry in the due index. Without force, the first step refuses a
+-- their keys (jobs in flight first, with their locks, then waiting ones, group by group (a
+-- group's waiting jobs, then its own keys), delayed, completed and failed ones), then the
+-- workers' held sets; the step that finds nothing left deletes the queue's own keys and its
+-- entry in the due index. Without force, the first step refuses a
 -- queue with jobs in its ledger; once begun, the deletion takes whatever it finds (a job leased
 -- meanwhile is gone for its worker, whose later calls answer "job not found").
 -- KEYS[1..11] the queue's keys (see include/common.lua); deletes every one of them but WAKE, the

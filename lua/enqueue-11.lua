@@ -1,7 +1,8 @@
 -- Enqueue a batch of jobs. An id that is already stored keeps its job unchanged (idempotent).
 -- KEYS[1..11] the queue's keys (see include/common.lua); writes META (priority sequences),
 --             WAIT or PRIO or DELAYED (and DUE for a delayed job), publishes on WAKE; derives
---             each job's hash from the prefix.
+--             each job's hash, and a grouped job's line, group hash, RING and GROUPS, from the
+--             prefix.
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     JSON array (at most 1000: the API's batch limit), one object per job: {id, name, priority, delay_ms, max_attempts,
 --             backoff_type: "fixed"|"exponential", backoff_ms, traceparent?, group?}; ids the client did

@@ -3,7 +3,7 @@
 -- dead-lettered into FAILED. The same call again (same job, same lease id) answers as the first
 -- did and changes nothing, so a worker whose answer was lost can retry.
 -- KEYS[1..11] the queue's keys (see include/common.lua); writes ACTIVE, DEADLINES, WORKERS,
---             DELAYED or WAIT/PRIO or FAILED, META, DUE, publishes on WAKE
+--             DELAYED or WAIT/PRIO (a grouped job: its group's line) or FAILED, META, DUE, publishes on WAKE
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     job id
 -- ARGV[3]     lease id

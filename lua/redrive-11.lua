@@ -2,8 +2,8 @@
 -- listed ones, or one bounded step of all of them (oldest failure first, up to `limit` jobs
 -- that failed no later than `bound`, so that redriving everything ends even while jobs keep
 -- failing).
--- KEYS[1..11] the queue's keys (see include/common.lua); writes FAILED, WAIT or PRIO, META,
---             publishes on WAKE
+-- KEYS[1..11] the queue's keys (see include/common.lua); writes FAILED, WAIT or PRIO (a grouped
+--             job: its group's line), META, publishes on WAKE
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     JSON array of ids to redrive (at most 1000: the API's limit); ids not in FAILED are
 --             skipped. An empty array means a step of all of them, as below

@@ -2,7 +2,7 @@
 -- the delivery does not count as an attempt. The same release again (same job, same lease id)
 -- answers as the first did and changes nothing, so a worker whose answer was lost can retry.
 -- KEYS[1..11] the queue's keys (see include/common.lua); writes ACTIVE, DEADLINES, WORKERS,
---             WAIT or PRIO, META, publishes on WAKE
+--             WAIT or PRIO (a grouped job: its group's line), META, publishes on WAKE
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     JSON array of [id, lease_id] pairs (at most 100: what one lease hands out)
 -- A job whose cancellation was requested ends cancelled instead (code 3). Emits released or

@@ -6,7 +6,7 @@
 -- The step looks for its jobs in one window of the ledger from its newest end (the whole ledger
 -- when it is short), `offset` entries in: the next step goes on where this one stopped.
 -- KEYS[1..11] the queue's keys (see include/common.lua); writes ACTIVE, DEADLINES, WORKERS,
---             WAIT or PRIO, META, the worker's held set, publishes on WAKE
+--             WAIT or PRIO (a grouped job: its group's line), META, the worker's held set, publishes on WAKE
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     worker name
 -- ARGV[3]     bound: the highest fence to release, "" on the first step (then: the queue's
