@@ -31,6 +31,7 @@ GROUP_LEASE_COST_TARGET = 1.5  # many groups' lease time over one group's, at mo
 GROUPS = 10_000
 UNCAPPED = 200  # groups left with room (and waiting jobs) for the measured cycles
 CYCLES = {True: 500, False: 3000}  # --quick, full
+WARMUP = 50  # cycles before the measured ones: scripts loaded, caches warm
 ENQUEUE_BATCH = 1000
 LEASE_BATCH = 100
 QUEUES = {"none": "bench-groups-none", "one": "bench-groups-one", "many": "bench-groups-many"}
@@ -57,14 +58,20 @@ async def _enqueue(queues: Any, queue: str, jobs: list[tuple[str, str | None]], 
 async def _setup(queues: Any, side: str, cycles: int, payload: Any) -> None:
     queue = QUEUES[side]
     if side == "none":
-        await _enqueue(queues, queue, [(f"j{i}", None) for i in range(cycles + 10)], payload)
+        await _enqueue(queues, queue, [(f"j{i}", None) for i in range(cycles + WARMUP + 10)], payload)
     elif side == "one":
-        await _enqueue(queues, queue, [(f"j{i}", "g0") for i in range(cycles + 10)], payload)
+        await _enqueue(queues, queue, [(f"j{i}", "g0") for i in range(cycles + WARMUP + 10)], payload)
     else:
         await queues.client.hset(queues.keys(queue).meta, "group_max_in_flight", 1)
         jobs = [(f"g{g}-{n}", f"g{g}") for n in range(2) for g in range(GROUPS)]
+        # The groups that keep room (the last to enter the round) get enough jobs for every cycle.
+        per_group = -(-(cycles + WARMUP) // UNCAPPED)
+        jobs += [
+            (f"g{g}-{n}", f"g{g}") for n in range(2, 2 + per_group) for g in range(GROUPS - UNCAPPED, GROUPS)
+        ]
         await _enqueue(queues, queue, jobs, payload)
-        # One job of all but UNCAPPED groups leased and kept: those groups are at their cap.
+        # One job of all but UNCAPPED groups leased and kept: those groups are at their cap (the
+        # round takes the groups in the order they entered it: g0, g1, ...).
         held = 0
         while held < GROUPS - UNCAPPED:
             leased = await queues.lease(
@@ -102,7 +109,7 @@ async def _measure(stack: Any, cycles: int) -> dict[str, Any]:
             started = time.monotonic()
             await _setup(queues, side, cycles, stack.payload)
             setup_s = time.monotonic() - started
-            await _cycles(queues, side, min(50, cycles))  # scripts loaded, caches warm
+            await _cycles(queues, side, WARMUP)
             results[side] = {**await _cycles(queues, side, cycles), "setup_s": round(setup_s, 1)}
             print(f"  {side}: {json.dumps(results[side])}", file=sys.stderr, flush=True)
     return results
