@@ -7,7 +7,7 @@
 -- meanwhile is gone for its worker, whose later calls answer "job not found").
 -- KEYS[1..11] the queue's keys (see include/common.lua); deletes every one of them but WAKE, the
 --             per-job, per-worker and per-group keys derived from the prefix, and the queue's
---             cancelled jobs, events, history, group ring and group index
+--             cancelled jobs, events, history, group ring, group index and parked groups
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     "1" = force (jobs in flight are deleted too), "0" = refuse while any are
 -- ARGV[3]     "1" on the first step
@@ -65,6 +65,6 @@ for _, key in ipairs({ACTIVE, PRIO, WAIT, GROUPS, DELAYED, COMPLETED, FAILED, CA
 end
 -- Nothing left but the queue's own small keys. DEADLINES can only hold entries of jobs that
 -- were in the ledger, all deleted above.
-redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY, RING)
+redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY, RING, PARKED)
 redis.call('ZREM', DUE, QUEUE)
 return 1

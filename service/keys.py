@@ -44,6 +44,7 @@ CANCELLED_NAME = "cancelled"  # ZSET: id -> cancellation time (ms), for retentio
 # (all scores 0, so by name) of every group with waiting or active jobs or a cap of its own.
 RING_NAME = "ring"
 GROUPS_NAME = "groups"
+PARKED_NAME = "parked"  # ZSET (scores 0): groups that left RING at their cap with jobs waiting
 DUE_INDEX = f"{KEY_ROOT}:due"  # ZSET: queue -> when its next sweep has work (ms)
 DUE_INDEX_FILLED = f"{KEY_ROOT}:due-filled"  # STRING: every registered queue was put in the index
 CLUSTER_SLOTS = 16384
@@ -77,6 +78,7 @@ class QueueKeys:
     cancelled: str  # ZSET: id -> cancellation time (ms); not a script key (Lua derives it)
     ring: str  # LIST: group names leases take turns from; not a script key (Lua derives it)
     groups: str  # ZSET: the queue's groups by name; not a script key (Lua derives it)
+    parked: str  # ZSET: groups out of RING at their cap; not a script key (Lua derives it)
 
     @classmethod
     def for_queue(cls, queue: str, cluster: bool = False) -> QueueKeys:
@@ -94,6 +96,7 @@ class QueueKeys:
             cancelled=prefix + CANCELLED_NAME,
             ring=prefix + RING_NAME,
             groups=prefix + GROUPS_NAME,
+            parked=prefix + PARKED_NAME,
             **named,
         )
 

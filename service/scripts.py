@@ -57,6 +57,7 @@ PLACEHOLDERS: Mapping[str, str] = {
     "GROUP_SUFFIX": keys.GROUP_SUFFIX,
     "RING_NAME": keys.RING_NAME,
     "GROUPS_NAME": keys.GROUPS_NAME,
+    "PARKED_NAME": keys.PARKED_NAME,
     "QUEUE_NAME_START": str(len(keys.queue_prefix("")) - 1),  # where the name starts in the prefix
     "MAX_PRIORITY": str(limits.MAX_PRIORITY),
     "LEASE_ID_CHARS": str(limits.LEASE_ID_CHARS),

@@ -176,9 +176,13 @@ end
 -- RING, so it costs a lease nothing, until one of its jobs leaves the ledger (detach) and puts
 -- it back. META "group_waiting" counts the grouped waiting jobs; GROUPS indexes the groups by
 -- name (all scores 0): every group with waiting or active jobs or a cap of its own (a group with
--- none of these is forgotten).
+-- none of these is forgotten). PARKED (by name too) holds the groups that were kept out of RING
+-- by their cap while jobs of theirs were waiting, so that a change of the queue's
+-- group_max_in_flight reaches them (include/lease.lua unpark_groups); an entry of a group that
+-- is back in RING is dropped by the next such pass.
 local RING = PREFIX .. '@RING_NAME@'
 local GROUPS = PREFIX .. '@GROUPS_NAME@'
+local PARKED = PREFIX .. '@PARKED_NAME@'
 local UNGROUPED = ':' -- never a group's name (names have no ':')
 local function group_wait_key(group) return PREFIX .. group .. '@GROUP_WAIT_SUFFIX@' end
 local function group_key(group) return PREFIX .. group .. '@GROUP_SUFFIX@' end
@@ -215,6 +219,7 @@ local function forget_group_if_idle(group, fields, waiting)
   if waiting == 0 and number_or(fields[1], 0) <= 0 and not fields[2] and not fields[3] then
     redis.call('DEL', group_key(group))
     redis.call('ZREM', GROUPS, group)
+    redis.call('ZREM', PARKED, group)
   end
 end
 
@@ -225,7 +230,7 @@ local function push_grouped(id, score, group)
   end
   local fields = redis.call('HMGET', group_key(group), 'active', 'max', 'ring')
   if not (fields[1] or fields[2] or fields[3]) then new_group(group) end
-  ring_group(group, fields, 1)
+  if ring_group(group, fields, 1) == 0 and not fields[3] then redis.call('ZADD', PARKED, 0, group) end
 end
 
 -- A waiting job of a group leaves its line (cancelled, deleted). A group left empty in RING

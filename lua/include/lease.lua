@@ -82,14 +82,39 @@ local function take_group_turn(group, ids)
       taken = 1
     end
   end
-  local waiting = active < cap and redis.call('ZCARD', line) or 0
-  if waiting > 0 then
+  local waiting = redis.call('ZCARD', line)
+  if waiting > 0 and active < cap then
     redis.call('LPUSH', RING, group)
   else
     redis.call('HDEL', key, 'ring')
+    if waiting > 0 then redis.call('ZADD', PARKED, 0, group) end
     forget_group_if_idle(group, {active, fields[2], false}, waiting)
   end
   return taken
+end
+
+-- The queue's group_max_in_flight changed since the groups in PARKED were last looked at (META
+-- "parked_cap" holds the value of the last complete pass): one step of a pass over PARKED by
+-- name (META "unpark_after": where the step before stopped), putting back into RING each group
+-- that has room under the new cap. At most UNPARK_STEP groups per call; the pass is complete
+-- (parked_cap set) when a step reaches the end.
+local UNPARK_STEP = 256
+local function unpark_groups(cap_text)
+  local after = redis.call('HGET', META, 'unpark_after') or ''
+  local names = redis.call('ZRANGEBYLEX', PARKED, after == '' and '-' or '(' .. after, '+', 'LIMIT', 0, UNPARK_STEP)
+  for _, group in ipairs(names) do
+    local fields = redis.call('HMGET', group_key(group), 'active', 'max', 'ring')
+    local waiting = redis.call('ZCARD', group_wait_key(group))
+    if fields[3] or waiting == 0 or ring_group(group, fields, waiting) == 1 then
+      redis.call('ZREM', PARKED, group) -- in RING now, or nothing waiting: not parked
+    end
+  end
+  if #names < UNPARK_STEP then
+    redis.call('HSET', META, 'parked_cap', cap_text)
+    redis.call('HDEL', META, 'unpark_after')
+  else
+    redis.call('HSET', META, 'unpark_after', names[#names])
+  end
 end
 
 -- A grouped queue's ids to try: RING's members take turns, one job per turn, so successive jobs
@@ -148,10 +173,13 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
     end
     return reply
   end
-  local meta = redis.call('HMGET', META, 'paused', 'fence', 'grouped', 'group_max_in_flight')
+  local meta = redis.call('HMGET', META, 'paused', 'fence', 'grouped', 'group_max_in_flight', 'parked_cap')
   if meta[1] then return {0} end
   local grouped = meta[3] ~= false
-  if grouped then queue_group_cap = tonumber(meta[4] or '') or math.huge end
+  if grouped then
+    queue_group_cap = tonumber(meta[4] or '') or math.huge
+    if (meta[4] or '') ~= (meta[5] or '') then unpark_groups(meta[4] or '') end
+  end
   promote_due(now, max_jobs)
 
   local expires_at = now + lease_ms

@@ -131,6 +131,39 @@ async def test_a_group_cap_of_its_own_overrides_the_queue_cap(q):
     assert "max" not in await group_hash(q, "a")
 
 
+async def test_raising_the_queue_cap_reaches_groups_parked_at_the_old_one(q):
+    await set_queue_cap(q, 1)
+    for group in ("a", "b", "c"):
+        await fill(q, group, 3)
+    assert len(await q.lease(max_jobs=10)) == 3
+    assert await q.lease(max_jobs=10) == []
+    assert await q.redis.zrange(q.keys.parked, 0, -1) == [b"a", b"b", b"c"]
+    # The settings endpoint (another branch) changes META alone: the next lease sees the change.
+    await set_queue_cap(q, 2)
+    assert sorted(job.id for job in await q.lease(max_jobs=10)) == ["a-1", "b-1", "c-1"]
+    assert (await q.meta())["parked_cap"] == "2"
+    await q.redis.hdel(q.keys.meta, "group_max_in_flight")  # no cap at all
+    assert sorted(job.id for job in await q.lease(max_jobs=10)) == ["a-2", "b-2", "c-2"]
+    assert await q.redis.zcard(q.keys.parked) == 0
+
+
+async def test_unparking_goes_in_bounded_steps(q):
+    await set_queue_cap(q, 1)
+    groups = [f"g{i:04d}" for i in range(600)]
+    await q.enqueue(*[q.spec(f"{group}-{n}", group=group) for group in groups for n in range(2)])
+    for _ in range(6):
+        await q.lease(max_jobs=100)
+    assert await q.redis.zcard(q.keys.parked) == 600
+    await set_queue_cap(q, 2)
+    leased = 0
+    for _ in range(4):  # 256 groups a step: the third lease call completes the pass
+        leased += len(await q.lease(max_jobs=100))
+    assert "unpark_after" not in await q.meta() and (await q.meta())["parked_cap"] == "2"
+    while jobs := await q.lease(max_jobs=100):
+        leased += len(jobs)
+    assert leased == 600
+
+
 async def test_lowering_a_cap_stops_leases_of_that_group(q):
     await fill(q, "a", 4)
     await q.lease(max_jobs=2)
