@@ -20,7 +20,7 @@ if not state then return JOB_NOT_FOUND end
 local now = now_ms()
 if state == 'waiting' then
   if job[3] then
-    unqueue_grouped(id, job[3])
+    groups().unqueue(id, job[3])
   elseif redis.call('ZREM', PRIO, id) == 0 then
     bury_waiting(id)
   end

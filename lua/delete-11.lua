@@ -15,7 +15,7 @@ if not state then return JOB_NOT_FOUND end
 if state == 'active' then return JOB_ACTIVE end
 if state == 'waiting' then
   if job[2] then
-    unqueue_grouped(id, job[2])
+    groups().unqueue(id, job[2])
   elseif redis.call('ZREM', PRIO, id) == 0 then
     bury_waiting(id)
   end

@@ -47,24 +47,25 @@ delete_jobs(in_flight, true)
 delete_jobs(take_from_zset(PRIO), false)
 delete_jobs(take_from_list(WAIT), false)
 -- Groups, one after another by name: its waiting jobs, then (once none are left) its hash.
+local g = groups()
 while budget > 0 do
-  local group = redis.call('ZRANGE', GROUPS, 0, 0)[1]
+  local group = redis.call('ZRANGE', g.GROUPS, 0, 0)[1]
   if not group then break end
-  delete_jobs(take_from_zset(group_wait_key(group)), false)
-  if redis.call('EXISTS', group_wait_key(group)) == 1 then break end
-  redis.call('DEL', group_key(group))
-  redis.call('ZREM', GROUPS, group)
+  delete_jobs(take_from_zset(g.wait_key(group)), false)
+  if redis.call('EXISTS', g.wait_key(group)) == 1 then break end
+  redis.call('DEL', g.key(group))
+  redis.call('ZREM', g.GROUPS, group)
   budget = budget - 1
 end
 for _, finished in ipairs({DELAYED, COMPLETED, FAILED, CANCELLED}) do delete_jobs(take_from_zset(finished), false) end
 if budget > 0 then
   for _, worker in ipairs(redis.call('SPOP', WORKERS, budget)) do redis.call('DEL', held_key(worker)) end
 end
-for _, key in ipairs({ACTIVE, PRIO, WAIT, GROUPS, DELAYED, COMPLETED, FAILED, CANCELLED, WORKERS}) do
+for _, key in ipairs({ACTIVE, PRIO, WAIT, g.GROUPS, DELAYED, COMPLETED, FAILED, CANCELLED, WORKERS}) do
   if redis.call('EXISTS', key) == 1 then return 0 end
 end
 -- Nothing left but the queue's own small keys. DEADLINES can only hold entries of jobs that
 -- were in the ledger, all deleted above.
-redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY, RING, PARKED)
+redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY, g.RING, g.PARKED)
 redis.call('ZREM', DUE, QUEUE)
 return 1

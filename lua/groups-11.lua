@@ -8,12 +8,13 @@
 --             then 4 entries per group: name, waiting, active, its own max ("" for none)}
 -- @include common
 local after, limit = ARGV[2], tonumber(ARGV[3])
-local names = redis.call('ZRANGEBYLEX', GROUPS, after == '' and '-' or '(' .. after, '+', 'LIMIT', 0, limit)
+local g = groups()
+local names = redis.call('ZRANGEBYLEX', g.GROUPS, after == '' and '-' or '(' .. after, '+', 'LIMIT', 0, limit)
 local reply = {redis.call('HGET', META, 'group_max_in_flight') or '', #names == limit and 1 or 0}
 for _, group in ipairs(names) do
-  local fields = redis.call('HMGET', group_key(group), 'active', 'max')
+  local fields = redis.call('HMGET', g.key(group), 'active', 'max')
   reply[#reply + 1] = group
-  reply[#reply + 1] = redis.call('ZCARD', group_wait_key(group))
+  reply[#reply + 1] = redis.call('ZCARD', g.wait_key(group))
   reply[#reply + 1] = number_or(fields[1], 0)
   reply[#reply + 1] = fields[2] or ''
 end

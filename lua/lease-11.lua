@@ -3,7 +3,7 @@
 -- Due delayed jobs are promoted first, so they are leasable at once. An index entry (in WAIT,
 -- PRIO, DELAYED, a group's line or RING) whose job is missing or not in that state is dropped,
 -- never leased. On a queue with groups, jobs are taken round-robin across the groups with room
--- (include/lease.lua take_from_ring), each counted in its group's jobs in flight.
+-- (include/lease.lua ring_helpers), each counted in its group's jobs in flight.
 -- Every lease call carries a request id: the ids and lease ids it leased are kept under it for a
 -- while, and the same request again (a call re-sent after a timeout, or a client's retry with
 -- its request_id) leases nothing new and answers what the first leased that is still held

@@ -190,7 +190,7 @@ end
 local function scan_groups(from, score, id)
   local range_start = from == '' and '-' or '[' .. from
   while true do
-    local names = redis.call('ZRANGEBYLEX', GROUPS, range_start, '+', 'LIMIT', 0, budget + 1)
+    local names = redis.call('ZRANGEBYLEX', groups().GROUPS, range_start, '+', 'LIMIT', 0, budget + 1)
     if #names == 0 then return nil end
     for _, group in ipairs(names) do
       local at_score, at_id = '', ''
@@ -198,7 +198,7 @@ local function scan_groups(from, score, id)
       -- At least one more entry must fit, or the page would end without a place in this group.
       if count == limit or budget < 2 then return {'g', group, at_score, at_id} end
       budget = budget - 1
-      local key = group_wait_key(group)
+      local key = groups().wait_key(group)
       local cursor = scan_zset(key, false, at_score ~= '' and zset_start(key, false, at_score, at_id) or 0)
       if cursor then return {'g', group, cursor[2], cursor[3]} end
       range_start = '(' .. group

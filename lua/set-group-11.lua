@@ -10,17 +10,18 @@
 -- Returns     1
 -- @include common
 local group, max = ARGV[2], ARGV[3]
-local key = group_key(group)
-local fields = redis.call('HMGET', key, 'active', 'max', 'ring')
+local g = groups()
+local key = g.key(group)
+local fields = g.fields(group)
 if max ~= '' then
-  if not (fields[1] or fields[2] or fields[3]) then new_group(group) end
+  if not (fields[1] or fields[2] or fields[3]) then g.new(group) end
   redis.call('HSET', key, 'max', max)
   fields[2] = max
 else
   redis.call('HDEL', key, 'max')
   fields[2] = false
 end
-local waiting = redis.call('ZCARD', group_wait_key(group))
-wake_waiters(ring_group(group, fields, waiting))
-forget_group_if_idle(group, fields, waiting)
+local waiting = redis.call('ZCARD', g.wait_key(group))
+wake_waiters(g.ring(group, fields, waiting))
+g.forget_if_idle(group, fields, waiting)
 return 1

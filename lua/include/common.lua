@@ -178,68 +178,100 @@ end
 -- name (all scores 0): every group with waiting or active jobs or a cap of its own (a group with
 -- none of these is forgotten). PARKED (by name too) holds the groups that were kept out of RING
 -- by their cap while jobs of theirs were waiting, so that a change of the queue's
--- group_max_in_flight reaches them (include/lease.lua unpark_groups); an entry of a group that
+-- group_max_in_flight reaches them (include/lease.lua ring_helpers, unpark); an entry of a group that
 -- is back in RING is dropped by the next such pass.
-local RING = PREFIX .. '@RING_NAME@'
-local GROUPS = PREFIX .. '@GROUPS_NAME@'
-local PARKED = PREFIX .. '@PARKED_NAME@'
-local UNGROUPED = ':' -- never a group's name (names have no ':')
-local function group_wait_key(group) return PREFIX .. group .. '@GROUP_WAIT_SUFFIX@' end
-local function group_key(group) return PREFIX .. group .. '@GROUP_SUFFIX@' end
+-- The helpers are made on first use (groups()): every top-level definition costs each call of a
+-- script a closure, and a queue without groups must not pay for a dozen of them.
+local function group_helpers()
+  local g = {
+    RING = PREFIX .. '@RING_NAME@',
+    GROUPS = PREFIX .. '@GROUPS_NAME@',
+    PARKED = PREFIX .. '@PARKED_NAME@',
+    UNGROUPED = ':', -- never a group's name (names have no ':')
+  }
+  function g.wait_key(group) return PREFIX .. group .. '@GROUP_WAIT_SUFFIX@' end
+  function g.key(group) return PREFIX .. group .. '@GROUP_SUFFIX@' end
 
--- The queue's group_max_in_flight (math.huge: none), read at most once per call.
-local queue_group_cap = nil
-local function group_cap(own_max)
-  if own_max then return tonumber(own_max) end
-  if queue_group_cap == nil then
-    queue_group_cap = tonumber(redis.call('HGET', META, 'group_max_in_flight') or '') or math.huge
+  -- The queue's group_max_in_flight (math.huge: none), read at most once per call (the lease
+  -- sets it from its own read of META).
+  function g.cap(own_max)
+    if own_max then return tonumber(own_max) end
+    if g.queue_cap == nil then
+      g.queue_cap = tonumber(redis.call('HGET', META, 'group_max_in_flight') or '') or math.huge
+    end
+    return g.queue_cap
   end
-  return queue_group_cap
-end
 
--- A group seen for the first time: indexed; the queue's first group also starts RING, with
--- the ungrouped jobs' member in it.
-local function new_group(group)
-  redis.call('ZADD', GROUPS, 0, group)
-  if redis.call('HSETNX', META, 'grouped', 1) == 1 then redis.call('RPUSH', RING, UNGROUPED) end
-end
+  -- A group's hash fields {active, max, ring}.
+  function g.fields(group) return redis.call('HMGET', g.key(group), 'active', 'max', 'ring') end
 
--- Puts a group into RING when it is out of it and has waiting jobs and room. fields: its hash's
--- {active, max, ring}; waiting: how many jobs it has waiting. Returns 1 when it went in, else 0.
-local function ring_group(group, fields, waiting)
-  if fields[3] or waiting == 0 or number_or(fields[1], 0) >= group_cap(fields[2]) then return 0 end
-  redis.call('LPUSH', RING, group)
-  redis.call('HSET', group_key(group), 'ring', 1)
-  fields[3] = '1'
-  return 1
-end
-
--- Forgets a group with nothing waiting, nothing in the ledger, no cap of its own, out of RING.
-local function forget_group_if_idle(group, fields, waiting)
-  if waiting == 0 and number_or(fields[1], 0) <= 0 and not fields[2] and not fields[3] then
-    redis.call('DEL', group_key(group))
-    redis.call('ZREM', GROUPS, group)
-    redis.call('ZREM', PARKED, group)
+  -- A group seen for the first time: indexed; the queue's first group also starts RING, with
+  -- the ungrouped jobs' member in it.
+  function g.new(group)
+    redis.call('ZADD', g.GROUPS, 0, group)
+    if redis.call('HSETNX', META, 'grouped', 1) == 1 then redis.call('RPUSH', g.RING, g.UNGROUPED) end
   end
-end
 
--- A grouped job joins its group's line (score: its place, as in PRIO).
-local function push_grouped(id, score, group)
-  if redis.call('ZADD', group_wait_key(group), score, id) == 1 then
-    redis.call('HINCRBY', META, 'group_waiting', 1)
+  -- Puts a group into RING when it is out of it and has waiting jobs and room. fields: its
+  -- hash's {active, max, ring}; waiting: its waiting jobs. Returns 1 when it went in, else 0.
+  function g.ring(group, fields, waiting)
+    if fields[3] or waiting == 0 or number_or(fields[1], 0) >= g.cap(fields[2]) then return 0 end
+    redis.call('LPUSH', g.RING, group)
+    redis.call('HSET', g.key(group), 'ring', 1)
+    fields[3] = '1'
+    return 1
   end
-  local fields = redis.call('HMGET', group_key(group), 'active', 'max', 'ring')
-  if not (fields[1] or fields[2] or fields[3]) then new_group(group) end
-  if ring_group(group, fields, 1) == 0 and not fields[3] then redis.call('ZADD', PARKED, 0, group) end
+
+  -- Forgets a group with nothing waiting, nothing in the ledger, no cap of its own, out of RING.
+  function g.forget_if_idle(group, fields, waiting)
+    if waiting == 0 and number_or(fields[1], 0) <= 0 and not fields[2] and not fields[3] then
+      redis.call('DEL', g.key(group))
+      redis.call('ZREM', g.GROUPS, group)
+      redis.call('ZREM', g.PARKED, group)
+    end
+  end
+
+  -- A grouped job joins its group's line (score: its place, as in PRIO).
+  function g.push(id, score, group)
+    if redis.call('ZADD', g.wait_key(group), score, id) == 1 then
+      redis.call('HINCRBY', META, 'group_waiting', 1)
+    end
+    local fields = g.fields(group)
+    if not (fields[1] or fields[2] or fields[3]) then g.new(group) end
+    if g.ring(group, fields, 1) == 0 and not fields[3] then redis.call('ZADD', g.PARKED, 0, group) end
+  end
+
+  -- A waiting job of a group leaves its line (cancelled, deleted). A group left empty in RING
+  -- stays there until a lease meets it (taking it out of RING would be an LREM over RING).
+  function g.unqueue(id, group)
+    if redis.call('ZREM', g.wait_key(group), id) == 0 then return end
+    redis.call('HINCRBY', META, 'group_waiting', -1)
+    g.forget_if_idle(group, g.fields(group), redis.call('ZCARD', g.wait_key(group)))
+  end
+
+  -- Jobs left the ledger (departures.by_group: how many of each group): their groups have room
+  -- again, and each that has waiting jobs goes back into RING; long polls are woken for them.
+  function g.free(departures)
+    local ringed = 0
+    for _, group in ipairs(departures.groups) do
+      local key = g.key(group)
+      if redis.call('HINCRBY', key, 'active', -departures.by_group[group]) < 0 then
+        redis.call('HSET', key, 'active', 0)
+      end
+      local fields = g.fields(group)
+      local waiting = redis.call('ZCARD', g.wait_key(group))
+      ringed = ringed + g.ring(group, fields, waiting)
+      g.forget_if_idle(group, fields, waiting)
+    end
+    wake_waiters(ringed)
+  end
+  return g
 end
 
--- A waiting job of a group leaves its line (cancelled, deleted). A group left empty in RING
--- stays there until a lease meets it (taking it out of RING would be an LREM over RING).
-local function unqueue_grouped(id, group)
-  if redis.call('ZREM', group_wait_key(group), id) == 0 then return end
-  redis.call('HINCRBY', META, 'group_waiting', -1)
-  local fields = redis.call('HMGET', group_key(group), 'active', 'max', 'ring')
-  forget_group_if_idle(group, fields, redis.call('ZCARD', group_wait_key(group)))
+local group_helpers_made = nil
+local function groups()
+  if not group_helpers_made then group_helpers_made = group_helpers() end
+  return group_helpers_made
 end
 
 -- A waiting job's score in PRIO or in its group's line: its priority's band, then before the
@@ -254,7 +286,7 @@ end
 -- line when it has one: group, else false or nil).
 local function push_waiting(id, priority, front, group)
   if group then
-    push_grouped(id, line_score(priority, front), group)
+    groups().push(id, line_score(priority, front), group)
   elseif priority == 0 then
     if front then
       redis.call('RPUSH', WAIT, id)
@@ -372,7 +404,7 @@ end
 -- batches the ledger, sorted-set and set removals (one pass or command per key, not per job).
 -- out_of_ledger: the caller took the jobs out of the ledger itself (cut_from_ledger).
 local function new_departures(out_of_ledger)
-  return {ids = {}, by_worker = {}, workers = {}, out_of_ledger = out_of_ledger, by_group = {}, groups = {}}
+  return {ids = {}, by_worker = {}, workers = {}, out_of_ledger = out_of_ledger}
 end
 
 -- group: the job's group, false for none, nil when the caller did not read it (then read here).
@@ -391,27 +423,11 @@ local function leave_ledger(departures, id, key, worker, lock_deleted, group)
   end
   if group == nil then group = redis.call('HGET', key, 'group') end
   if group then
+    if not departures.groups then departures.groups, departures.by_group = {}, {} end
     local leaving = departures.by_group[group]
     if not leaving then departures.groups[#departures.groups + 1] = group end
     departures.by_group[group] = (leaving or 0) + 1
   end
-end
-
--- The departed jobs' groups have room again: each that has waiting jobs goes back into RING,
--- and the queue's long polls are woken for them.
-local function free_groups(departures)
-  local ringed = 0
-  for _, group in ipairs(departures.groups) do
-    local key = group_key(group)
-    if redis.call('HINCRBY', key, 'active', -departures.by_group[group]) < 0 then
-      redis.call('HSET', key, 'active', 0)
-    end
-    local fields = redis.call('HMGET', key, 'active', 'max', 'ring')
-    local waiting = redis.call('ZCARD', group_wait_key(group))
-    ringed = ringed + ring_group(group, fields, waiting)
-    forget_group_if_idle(group, fields, waiting)
-  end
-  wake_waiters(ringed)
 end
 
 local function detach(departures)
@@ -423,7 +439,7 @@ local function detach(departures)
     call_chunked('ZREM', held, departures.by_worker[worker])
     if redis.call('ZCARD', held) == 0 then redis.call('SREM', WORKERS, worker) end
   end
-  if #departures.groups > 0 then free_groups(departures) end
+  if departures.groups then groups().free(departures) end
 end
 
 -- Both steps for one job.

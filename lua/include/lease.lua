@@ -54,102 +54,115 @@ local function take_ungrouped(wanted)
   return ids
 end
 
--- One turn of a group (a member of RING, popped): its first waiting job, counted in the group's
--- active jobs, appended to ids; then the group goes back to RING's left end if it still has
--- waiting jobs and room, else it leaves RING (and is forgotten when idle). An entry whose job
--- is not waiting is dropped (stale). Returns 1 when it took an entry from the group's line (a job
--- or a stale entry), else 0.
-local function take_group_turn(group, ids)
-  local key, line = group_key(group), group_wait_key(group)
-  local fields = redis.call('HMGET', key, 'active', 'max', 'ring')
-  if not fields[3] then -- a RING entry of a group that is not in it: dropped
-    stale_entries = stale_entries + 1
-    return 0
-  end
-  local active, cap = number_or(fields[1], 0), group_cap(fields[2])
-  local taken = 0
-  if active < cap then
-    local top = redis.call('ZPOPMIN', line)
-    if top[1] then
-      redis.call('HINCRBY', META, 'group_waiting', -1)
-      if redis.call('HGET', job_key(top[1]), 'state') == 'waiting' then
-        ids[#ids + 1] = top[1]
-        active = active + 1
-        redis.call('HSET', key, 'active', active)
-      else
-        stale_entries = stale_entries + 1
-      end
-      taken = 1
-    end
-  end
-  local waiting = redis.call('ZCARD', line)
-  if waiting > 0 and active < cap then
-    redis.call('LPUSH', RING, group)
-  else
-    redis.call('HDEL', key, 'ring')
-    if waiting > 0 then redis.call('ZADD', PARKED, 0, group) end
-    forget_group_if_idle(group, {active, fields[2], false}, waiting)
-  end
-  return taken
-end
+-- Leasing from a grouped queue, made on first use like include/common.lua's groups().
+local function ring_helpers()
+  local g, r = groups(), {}
 
--- The queue's group_max_in_flight changed since the groups in PARKED were last looked at (META
--- "parked_cap" holds the value of the last complete pass): one step of a pass over PARKED by
--- name (META "unpark_after": where the step before stopped), putting back into RING each group
--- that has room under the new cap. At most UNPARK_STEP groups per call; the pass is complete
--- (parked_cap set) when a step reaches the end.
-local UNPARK_STEP = 256
-local function unpark_groups(cap_text)
-  local after = redis.call('HGET', META, 'unpark_after') or ''
-  local names = redis.call('ZRANGEBYLEX', PARKED, after == '' and '-' or '(' .. after, '+', 'LIMIT', 0, UNPARK_STEP)
-  for _, group in ipairs(names) do
-    local fields = redis.call('HMGET', group_key(group), 'active', 'max', 'ring')
-    local waiting = redis.call('ZCARD', group_wait_key(group))
-    if fields[3] or waiting == 0 or ring_group(group, fields, waiting) == 1 then
-      redis.call('ZREM', PARKED, group) -- in RING now, or nothing waiting: not parked
+  -- One turn of a group (a member of RING, popped): its first waiting job, counted in the
+  -- group's active jobs, appended to ids; then the group goes back to RING's left end if it still
+  -- has waiting jobs and room, else it leaves RING (parked when jobs of it wait; forgotten when
+  -- idle). An entry whose job is not waiting is dropped (stale). Returns 1 when it took an entry
+  -- from the group's line (a job or a stale entry), else 0.
+  function r.turn(group, ids)
+    local key, line = g.key(group), g.wait_key(group)
+    local fields = g.fields(group)
+    if not fields[3] then -- a RING entry of a group that is not in it: dropped
+      stale_entries = stale_entries + 1
+      return 0
     end
-  end
-  if #names < UNPARK_STEP then
-    redis.call('HSET', META, 'parked_cap', cap_text)
-    redis.call('HDEL', META, 'unpark_after')
-  else
-    redis.call('HSET', META, 'unpark_after', names[#names])
-  end
-end
-
--- A grouped queue's ids to try: RING's members take turns, one job per turn, so successive jobs
--- come from successive members (UNGROUPED: the jobs without a group). Each turn is O(1), and
--- groups without room are not in RING: the cost does not grow with the number of groups. Stops
--- once a whole round of RING took nothing from any line (UNGROUPED met twice, nothing taken in
--- between), and after at most 2 * wanted + RING_TURNS_SLACK turns.
-local RING_TURNS_SLACK = 64
-local function take_from_ring(wanted)
-  local ids = {}
-  local ungrouped_empty, taken_since = false, 0
-  for _ = 1, 2 * wanted + RING_TURNS_SLACK do
-    if #ids >= wanted then break end
-    local member = redis.call('RPOP', RING)
-    if not member then break end
-    if member == UNGROUPED then
-      redis.call('LPUSH', RING, UNGROUPED)
-      local one = ungrouped_empty and {} or take_ungrouped(1)
-      if one[1] then
-        ids[#ids + 1] = one[1]
-      elseif ungrouped_empty and taken_since == 0 then
-        break
-      else
-        ungrouped_empty, taken_since = true, 0
+    local active, cap = number_or(fields[1], 0), g.cap(fields[2])
+    local taken = 0
+    if active < cap then
+      local top = redis.call('ZPOPMIN', line)
+      if top[1] then
+        redis.call('HINCRBY', META, 'group_waiting', -1)
+        if redis.call('HGET', job_key(top[1]), 'state') == 'waiting' then
+          ids[#ids + 1] = top[1]
+          active = active + 1
+          redis.call('HSET', key, 'active', active)
+        else
+          stale_entries = stale_entries + 1
+        end
+        taken = 1
       end
+    end
+    local waiting = redis.call('ZCARD', line)
+    if waiting > 0 and active < cap then
+      redis.call('LPUSH', g.RING, group)
     else
-      taken_since = taken_since + take_group_turn(member, ids)
+      redis.call('HDEL', key, 'ring')
+      if waiting > 0 then redis.call('ZADD', g.PARKED, 0, group) end
+      g.forget_if_idle(group, {active, fields[2], false}, waiting)
+    end
+    return taken
+  end
+
+  -- The queue's group_max_in_flight changed since the groups in PARKED were last looked at
+  -- (META "parked_cap" holds the value of the last complete pass): one step of a pass over
+  -- PARKED by name (META "unpark_after": where the step before stopped), putting back into RING
+  -- each group that has room under the new cap. At most UNPARK_STEP groups per call; the pass is
+  -- complete (parked_cap set) when a step reaches the end.
+  local UNPARK_STEP = 256
+  function r.unpark(cap_text)
+    local after = redis.call('HGET', META, 'unpark_after') or ''
+    local names = redis.call('ZRANGEBYLEX', g.PARKED, after == '' and '-' or '(' .. after, '+', 'LIMIT', 0,
+      UNPARK_STEP)
+    for _, group in ipairs(names) do
+      local fields = g.fields(group)
+      local waiting = redis.call('ZCARD', g.wait_key(group))
+      if fields[3] or waiting == 0 or g.ring(group, fields, waiting) == 1 then
+        redis.call('ZREM', g.PARKED, group) -- in RING now, or nothing waiting: not parked
+      end
+    end
+    if #names < UNPARK_STEP then
+      redis.call('HSET', META, 'parked_cap', cap_text)
+      redis.call('HDEL', META, 'unpark_after')
+    else
+      redis.call('HSET', META, 'unpark_after', names[#names])
     end
   end
-  return ids
+
+  -- The ids to try: RING's members take turns, one job per turn, so successive jobs come from
+  -- successive members (UNGROUPED: the jobs without a group). Each turn is O(1), and groups
+  -- without room are not in RING: the cost does not grow with the number of groups. Stops once a
+  -- whole round of RING took nothing from any line (UNGROUPED met twice, nothing taken in
+  -- between), and after at most 2 * wanted + RING_TURNS_SLACK turns.
+  local RING_TURNS_SLACK = 64
+  function r.take(wanted)
+    local ids = {}
+    local ungrouped_empty, taken_since = false, 0
+    for _ = 1, 2 * wanted + RING_TURNS_SLACK do
+      if #ids >= wanted then break end
+      local member = redis.call('RPOP', g.RING)
+      if not member then break end
+      if member == g.UNGROUPED then
+        redis.call('LPUSH', g.RING, g.UNGROUPED)
+        local one = ungrouped_empty and {} or take_ungrouped(1)
+        if one[1] then
+          ids[#ids + 1] = one[1]
+        elseif ungrouped_empty and taken_since == 0 then
+          break
+        else
+          ungrouped_empty, taken_since = true, 0
+        end
+      else
+        taken_since = taken_since + r.turn(member, ids)
+      end
+    end
+    return ids
+  end
+  return r
+end
+
+local ring_helpers_made = nil
+local function ring()
+  if not ring_helpers_made then ring_helpers_made = ring_helpers() end
+  return ring_helpers_made
 end
 
 -- The ids to try next: from RING on a grouped queue, else from PRIO and WAIT.
 local function take_waiting(wanted, grouped)
-  if grouped then return take_from_ring(wanted) end
+  if grouped then return ring().take(wanted) end
   return take_ungrouped(wanted)
 end
 
@@ -177,8 +190,8 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
   if meta[1] then return {0} end
   local grouped = meta[3] ~= false
   if grouped then
-    queue_group_cap = tonumber(meta[4] or '') or math.huge
-    if (meta[4] or '') ~= (meta[5] or '') then unpark_groups(meta[4] or '') end
+    groups().queue_cap = tonumber(meta[4] or '') or math.huge
+    if (meta[4] or '') ~= (meta[5] or '') then ring().unpark(meta[4] or '') end
   end
   promote_due(now, max_jobs)
 
