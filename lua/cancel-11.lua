@@ -4,7 +4,8 @@
 -- a release, an operator release or an expired lease make it cancelled (no retry). A finished
 -- job (completed, failed, cancelled) is left as it is. Cancelling again changes nothing.
 -- KEYS[1..11] the queue's keys (see include/common.lua); writes WAIT or PRIO or DELAYED, DUE and
---             the job's hash; derives CANCELLED and EVENTS from the prefix
+--             the job's hash; derives CANCELLED, EVENTS and a grouped job's line and group hash
+--             (include/common.lua, groups) from the prefix
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     job id
 -- ARGV[3]     the reason (at most 1 KiB), "" = none
@@ -13,12 +14,16 @@
 -- @include common
 local id, reason = ARGV[2], ARGV[3] ~= '' and ARGV[3] or nil
 local key = job_key(id)
-local job = redis.call('HMGET', key, 'state', 'cancel_requested')
+local job = redis.call('HMGET', key, 'state', 'cancel_requested', 'group')
 local state = job[1]
 if not state then return JOB_NOT_FOUND end
 local now = now_ms()
 if state == 'waiting' then
-  if redis.call('ZREM', PRIO, id) == 0 then bury_waiting(id) end
+  if job[3] then
+    groups().unqueue(id, job[3])
+  elseif redis.call('ZREM', PRIO, id) == 0 then
+    bury_waiting(id)
+  end
 elseif state == 'delayed' then
   redis.call('ZREM', DELAYED, id)
 elseif state == 'active' then

@@ -1,5 +1,6 @@
 -- Delete a job that is not leased, with its keys.
--- KEYS[1..11] the queue's keys (see include/common.lua); writes WAIT, PRIO, DELAYED, COMPLETED
+-- KEYS[1..11] the queue's keys (see include/common.lua); writes WAIT, PRIO (or the job's group's
+--             line and hash), DELAYED, COMPLETED
 --             or FAILED (whichever holds the job) and deletes the job's hash
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     job id
@@ -8,11 +9,16 @@
 -- @include common
 local id = ARGV[2]
 local key = job_key(id)
-local state = redis.call('HGET', key, 'state')
+local job = redis.call('HMGET', key, 'state', 'group')
+local state = job[1]
 if not state then return JOB_NOT_FOUND end
 if state == 'active' then return JOB_ACTIVE end
 if state == 'waiting' then
-  if redis.call('ZREM', PRIO, id) == 0 then bury_waiting(id) end
+  if job[2] then
+    groups().unqueue(id, job[2])
+  elseif redis.call('ZREM', PRIO, id) == 0 then
+    bury_waiting(id)
+  end
 elseif state == 'delayed' then
   redis.call('ZREM', DELAYED, id)
 elseif state == 'completed' then

@@ -1,12 +1,14 @@
 -- Delete a whole queue, one bounded step at a time: each step deletes up to `step` jobs with
--- their keys (jobs in flight first, with their locks, then waiting, delayed, completed and
--- failed ones), then the workers' held sets and sessions; the step that finds nothing left deletes the
--- queue's own keys and its entry in the due index. Without force, the first step refuses a
+-- their keys (jobs in flight first, with their locks, then waiting ones, group by group (a
+-- group's waiting jobs, then its own keys), delayed, completed and failed ones), then the
+-- workers' held sets and sessions; the step that finds nothing left deletes the queue's own
+-- keys and its entry in the due index. Without force, the first step refuses a
 -- queue with jobs in its ledger; once begun, the deletion takes whatever it finds (a job leased
 -- meanwhile is gone for its worker, whose later calls answer "job not found").
 -- KEYS[1..11] the queue's keys (see include/common.lua); deletes every one of them but WAKE, the
---             per-job and per-worker keys derived from the prefix, and the queue's cancelled
---             jobs, sessions, events, history and rate limit log (its settings are META fields)
+--             per-job, per-worker and per-group keys derived from the prefix, and the queue's
+--             cancelled jobs, sessions, events, history, rate limit log (its settings are META
+--             fields), group ring, group index and parked groups
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     "1" = force (jobs in flight are deleted too), "0" = refuse while any are
 -- ARGV[3]     "1" on the first step
@@ -45,16 +47,27 @@ call_chunked('ZREM', DEADLINES, in_flight)
 delete_jobs(in_flight, true)
 delete_jobs(take_from_zset(PRIO), false)
 delete_jobs(take_from_list(WAIT), false)
+-- Groups, one after another by name: its waiting jobs, then (once none are left) its hash.
+local g = groups()
+while budget > 0 do
+  local group = redis.call('ZRANGE', g.GROUPS, 0, 0)[1]
+  if not group then break end
+  delete_jobs(take_from_zset(g.wait_key(group)), false)
+  if redis.call('EXISTS', g.wait_key(group)) == 1 then break end
+  redis.call('DEL', g.key(group))
+  redis.call('ZREM', g.GROUPS, group)
+  budget = budget - 1
+end
 for _, finished in ipairs({DELAYED, COMPLETED, FAILED, CANCELLED}) do delete_jobs(take_from_zset(finished), false) end
 if budget > 0 then
   for _, worker in ipairs(redis.call('SPOP', WORKERS, budget)) do redis.call('DEL', held_key(worker)) end
   for _, worker in ipairs(take_from_zset(SESSIONS)) do redis.call('DEL', session_key(worker)) end
 end
-for _, key in ipairs({ACTIVE, PRIO, WAIT, DELAYED, COMPLETED, FAILED, CANCELLED, WORKERS, SESSIONS}) do
+for _, key in ipairs({ACTIVE, PRIO, WAIT, g.GROUPS, DELAYED, COMPLETED, FAILED, CANCELLED, WORKERS, SESSIONS}) do
   if redis.call('EXISTS', key) == 1 then return 0 end
 end
 -- Nothing left but the queue's own small keys. DEADLINES can only hold entries of jobs that
 -- were in the ledger, all deleted above.
-redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY, PREFIX .. '@RATE_NAME@')
+redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY, PREFIX .. '@RATE_NAME@', g.RING, g.PARKED)
 redis.call('ZREM', DUE, QUEUE)
 return 1

@@ -1,12 +1,14 @@
 -- Enqueue a batch of jobs. An id that is already stored keeps its job unchanged (idempotent).
 -- KEYS[1..11] the queue's keys (see include/common.lua); writes META (priority sequences),
 --             WAIT or PRIO or DELAYED (and DUE for a delayed job), publishes on WAKE; derives
---             each job's hash from the prefix.
+--             each job's hash, and a grouped job's line, group hash, RING and GROUPS, from the
+--             prefix.
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     JSON array (at most 1000: the API's batch limit), one object per job: {id, name, priority, delay_ms, max_attempts,
---             backoff_type: "fixed"|"exponential", backoff_ms, traceparent?}; ids the client did
+--             backoff_type: "fixed"|"exponential", backoff_ms, traceparent?, group?}; ids the client did
 --             not choose are random ones made by the service; traceparent is the producer's W3C
---             trace context, handed to the job's workers
+--             trace context, handed to the job's workers; a job with a group waits in its
+--             group's line (include/common.lua, groups)
 -- ARGV[3..]   the jobs' payloads as raw JSON, in the same order
 --             Emits enqueued per job stored; counts them in the history.
 -- Returns     {first, then 3 entries per job: id, state ("waiting"|"delayed" or the stored job's
@@ -41,16 +43,17 @@ for i, job in ipairs(jobs) do
     unless_default(fields, 'backoff_type', job.backoff_type, 'exponential')
     unless_default(fields, 'backoff_ms', job.backoff_ms, DEFAULT_BACKOFF_MS)
     unless_default(fields, 'traceparent', job.traceparent, nil)
+    unless_default(fields, 'group', job.group, nil)
     redis.call('HSET', key, unpack(fields))
     emit('enqueued', id, '"state":"' .. state .. '"')
     created_count = created_count + 1
     if state == 'delayed' then
       redis.call('ZADD', DELAYED, now + job.delay_ms, id)
       sweep_needed_by(now + job.delay_ms)
-    elseif job.priority == 0 then
+    elseif job.priority == 0 and not job.group then
       unprioritised[#unprioritised + 1] = id
     else
-      push_waiting(id, job.priority, false)
+      push_waiting(id, job.priority, false, job.group)
       leasable = leasable + 1
     end
   end

@@ -3,7 +3,7 @@
 -- dead-lettered into FAILED. The same call again (same job, same lease id) answers as the first
 -- did and changes nothing, so a worker whose answer was lost can retry.
 -- KEYS[1..11] the queue's keys (see include/common.lua); writes ACTIVE, DEADLINES, WORKERS,
---             DELAYED or WAIT/PRIO or FAILED, META, DUE, publishes on WAKE
+--             DELAYED or WAIT/PRIO (a grouped job: its group's line) or FAILED, META, DUE, publishes on WAKE
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     job id
 -- ARGV[3]     lease id
@@ -19,7 +19,7 @@
 local id, lease_id = ARGV[2], ARGV[3]
 local key = job_key(id)
 local job = redis.call('HMGET', key, 'state', 'worker', 'attempt', 'max_attempts', 'backoff_type',
-  'backoff_ms', 'priority', 'done_lease', 'cancel_requested', 'cancel_reason')
+  'backoff_ms', 'priority', 'done_lease', 'cancel_requested', 'cancel_reason', 'group')
 if not job[1] then return {JOB_NOT_FOUND} end
 if not holds_lease(id, lease_id, job[2]) then
   local first = ended_as(job[8], lease_id) -- "fail:<state>:<attempt>" after this very call
@@ -30,7 +30,7 @@ end
 local options = cjson.decode(ARGV[4])
 local now = now_ms()
 local attempt, max_attempts = number_or(job[3], 0), number_or(job[4], DEFAULT_MAX_ATTEMPTS)
-leave_ledger_now(id, key, job[2])
+leave_ledger_now(id, key, job[2], job[11])
 
 local function settle(state, error_text)
   redis.call('HSET', key, 'error', error_text or ARGV[5], 'updated_at', now,
@@ -66,6 +66,6 @@ if delay_ms > 0 then
   return retrying('delayed')
 end
 redis.call('HSET', key, 'state', 'waiting')
-push_waiting(id, number_or(job[7], 0), false)
+push_waiting(id, number_or(job[7], 0), false, job[11])
 wake_waiters(1)
 return retrying('waiting')

@@ -1,7 +1,9 @@
 -- Lease up to max_jobs waiting jobs to a worker. Each job moves atomically into the in-flight
 -- ledger ACTIVE (left end) under its lock "<lease_id>:<worker>" with a PX TTL of lease_ms.
 -- Due delayed jobs are promoted first, so they are leasable at once. An index entry (in WAIT,
--- PRIO or DELAYED) whose job is missing or not in that state is dropped, never leased.
+-- PRIO, DELAYED, a group's line or RING) whose job is missing or not in that state is dropped,
+-- never leased. On a queue with groups, jobs are taken round-robin across the groups with room
+-- (include/lease.lua ring_helpers), each counted in its group's jobs in flight.
 -- Every lease call carries a request id: the ids and lease ids it leased are kept under it for a
 -- while, and the same request again (a call re-sent after a timeout, or a client's retry with
 -- its request_id) leases nothing new and answers what the first leased that is still held

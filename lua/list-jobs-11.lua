@@ -1,7 +1,9 @@
 -- Read a page of the ids of the jobs in one state, in that state's order, from where the previous
 -- page stopped (its cursor), with each job's payload size. The hashes themselves are read by the
 -- caller in chunks bounded by those sizes (service/chunked_read.py), as for failed-page.
--- Orders: waiting as leases take them (PRIO lowest score first, then WAIT from its right end),
+-- Orders: waiting as leases take them from PRIO and WAIT (PRIO lowest score first, then WAIT from
+-- its right end), then the grouped waiting jobs (leased round-robin across groups, which no
+-- listing order can follow): group after group by name (GROUPS), each group by (score, id),
 -- delayed by due time, active oldest lease first (ACTIVE from its right end, which is by fence),
 -- completed, failed and cancelled most recently finished first.
 -- Following the cursors visits every job that stays in the state during the paging exactly
@@ -21,21 +23,26 @@
 --       its right first). The search for them reaches exactly as far as they can have moved:
 --       their index plus the pushes to the right end since (META "front_pushes", in the
 --       cursor too).
+--   "g" (a group's line, after PRIO and WAIT): the group, and the last entry read in it (score,
+--       id; "" and "" for none yet): the next page starts strictly after it in that group, or
+--       in the first group after it by name when the group is gone.
 --   "a" (ACTIVE): the fence of the last job listed: the next page starts at the first entry
 --       whose fence is greater, found by binary search (a lease LPUSHes with a greater fence, so
 --       from the right the ledger goes by fence; an active job keeps its fence).
 -- Each call reads at most limit + SCAN_SLACK entries, so a page may hold fewer than limit jobs
 -- (entries whose job is not in the state are passed over) and still have a next cursor.
 -- KEYS[1..11] the queue's keys (see include/common.lua); reads only: the state's keys (and META's
---             fence for waiting), the jobs' hashes, PREFIX .. "@CANCELLED_NAME@"
+--             fence for waiting), the jobs' hashes, PREFIX .. "@CANCELLED_NAME@", and for waiting
+--             GROUPS and the groups' lines
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     state: waiting, delayed, active, completed, failed or cancelled
 -- ARGV[3]     limit (1..1000)
 -- ARGV[4]     the previous page's cursor kind: "" (the first page), "z", "w" or "a", its fields
 --             in ARGV[5..]: z: score, id; w: L, N, N's index, fence, time (ms), front
---             pushes; a: fence
+--             pushes; g: group, score, id; a: fence
 -- Returns     {{id, payload_bytes, ...}, cursor}: cursor {} on the last page, else one of
---             {"z", score, id}, {"w", L, N, index, fence, time, front pushes}, {"a", fence}
+--             {"z", score, id}, {"w", L, N, index, fence, time, front pushes}, {"g", group, score,
+--             id}, {"a", fence}
 -- @include common
 local SCAN_SLACK = 1000 -- entries passed over per call at most, beyond the page
 local ZSETS = {delayed = DELAYED, completed = COMPLETED, failed = FAILED, cancelled = CANCELLED}
@@ -177,6 +184,28 @@ local function wait_start(last, next_id, index, fence, page_ms, front_pushes)
   return math.max(0, index - 1 - leased), ''
 end
 
+-- Lists the groups' waiting jobs, group after group by name, from the group `from` ("" for the
+-- first) on, strictly after (score, id) in it ("" for from its start). Each group read counts
+-- against the budget like an entry. Returns the cursor where the page stopped, or nil.
+local function scan_groups(from, score, id)
+  local range_start = from == '' and '-' or '[' .. from
+  while true do
+    local names = redis.call('ZRANGEBYLEX', groups().GROUPS, range_start, '+', 'LIMIT', 0, budget + 1)
+    if #names == 0 then return nil end
+    for _, group in ipairs(names) do
+      local at_score, at_id = '', ''
+      if group == from then at_score, at_id = score, id end
+      -- At least one more entry must fit, or the page would end without a place in this group.
+      if count == limit or budget < 2 then return {'g', group, at_score, at_id} end
+      budget = budget - 1
+      local key = groups().wait_key(group)
+      local cursor = scan_zset(key, false, at_score ~= '' and zset_start(key, false, at_score, at_id) or 0)
+      if cursor then return {'g', group, cursor[2], cursor[3]} end
+      range_start = '(' .. group
+    end
+  end
+end
+
 -- A ledger entry's fence, by its index from the right; nil when its hash has none.
 local function fence_at(index)
   local id = redis.call('LINDEX', ACTIVE, -(index + 1))
@@ -220,10 +249,12 @@ elseif state == 'waiting' then
   if kind == 'w' then
     local start, last = wait_start(ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]),
       tonumber(ARGV[10]))
-    cursor = scan_wait(start, last)
+    cursor = scan_wait(start, last) or scan_groups('', '', '')
+  elseif kind == 'g' then
+    cursor = scan_groups(ARGV[5], ARGV[6], ARGV[7])
   else
     cursor = scan_zset(PRIO, false, kind == 'z' and zset_start(PRIO, false, ARGV[5], ARGV[6]) or 0)
-    if not cursor then cursor = scan_wait(0, '') end
+    if not cursor then cursor = scan_wait(0, '') or scan_groups('', '', '') end
   end
 else
   local key, descending = ZSETS[state], DESCENDING[state] or false

@@ -2,8 +2,8 @@
 -- listed ones, or one bounded step of all of them (oldest failure first, up to `limit` jobs
 -- that failed no later than `bound`, so that redriving everything ends even while jobs keep
 -- failing).
--- KEYS[1..11] the queue's keys (see include/common.lua); writes FAILED, WAIT or PRIO, META,
---             publishes on WAKE
+-- KEYS[1..11] the queue's keys (see include/common.lua); writes FAILED, WAIT or PRIO (a grouped
+--             job: its group's line), META, publishes on WAKE
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     JSON array of ids to redrive (at most 1000: the API's limit); ids not in FAILED are
 --             skipped. An empty array means a step of all of them, as below
@@ -24,11 +24,11 @@ local redriven = 0
 for _, id in ipairs(ids) do
   if redis.call('ZREM', FAILED, id) == 1 then
     local key = job_key(id)
-    local job = redis.call('HMGET', key, 'state', 'priority')
+    local job = redis.call('HMGET', key, 'state', 'priority', 'group')
     if job[1] == 'failed' then
       redis.call('HSET', key, 'state', 'waiting', 'attempt', 0, 'updated_at', now)
       redis.call('HDEL', key, 'error', 'finished_at', 'redeliver')
-      push_waiting(id, number_or(job[2], 0), false)
+      push_waiting(id, number_or(job[2], 0), false, job[3])
       emit('enqueued', id, '"state":"waiting","redriven":true')
       reply[#reply + 1] = id
       redriven = redriven + 1

@@ -6,7 +6,7 @@
 -- The step looks for its jobs in one window of the ledger from its newest end (the whole ledger
 -- when it is short), `offset` entries in: the next step goes on where this one stopped.
 -- KEYS[1..11] the queue's keys (see include/common.lua); writes ACTIVE, DEADLINES, WORKERS,
---             WAIT or PRIO, META, the worker's held set, publishes on WAKE
+--             WAIT or PRIO (a grouped job: its group's line), META, the worker's held set, publishes on WAKE
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     worker name
 -- ARGV[3]     bound: the highest fence to release, "" on the first step (then: the queue's
@@ -31,13 +31,15 @@ if bound == '' then
   end
 end
 local ids = redis.call('ZREVRANGEBYSCORE', held, bound, '-inf', 'LIMIT', 0, step)
-local wanted, left, gone, priority, cancelling = {}, 0, {}, {}, {}
+local wanted, left, gone, priority, cancelling, group_of = {}, 0, {}, {}, {}, {}
 for _, id in ipairs(ids) do
-  local job = redis.call('HMGET', job_key(id), 'state', 'worker', 'priority', 'cancel_requested', 'cancel_reason')
+  local job = redis.call('HMGET', job_key(id), 'state', 'worker', 'priority', 'cancel_requested', 'cancel_reason',
+    'group')
   if job[1] == 'active' and job[2] == worker then
     wanted[id] = true
     left = left + 1
     priority[id] = number_or(job[3], 0)
+    group_of[id] = job[6]
     if job[4] then cancelling[id] = job[5] or false end
   else
     gone[#gone + 1] = id
@@ -58,12 +60,12 @@ for _, id in ipairs(ids) do -- newest first, each pushed to the front: the oldes
   if priority[id] and (index_of[id] or whole_ledger) then
     if index_of[id] then cut[#cut + 1] = index_of[id] end
     local key = job_key(id)
-    leave_ledger(departures, id, key, worker)
+    leave_ledger(departures, id, key, worker, nil, group_of[id])
     if cancelling[id] ~= nil then
       cancel_job(id, key, now, cancelling[id] or nil)
     else
       redis.call('HSET', key, 'state', 'waiting', 'redeliver', 1, 'updated_at', now)
-      push_waiting(id, priority[id], true)
+      push_waiting(id, priority[id], true, group_of[id])
       released[#released + 1] = id
       emit('released', id, '"worker":"' .. worker .. '"')
     end

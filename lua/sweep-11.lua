@@ -127,7 +127,7 @@ local function settle(id, index)
   if index then cut[#cut + 1] = index end
   local key = job_key(id)
   local job = redis.call('HMGET', key, 'state', 'worker', 'attempt', 'max_attempts', 'priority', 'stalls',
-    'cancel_requested', 'cancel_reason')
+    'cancel_requested', 'cancel_reason', 'group')
   if job[1] ~= 'active' then
     -- No job in flight behind this deadline: drop it (and its ledger entry, if any).
     stale_entries = stale_entries + 1
@@ -135,7 +135,7 @@ local function settle(id, index)
     return
   end
   local worker = job[2] or nil
-  leave_ledger(departures, id, key, worker)
+  leave_ledger(departures, id, key, worker, nil, job[9])
   if job[7] then
     cancel_job(id, key, now, job[8])
     return
@@ -158,7 +158,7 @@ local function settle(id, index)
     dead_lettered = dead_lettered + 1
   else
     redis.call('HSET', key, 'state', 'waiting', 'updated_at', now)
-    returning[#returning + 1] = {id, number_or(job[5], 0)}
+    returning[#returning + 1] = {id, number_or(job[5], 0), job[9]}
     reclaimed = reclaimed + 1
     emit('reclaimed', id, '"worker":"' .. (worker or '') .. '","attempt":' .. attempt)
   end
@@ -187,7 +187,7 @@ call_chunked('ZREM', DEADLINES, gone)
 call_chunked('ZADD', DEADLINES, renewed)
 -- Pushed to the front newest deadline first, so that the job whose lease expired first ends up
 -- first in line (a later step goes in front of these: its leases expired no earlier).
-for i = #returning, 1, -1 do push_waiting(returning[i][1], returning[i][2], true) end
+for i = #returning, 1, -1 do push_waiting(returning[i][1], returning[i][2], true, returning[i][3]) end
 -- A lapse with nothing left under its bound is over.
 for _, lapse in ipairs(lapses) do
   local worker, bound, live_until = lapse[1], lapse[2], lapse[3]

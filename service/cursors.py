@@ -61,6 +61,11 @@ def _valid(state: str, kind: str, fields: list[str]) -> bool:
             return False
         last, following, *numbers = fields
         return (last == "" or _anchor(last)) and _anchor(following) and all(map(_COUNT.fullmatch, numbers))
+    if kind == "g":
+        group, score, job_id = fields if len(fields) == 3 else ("", "x", "")
+        start = score == job_id == ""
+        after = _SCORE.fullmatch(score) is not None and is_name(job_id)
+        return state == "waiting" and is_name(group) and (start or after)
     return kind == "a" and state == "active" and len(fields) == 1 and _COUNT.fullmatch(fields[0]) is not None
 
 

@@ -34,6 +34,10 @@ SESSION_SUFFIX = ":session"
 # STRING "<id> <lease_id> ..." with a PX TTL: what one lease request leased, under
 # "<worker>:<request_id>:req" (three segments: never a job's or a worker's key)
 REQUEST_SUFFIX = ":req"
+# Per-group keys, "<group>:gwait" and "<group>:group" (groups are names: never a queue-level key,
+# and the suffixes keep them apart from job and worker keys):
+GROUP_WAIT_SUFFIX = ":gwait"  # ZSET: a group's waiting jobs, scored like PRIO (priority, then line)
+GROUP_SUFFIX = ":group"  # HASH: active (its jobs in the ledger), max (its cap), ring ("1": in RING)
 # Queue-level keys the scripts derive from the prefix rather than take as KEYS (every script takes
 # the same eleven; these are written by a few and read back by the service):
 EVENTS_NAME = "events"  # STREAM: the queue's events, entry id "0-<number of its last event>"
@@ -43,6 +47,12 @@ CANCELLED_NAME = "cancelled"  # ZSET: id -> cancellation time (ms), for retentio
 # rate limit (lua/include/lease.lua); META "rate_used" holds the sum of its entries' jobs
 RATE_NAME = "rate"
 SESSIONS_NAME = "sessions"  # ZSET: worker -> when its session lapses (ms), or now while a lapse is due
+# Groups (lua/include/common.lua): RING is the LIST of the members leases take turns from (the
+# groups with waiting jobs and room, and the ungrouped jobs as one member ":"); GROUPS the ZSET
+# (all scores 0, so by name) of every group with waiting or active jobs or a cap of its own.
+RING_NAME = "ring"
+GROUPS_NAME = "groups"
+PARKED_NAME = "parked"  # ZSET (scores 0): groups that left RING at their cap with jobs waiting
 DUE_INDEX = f"{KEY_ROOT}:due"  # ZSET: queue -> when its next sweep has work (ms)
 DUE_INDEX_FILLED = f"{KEY_ROOT}:due-filled"  # STRING: every registered queue was put in the index
 CLUSTER_SLOTS = 16384
@@ -76,6 +86,9 @@ class QueueKeys:
     cancelled: str  # ZSET: id -> cancellation time (ms); not a script key (Lua derives it)
     rate: str  # LIST: the rate limit's log (RATE_NAME); not a script key (Lua derives it)
     sessions: str  # ZSET: worker -> session expiry (ms); not a script key (Lua derives it)
+    ring: str  # LIST: group names leases take turns from; not a script key (Lua derives it)
+    groups: str  # ZSET: the queue's groups by name; not a script key (Lua derives it)
+    parked: str  # ZSET: groups out of RING at their cap; not a script key (Lua derives it)
 
     @classmethod
     def for_queue(cls, queue: str, cluster: bool = False) -> QueueKeys:
@@ -93,6 +106,9 @@ class QueueKeys:
             cancelled=prefix + CANCELLED_NAME,
             rate=prefix + RATE_NAME,
             sessions=prefix + SESSIONS_NAME,
+            ring=prefix + RING_NAME,
+            groups=prefix + GROUPS_NAME,
+            parked=prefix + PARKED_NAME,
             **named,
         )
 
@@ -110,6 +126,12 @@ class QueueKeys:
 
     def request(self, worker: str, request_id: str) -> str:
         return self.prefix + worker + ":" + request_id + REQUEST_SUFFIX
+
+    def group_wait(self, group: str) -> str:
+        return self.prefix + group + GROUP_WAIT_SUFFIX
+
+    def group(self, group: str) -> str:
+        return self.prefix + group + GROUP_SUFFIX
 
 
 WAKE_CHANNEL_PATTERN = f"{KEY_ROOT}:{{*}}:wake"

@@ -28,6 +28,7 @@ DEFAULT_HISTORY_MINUTES = 60
 MAX_HISTORY_MINUTES = 1440
 MAX_JSON_DEPTH = 64  # nesting of payloads and results: deeper breaks many workers' JSON parsers
 MAX_PAGE = 1000  # jobs per page of the failed list and of the job listing
+MAX_GROUP_MAX_IN_FLIGHT = 10**9  # a group's own cap (PUT .../groups/{group}): any sane number
 DEFAULT_PAGE = 100
 MAX_LEDGER_PAGE = 10_000
 DEFAULT_LEDGER_PAGE = 1000

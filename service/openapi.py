@@ -117,6 +117,7 @@ PATH_PARAMETERS = {
     "queue": f"the queue's name ({NAME_RULE}); a queue never used reads as an empty one",
     "id": f"the job's id ({NAME_RULE})",
     "worker": "the worker's name, as it leased its jobs",
+    "group": f"the group's name ({NAME_RULE}), as jobs were enqueued with it",
 }
 
 

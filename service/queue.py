@@ -37,6 +37,8 @@ from echomq_http.schemas import (
     EnqueueRequest,
     EnqueueResponse,
     FailResponse,
+    GroupLimitResponse,
+    GroupView,
     HeartbeatItem,
     HeartbeatResponse,
     HeartbeatResult,
@@ -60,7 +62,8 @@ _HEARTBEAT_REPLY_FIELDS = 3
 _LEDGER_ENTRY_FIELDS = 5
 _ENQUEUE_REPLY_FIELDS = 3
 _NO_RESULT = b""
-READ_ONLY_OPERATIONS = frozenset({"counts", "ledger", "workers", "failed-page", "job", "list-jobs"})
+READ_ONLY_OPERATIONS = frozenset({"counts", "ledger", "workers", "failed-page", "job", "list-jobs", "groups"})
+_GROUP_REPLY_FIELDS = 4
 RELEASED_AS_CANCELLED = 3  # release-11.lua: the job ended cancelled (its cancellation was requested)
 FINAL_STATES = frozenset({"completed", "failed", "cancelled"})
 
@@ -132,6 +135,7 @@ class _ScriptJob(msgspec.Struct, omit_defaults=True):
     backoff_ms: int
     id: str
     traceparent: str | None = None
+    group: str | None = None
 
 
 class _FailOptions(msgspec.Struct, omit_defaults=True):
@@ -185,6 +189,7 @@ def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
         lease_expires_at=_int(fields.get(b"lease_expires_at")) if active else None,
         progress=None if progress is None else Raw(progress),
         cancel_requested=b"cancel_requested" in fields,
+        group=_text(fields.get(b"group")),
         stalls=int(fields.get(b"stalls", 0)),
         finished_at=_int(fields.get(b"finished_at")),
     )
@@ -387,6 +392,7 @@ class JobQueues:
                 backoff_type=job.backoff.type if job.backoff else "exponential",
                 backoff_ms=job.backoff.delay_ms if job.backoff else limits.DEFAULT_BACKOFF_MS,
                 traceparent=traceparent,
+                group=job.group,
             )
             for job in jobs
         ]
@@ -773,6 +779,30 @@ class JobQueues:
             redriven_all.extend(job_id.decode() for job_id in redriven)
             if read < REDRIVE_STEP:
                 return redriven_all
+
+    async def set_group_limit(self, queue: str, group: str, max_in_flight: int | None) -> GroupLimitResponse:
+        """A group's own cap on its jobs in flight (None: the queue's group_max_in_flight)."""
+        await self._call("set-group", queue, group, "" if max_in_flight is None else max_in_flight)
+        return GroupLimitResponse(group=group, max_in_flight=max_in_flight)
+
+    async def groups(self, queue: str, after: str | None, limit: int) -> tuple[list[GroupView], str | None]:
+        """A page of the queue's groups by name after `after` (None: from the first), and the
+        next page's cursor (the page's last group; None on the last page)."""
+        queue_cap, more, *flat = await self._call("groups", queue, after or "", limit)
+        default = int(queue_cap) if queue_cap else None
+        views = []
+        for i in range(0, len(flat), _GROUP_REPLY_FIELDS):
+            own = int(flat[i + 3]) if flat[i + 3] else None
+            views.append(
+                GroupView(
+                    group=flat[i].decode(),
+                    waiting=flat[i + 1],
+                    active=flat[i + 2],
+                    max_in_flight=own,
+                    effective_max_in_flight=own if own is not None else default,
+                )
+            )
+        return views, views[-1].group if more and views else None
 
     async def queue_view(self, queue: str) -> QueueView:
         paused, *counts = await self._call("counts", queue)

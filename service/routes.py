@@ -43,6 +43,9 @@ from echomq_http.schemas import (
     FailedPage,
     FailRequest,
     FailResponse,
+    GroupLimitRequest,
+    GroupLimitResponse,
+    GroupPage,
     HeartbeatManyRequest,
     HeartbeatManyResponse,
     HeartbeatRequest,
@@ -1131,6 +1134,46 @@ async def put_settings(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     settings = await read_body(request, QueueSettings)
     return json_response(await queues_of(request).put_settings(queue, settings))
+@put(
+    Q + "/groups/{group:str}",
+    operation_id="setGroupLimit",
+    summary="Set or clear a group's own cap on its jobs in flight",
+    description="At most max_in_flight of the group's jobs in the ledger at once, whatever the queue's "
+    "group_max_in_flight; null goes back to the queue's. A group at its cap is skipped by leases "
+    "(at no cost) until one of its jobs leaves the ledger (ack, fail, release, the sweep, ...). "
+    "Raising the cap lets leases take more of the group's waiting jobs at once (long polls are "
+    "woken); lowering it below the jobs in flight takes none until enough have left. Idempotent.",
+    opt=_opt(Action.ADMIN, OPERATE, GroupLimitRequest, {200: GroupLimitResponse}),
+)
+async def set_group_limit(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue, group = path_queue(request), path_name(request, "group", "group")
+    ask = await read_body(request, GroupLimitRequest)
+    return json_response(await queues_of(request).set_group_limit(queue, group, ask.max_in_flight))
+
+
+GROUPS_QUERY = (
+    ("limit", "integer", f"at most this many groups (default {limits.DEFAULT_PAGE})", limits.MAX_PAGE),
+    ("cursor", "string", "the next_cursor of the previous page; none for the first page", None),
+)
+
+
+@get(
+    Q + "/groups",
+    operation_id="listGroups",
+    summary="A queue's groups, page by page",
+    description="The queue's groups by name, each with its waiting jobs, its jobs in flight and its "
+    "cap: every group with waiting jobs, jobs in flight or a cap of its own. Pass the answer's "
+    "next_cursor as cursor for the next page, until it is null.",
+    opt=_opt(Action.READ, INSPECT, None, {200: GroupPage}, (), GROUPS_QUERY),
+)
+async def list_groups(request: Request[Any, Any, State]) -> Response[bytes]:
+    queue = path_queue(request)
+    limit = query_int(request, "limit", limits.DEFAULT_PAGE, 1, limits.MAX_PAGE)
+    cursor = request.query_params.get("cursor")
+    if cursor is not None:
+        checked_name(cursor, "cursor")
+    groups, next_cursor = await queues_of(request).groups(queue, cursor, limit)
+    return json_response(GroupPage(groups=groups, next_cursor=next_cursor))
 
 
 QUEUE_HANDLERS = [
@@ -1164,4 +1207,6 @@ QUEUE_HANDLERS = [
     redrive,
     get_settings,
     put_settings,
+    set_group_limit,
+    list_groups,
 ]

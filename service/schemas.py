@@ -176,9 +176,17 @@ class EnqueueRequest(Request):
             "(1 s, 2 s, 4 s, ...)"
         ),
     ] = None
+    group: Annotated[
+        Name | None,
+        Meta(
+            description="the job's group: leases take waiting jobs round-robin across groups (the jobs "
+            "without a group are one more group), priority then first in first out within a group, "
+            f"and a group's jobs in flight can be capped (group_max_in_flight). {NAME_RULE}"
+        ),
+    ] = None
 
     def __post_init__(self) -> None:
-        _require_names(self.id)
+        _require_names(self.id, self.group)
         _require_shallow(self.payload)
 
 
@@ -622,9 +630,7 @@ class JobView(Struct):
     cancel_requested: Annotated[
         bool, Meta(description="its cancellation was requested (a cancelled job's always was)")
     ] = False
-    group: Annotated[
-        str | None, Meta(description="the job's group; null (groups come in a later version)")
-    ] = None
+    group: Annotated[str | None, Meta(description="the group it was enqueued with, or null")] = None
     stalls: Annotated[
         int, Meta(description="how many times its lease expired (or its worker's session lapsed) so far")
     ] = 0
@@ -935,6 +941,62 @@ class JobPage(Struct):
             description="opaque: pass it as cursor (with the same state) for the next page; null on the "
             "last page"
         ),
+    ]
+
+
+GroupMax = Annotated[int, Meta(ge=1, le=limits.MAX_GROUP_MAX_IN_FLIGHT)]
+
+
+class GroupLimitRequest(Request):
+    """A group's own cap on its jobs in flight."""
+
+    max_in_flight: Annotated[
+        GroupMax | None,
+        Meta(
+            description="at least 1: at most this many of the group's jobs in the ledger at once; null: "
+            "back to the queue's group_max_in_flight"
+        ),
+    ]
+
+
+class GroupLimitResponse(Struct):
+    """The group's own cap, as set."""
+
+    group: Annotated[str, Meta(description="the group's name")]
+    max_in_flight: Annotated[
+        int | None, Meta(description="its own cap; null: the queue's group_max_in_flight applies")
+    ]
+
+
+class GroupView(Struct):
+    """One group of a queue: its jobs waiting and in flight, and its cap."""
+
+    group: Annotated[str, Meta(description="the group's name")]
+    waiting: Annotated[int, Meta(description="its waiting jobs")]
+    active: Annotated[
+        int, Meta(description="its jobs in the ledger (leased, not yet acked, failed or released)")
+    ]
+    max_in_flight: Annotated[
+        int | None, Meta(description="its own cap, set with PUT .../groups/{group}; null for none")
+    ]
+    effective_max_in_flight: Annotated[
+        int | None,
+        Meta(description="the cap that applies: its own, else the queue's group_max_in_flight; null: no cap"),
+    ]
+
+
+class GroupPage(Struct):
+    """A page of a queue's groups, by name."""
+
+    groups: Annotated[
+        list[GroupView],
+        Meta(
+            description="by name: every group with waiting jobs, jobs in flight or a cap of its own "
+            "(the jobs without a group are not listed)"
+        ),
+    ]
+    next_cursor: Annotated[
+        str | None, Meta(description="pass it as cursor for the next page; null on the last page")
     ]
 
 

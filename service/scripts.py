@@ -56,6 +56,11 @@ PLACEHOLDERS: Mapping[str, str] = {
     "HISTORY_NAME": keys.HISTORY_NAME,
     "CANCELLED_NAME": keys.CANCELLED_NAME,
     "RATE_NAME": keys.RATE_NAME,
+    "GROUP_WAIT_SUFFIX": keys.GROUP_WAIT_SUFFIX,
+    "GROUP_SUFFIX": keys.GROUP_SUFFIX,
+    "RING_NAME": keys.RING_NAME,
+    "GROUPS_NAME": keys.GROUPS_NAME,
+    "PARKED_NAME": keys.PARKED_NAME,
     "QUEUE_NAME_START": str(len(keys.queue_prefix("")) - 1),  # where the name starts in the prefix
     "MAX_PRIORITY": str(limits.MAX_PRIORITY),
     "LEASE_ID_CHARS": str(limits.LEASE_ID_CHARS),

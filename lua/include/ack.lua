@@ -15,7 +15,8 @@ local function ack_jobs(acks, results_from, now)
   for i, ack in ipairs(acks) do
     local id, lease_id = ack[1], ack[2]
     local key = job_key(id)
-    local job = redis.call('HMGET', key, 'state', 'worker', 'leased_at', 'done_lease', 'lease_id', 'attempt')
+    local job = redis.call('HMGET', key, 'state', 'worker', 'leased_at', 'done_lease', 'lease_id', 'attempt',
+      'group')
     local result = ARGV[results_from + i - 1]
     local code, held_ms = 0, 0
     if not job[1] then
@@ -24,7 +25,7 @@ local function ack_jobs(acks, results_from, now)
       -- The lease's own id and an unexpired lock: holds_lease in one call fewer, as the lock
       -- always names the lease_id and worker of the hash while it exists (both set by lease).
       held_ms = now - tonumber(job[3])
-      leave_ledger(departures, id, key, job[2], true)
+      leave_ledger(departures, id, key, job[2], true, job[7])
       if result ~= '' then
         redis.call('HSET', key, 'state', 'completed', 'done_lease', lease_id, 'finished_at', now_text,
           'updated_at', now_text, 'result', result)

@@ -182,9 +182,130 @@ local function wake_waiters(count)
   if count > 0 then redis.call('@PUBLISH@', WAKE, count) end
 end
 
--- Make a job leasable. front = true puts it first in line among its priority.
-local function push_waiting(id, priority, front)
-  if priority == 0 then
+-- Groups. A grouped job waits in its group's ZSET (group_wait_key: scored like PRIO, so by
+-- priority, then handed-back jobs first, then first in first out); its group's HASH (group_key)
+-- counts its jobs in the ledger ("active"), holds the group's own cap ("max"; else META
+-- "group_max_in_flight" applies; none: no cap) and says whether it is in RING ("ring").
+-- RING is the LIST leases take turns from, one job per turn: a member is popped from the right
+-- and pushed back on the left while it has waiting jobs and room. Its members are the groups
+-- with waiting jobs and room, and UNGROUPED, which stands for the jobs without a group (WAIT and
+-- PRIO: a group of their own, without a cap) from the queue's first group on (META "grouped";
+-- until then leases take from WAIT and PRIO as they always did). A group at its cap is out of
+-- RING, so it costs a lease nothing, until one of its jobs leaves the ledger (detach) and puts
+-- it back. META "group_waiting" counts the grouped waiting jobs; GROUPS indexes the groups by
+-- name (all scores 0): every group with waiting or active jobs or a cap of its own (a group with
+-- none of these is forgotten). PARKED (by name too) holds the groups that were kept out of RING
+-- by their cap while jobs of theirs were waiting, so that a change of the queue's
+-- group_max_in_flight reaches them (include/lease.lua ring_helpers, unpark); an entry of a group that
+-- is back in RING is dropped by the next such pass.
+-- The helpers are made on first use (groups()): every top-level definition costs each call of a
+-- script a closure, and a queue without groups must not pay for a dozen of them.
+local function group_helpers()
+  local g = {
+    RING = PREFIX .. '@RING_NAME@',
+    GROUPS = PREFIX .. '@GROUPS_NAME@',
+    PARKED = PREFIX .. '@PARKED_NAME@',
+    UNGROUPED = ':', -- never a group's name (names have no ':')
+  }
+  function g.wait_key(group) return PREFIX .. group .. '@GROUP_WAIT_SUFFIX@' end
+  function g.key(group) return PREFIX .. group .. '@GROUP_SUFFIX@' end
+
+  -- The queue's group_max_in_flight (math.huge: none), read at most once per call (the lease
+  -- sets it from its own read of META).
+  function g.cap(own_max)
+    if own_max then return tonumber(own_max) end
+    if g.queue_cap == nil then
+      g.queue_cap = tonumber(redis.call('HGET', META, 'group_max_in_flight') or '') or math.huge
+    end
+    return g.queue_cap
+  end
+
+  -- A group's hash fields {active, max, ring}.
+  function g.fields(group) return redis.call('HMGET', g.key(group), 'active', 'max', 'ring') end
+
+  -- A group seen for the first time: indexed; the queue's first group also starts RING, with
+  -- the ungrouped jobs' member in it.
+  function g.new(group)
+    redis.call('ZADD', g.GROUPS, 0, group)
+    if redis.call('HSETNX', META, 'grouped', 1) == 1 then redis.call('RPUSH', g.RING, g.UNGROUPED) end
+  end
+
+  -- Puts a group into RING when it is out of it and has waiting jobs and room. fields: its
+  -- hash's {active, max, ring}; waiting: its waiting jobs. Returns 1 when it went in, else 0.
+  function g.ring(group, fields, waiting)
+    if fields[3] or waiting == 0 or number_or(fields[1], 0) >= g.cap(fields[2]) then return 0 end
+    redis.call('LPUSH', g.RING, group)
+    redis.call('HSET', g.key(group), 'ring', 1)
+    fields[3] = '1'
+    return 1
+  end
+
+  -- Forgets a group with nothing waiting, nothing in the ledger, no cap of its own, out of RING.
+  function g.forget_if_idle(group, fields, waiting)
+    if waiting == 0 and number_or(fields[1], 0) <= 0 and not fields[2] and not fields[3] then
+      redis.call('DEL', g.key(group))
+      redis.call('ZREM', g.GROUPS, group)
+      redis.call('ZREM', g.PARKED, group)
+    end
+  end
+
+  -- A grouped job joins its group's line (score: its place, as in PRIO).
+  function g.push(id, score, group)
+    if redis.call('ZADD', g.wait_key(group), score, id) == 1 then
+      redis.call('HINCRBY', META, 'group_waiting', 1)
+    end
+    local fields = g.fields(group)
+    if not (fields[1] or fields[2] or fields[3]) then g.new(group) end
+    if g.ring(group, fields, 1) == 0 and not fields[3] then redis.call('ZADD', g.PARKED, 0, group) end
+  end
+
+  -- A waiting job of a group leaves its line (cancelled, deleted). A group left empty in RING
+  -- stays there until a lease meets it (taking it out of RING would be an LREM over RING).
+  function g.unqueue(id, group)
+    if redis.call('ZREM', g.wait_key(group), id) == 0 then return end
+    redis.call('HINCRBY', META, 'group_waiting', -1)
+    g.forget_if_idle(group, g.fields(group), redis.call('ZCARD', g.wait_key(group)))
+  end
+
+  -- Jobs left the ledger (departures.by_group: how many of each group): their groups have room
+  -- again, and each that has waiting jobs goes back into RING; long polls are woken for them.
+  function g.free(departures)
+    local ringed = 0
+    for _, group in ipairs(departures.groups) do
+      local key = g.key(group)
+      if redis.call('HINCRBY', key, 'active', -departures.by_group[group]) < 0 then
+        redis.call('HSET', key, 'active', 0)
+      end
+      local fields = g.fields(group)
+      local waiting = redis.call('ZCARD', g.wait_key(group))
+      ringed = ringed + g.ring(group, fields, waiting)
+      g.forget_if_idle(group, fields, waiting)
+    end
+    wake_waiters(ringed)
+  end
+  return g
+end
+
+local group_helpers_made = nil
+local function groups()
+  if not group_helpers_made then group_helpers_made = group_helpers() end
+  return group_helpers_made
+end
+
+-- A waiting job's score in PRIO or in its group's line: its priority's band, then before the
+-- middle when handed back (front), after it when new or retried.
+local function line_score(priority, front)
+  local score = (MAX_PRIORITY - priority) * PRIORITY_BAND + PRIORITY_MIDDLE
+  if front then return score - redis.call('HINCRBY', META, 'front_seq', 1) end
+  return score + redis.call('HINCRBY', META, 'back_seq', 1)
+end
+
+-- Make a job leasable. front = true puts it first in line among its priority (in its group's
+-- line when it has one: group, else false or nil).
+local function push_waiting(id, priority, front, group)
+  if group then
+    groups().push(id, line_score(priority, front), group)
+  elseif priority == 0 then
     if front then
       redis.call('RPUSH', WAIT, id)
       -- Counted, so that a listing cursor knows how far its anchor can have moved from the
@@ -193,15 +314,9 @@ local function push_waiting(id, priority, front)
     else
       redis.call('LPUSH', WAIT, id)
     end
-    return
-  end
-  local score = (MAX_PRIORITY - priority) * PRIORITY_BAND + PRIORITY_MIDDLE
-  if front then
-    score = score - redis.call('HINCRBY', META, 'front_seq', 1)
   else
-    score = score + redis.call('HINCRBY', META, 'back_seq', 1)
+    redis.call('ZADD', PRIO, line_score(priority, front), id)
   end
-  redis.call('ZADD', PRIO, score, id)
 end
 
 -- A waiting job taken out of line (deleted, cancelled) leaves a tombstone ":<id>" in its place
@@ -310,7 +425,8 @@ local function new_departures(out_of_ledger)
   return {ids = {}, by_worker = {}, workers = {}, out_of_ledger = out_of_ledger}
 end
 
-local function leave_ledger(departures, id, key, worker, lock_deleted)
+-- group: the job's group, false for none, nil when the caller did not read it (then read here).
+local function leave_ledger(departures, id, key, worker, lock_deleted, group)
   if not lock_deleted then redis.call('DEL', lock_key(id)) end
   redis.call('HDEL', key, 'worker', 'lease_id', 'leased_at', 'lease_expires_at', 'lease_ms')
   departures.ids[#departures.ids + 1] = id
@@ -322,6 +438,13 @@ local function leave_ledger(departures, id, key, worker, lock_deleted)
       departures.workers[#departures.workers + 1] = worker
     end
     held[#held + 1] = id
+  end
+  if group == nil then group = redis.call('HGET', key, 'group') end
+  if group then
+    if not departures.groups then departures.groups, departures.by_group = {}, {} end
+    local leaving = departures.by_group[group]
+    if not leaving then departures.groups[#departures.groups + 1] = group end
+    departures.by_group[group] = (leaving or 0) + 1
   end
 end
 
@@ -337,12 +460,13 @@ local function detach(departures)
   -- A lease that max_in_flight held back left META "room_wanted" (lease.lua): these jobs free
   -- slots, so the queue's long polls are woken. Without a cap, this HDEL is all it costs.
   if redis.call('HDEL', META, 'room_wanted') == 1 then wake_waiters(#departures.ids) end
+  if departures.groups then groups().free(departures) end
 end
 
 -- Both steps for one job.
-local function leave_ledger_now(id, key, worker)
+local function leave_ledger_now(id, key, worker, group)
   local departures = new_departures()
-  leave_ledger(departures, id, key, worker)
+  leave_ledger(departures, id, key, worker, nil, group)
   detach(departures)
 end
 
@@ -408,10 +532,10 @@ local function promote_due(now, limit)
   local promoted = 0
   for _, id in ipairs(due) do
     local key = job_key(id)
-    local job = redis.call('HMGET', key, 'state', 'priority')
+    local job = redis.call('HMGET', key, 'state', 'priority', 'group')
     if job[1] == 'delayed' then
       redis.call('HSET', key, 'state', 'waiting', 'updated_at', now)
-      push_waiting(id, number_or(job[2], 0), false)
+      push_waiting(id, number_or(job[2], 0), false, job[3])
       promoted = promoted + 1
     else
       stale_entries = stale_entries + 1

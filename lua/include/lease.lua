@@ -15,10 +15,11 @@ local function append_job(reply, id, job, attempt, lease_id, expires_at, fence)
   reply[#reply + 1] = job[5]
 end
 
--- The ids to try, in order: the highest priorities first, then the oldest (right) end of WAIT.
--- Taken from their keys in a few commands for the whole batch rather than a few per job.
+-- The ungrouped ids to try, in order: the highest priorities first, then the oldest (right) end
+-- of WAIT. Taken from their keys in a few commands for the whole batch rather than a few per job.
 local TOMBSTONES_PER_CALL = 4096 -- dropped at most per call (a bound on one lease's work)
-local function take_waiting(wanted)
+local tombstones_dropped = 0
+local function take_ungrouped(wanted)
   local ids = {}
   if redis.call('EXISTS', PRIO) == 1 then
     local top = redis.call('ZPOPMIN', PRIO, wanted)
@@ -43,9 +44,12 @@ local function take_waiting(wanted)
         end
       end
       buried = buried + found
-      if found == 0 or buried >= TOMBSTONES_PER_CALL then break end
+      if found == 0 or tombstones_dropped + buried >= TOMBSTONES_PER_CALL then break end
     end
-    if buried > 0 then redis.call('HINCRBY', META, 'wait_tombstones', -buried) end
+    if buried > 0 then
+      tombstones_dropped = tombstones_dropped + buried
+      redis.call('HINCRBY', META, 'wait_tombstones', -buried)
+    end
   end
   return ids
 end
@@ -125,8 +129,8 @@ end
 
 -- The room the queue's caps leave a call that asks for max_jobs: {room, room left by
 -- max_in_flight (nil: no cap), room left by the rate (nil: no rate limit), the rate's window}.
-local function flow_room(max_jobs, now)
-  local caps = redis.call('HMGET', META, 'max_in_flight', 'rate_max', 'rate_per_ms')
+-- caps: META's {max_in_flight, rate_max, rate_per_ms} (read with the lease's other META fields).
+local function flow_room(max_jobs, caps, now)
   local room, in_flight_room, rate_left, per_ms = max_jobs, nil, nil, nil
   if caps[1] then
     in_flight_room = math.max(tonumber(caps[1]) - redis.call('LLEN', ACTIVE), 0)
@@ -148,6 +152,118 @@ local function flow_after(flow, leased, max_jobs, reply, now)
   if leased ~= flow[1] or leased >= max_jobs then return end
   if flow[2] == leased then redis.call('HSET', META, 'room_wanted', '1') end
   if flow[3] == leased then reply[2] = rate_retry_after(flow[4], now) end
+end
+
+-- Leasing from a grouped queue, made on first use like include/common.lua's groups().
+local function ring_helpers()
+  local g, r = groups(), {}
+
+  -- One turn of a group (a member of RING, popped): its first waiting job, counted in the
+  -- group's active jobs, appended to ids; then the group goes back to RING's left end if it still
+  -- has waiting jobs and room, else it leaves RING (parked when jobs of it wait; forgotten when
+  -- idle). An entry whose job is not waiting is dropped (stale). Returns 1 when it took an entry
+  -- from the group's line (a job or a stale entry), else 0.
+  function r.turn(group, ids)
+    local key, line = g.key(group), g.wait_key(group)
+    local fields = g.fields(group)
+    if not fields[3] then -- a RING entry of a group that is not in it: dropped
+      stale_entries = stale_entries + 1
+      return 0
+    end
+    local active, cap = number_or(fields[1], 0), g.cap(fields[2])
+    local taken = 0
+    if active < cap then
+      local top = redis.call('ZPOPMIN', line)
+      if top[1] then
+        redis.call('HINCRBY', META, 'group_waiting', -1)
+        if redis.call('HGET', job_key(top[1]), 'state') == 'waiting' then
+          ids[#ids + 1] = top[1]
+          active = active + 1
+          redis.call('HSET', key, 'active', active)
+        else
+          stale_entries = stale_entries + 1
+        end
+        taken = 1
+      end
+    end
+    local waiting = redis.call('ZCARD', line)
+    if waiting > 0 and active < cap then
+      redis.call('LPUSH', g.RING, group)
+    else
+      redis.call('HDEL', key, 'ring')
+      if waiting > 0 then redis.call('ZADD', g.PARKED, 0, group) end
+      g.forget_if_idle(group, {active, fields[2], false}, waiting)
+    end
+    return taken
+  end
+
+  -- The queue's group_max_in_flight changed since the groups in PARKED were last looked at
+  -- (META "parked_cap" holds the value of the last complete pass): one step of a pass over
+  -- PARKED by name (META "unpark_after": where the step before stopped), putting back into RING
+  -- each group that has room under the new cap. At most UNPARK_STEP groups per call; the pass is
+  -- complete (parked_cap set) when a step reaches the end.
+  local UNPARK_STEP = 256
+  function r.unpark(cap_text)
+    local after = redis.call('HGET', META, 'unpark_after') or ''
+    local names = redis.call('ZRANGEBYLEX', g.PARKED, after == '' and '-' or '(' .. after, '+', 'LIMIT', 0,
+      UNPARK_STEP)
+    for _, group in ipairs(names) do
+      local fields = g.fields(group)
+      local waiting = redis.call('ZCARD', g.wait_key(group))
+      if fields[3] or waiting == 0 or g.ring(group, fields, waiting) == 1 then
+        redis.call('ZREM', g.PARKED, group) -- in RING now, or nothing waiting: not parked
+      end
+    end
+    if #names < UNPARK_STEP then
+      redis.call('HSET', META, 'parked_cap', cap_text)
+      redis.call('HDEL', META, 'unpark_after')
+    else
+      redis.call('HSET', META, 'unpark_after', names[#names])
+    end
+  end
+
+  -- The ids to try: RING's members take turns, one job per turn, so successive jobs come from
+  -- successive members (UNGROUPED: the jobs without a group). Each turn is O(1), and groups
+  -- without room are not in RING: the cost does not grow with the number of groups. Stops once a
+  -- whole round of RING took nothing from any line (UNGROUPED met twice, nothing taken in
+  -- between), and after at most 2 * wanted + RING_TURNS_SLACK turns.
+  local RING_TURNS_SLACK = 64
+  function r.take(wanted)
+    local ids = {}
+    local ungrouped_empty, taken_since = false, 0
+    for _ = 1, 2 * wanted + RING_TURNS_SLACK do
+      if #ids >= wanted then break end
+      local member = redis.call('RPOP', g.RING)
+      if not member then break end
+      if member == g.UNGROUPED then
+        redis.call('LPUSH', g.RING, g.UNGROUPED)
+        local one = ungrouped_empty and {} or take_ungrouped(1)
+        if one[1] then
+          ids[#ids + 1] = one[1]
+        elseif ungrouped_empty and taken_since == 0 then
+          break
+        else
+          ungrouped_empty, taken_since = true, 0
+        end
+      else
+        taken_since = taken_since + r.turn(member, ids)
+      end
+    end
+    return ids
+  end
+  return r
+end
+
+local ring_helpers_made = nil
+local function ring()
+  if not ring_helpers_made then ring_helpers_made = ring_helpers() end
+  return ring_helpers_made
+end
+
+-- The ids to try next: from RING on a grouped queue, else from PRIO and WAIT.
+local function take_waiting(wanted, grouped)
+  if grouped then return ring().take(wanted) end
+  return take_ungrouped(wanted)
 end
 
 -- Lease up to max_jobs waiting jobs to worker (see lease-11.lua). lease_ms_text: the lease's
@@ -180,11 +296,17 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
       redis.call('HSET', session_key(worker), 'lapsed_fence', redis.call('HGET', META, 'fence') or '0')
     end
   end
-  local meta = redis.call('HMGET', META, 'paused', 'fence')
+  local meta = redis.call('HMGET', META, 'paused', 'fence', 'grouped', 'group_max_in_flight', 'parked_cap',
+    'max_in_flight', 'rate_max', 'rate_per_ms')
   if meta[1] then return {0, 0} end
+  local grouped = meta[3] ~= false
+  if grouped then
+    groups().queue_cap = tonumber(meta[4] or '') or math.huge
+    if (meta[4] or '') ~= (meta[5] or '') then ring().unpark(meta[4] or '') end
+  end
   promote_due(now, max_jobs)
   local asked = max_jobs
-  local flow = flow_room(max_jobs, now)
+  local flow = flow_room(max_jobs, {meta[6], meta[7], meta[8]}, now)
   max_jobs = flow[1]
   if max_jobs == 0 then
     local reply = {stale_entries, 0}
@@ -199,7 +321,7 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
   local reply = {0, 0}
   -- A dropped entry leaves room for another job: a few more rounds, never an unbounded loop.
   for _ = 1, 4 do
-    local ids = take_waiting(max_jobs - #leased)
+    local ids = take_waiting(max_jobs - #leased, grouped)
     if #ids == 0 then break end
     for _, id in ipairs(ids) do
       local key = job_key(id)

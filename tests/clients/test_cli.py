@@ -518,3 +518,16 @@ def test_settings_show_and_change_only_what_is_given(service_url: str, queue: st
     assert bad.returncode == 2 and "MAX/PER_MS" in bad.stderr
     bad = emq("settings", queue, "--rate", "1/10", url=service_url, check=False)  # the service says 400
     assert bad.returncode != 0 and "per_ms" in bad.stderr
+def test_groups(service_url: str, sdk: Client, queue: str) -> None:
+    emq("enqueue", queue, "1", "--group", "tenant-1", "--id", "g1", url=service_url)
+    assert sdk.get_job(queue, "g1").group == "tenant-1"
+    out = emq("group", queue, "tenant-1", "--max-in-flight", "2", url=service_url).stdout
+    assert out.strip() == f"group tenant-1 of {queue}: at most 2 in flight"
+    assert emq_json("group", queue, "tenant-1", "--max-in-flight", "none", url=service_url) == {
+        "group": "tenant-1",
+        "max_in_flight": None,
+    }
+    table = emq("groups", queue, url=service_url).stdout.splitlines()
+    assert table[1].split() == ["tenant-1", "1", "0", "-", "-"]
+    refused = emq("group", queue, "tenant-1", "--max-in-flight", "0", url=service_url, check=False)
+    assert refused.returncode == 2 and "--max-in-flight" in refused.stderr

@@ -222,6 +222,8 @@ METHOD_OF_OPERATION = {
     "resumeQueue": "resume",
     "getSettings": "get_settings",
     "putSettings": "put_settings",
+    "setGroupLimit": "set_group_limit",
+    "listGroups": "list_groups",
 }
 HELPERS = {"wait"}  # methods built on an operation's method: wait loops over get_job's wait_ms
 
@@ -429,3 +431,16 @@ async def test_async_settings_get_and_put(service_url: str, queue: str) -> None:
     async with AsyncClient(service_url) as client:
         assert (await client.put_settings(queue, completed_retention_s=5)).completed_retention_s == 5
         assert (await client.get_settings(queue)).completed_retention_s == 5
+def test_groups(sdk: Client, queue: str) -> None:
+    assert sdk.enqueue(queue, 1, id="a1", group="a").created
+    sdk.enqueue_many(
+        queue, [{"payload": 2, "id": "a2", "group": "a"}, {"payload": 3, "id": "b1", "group": "b"}]
+    )
+    assert sdk.get_job(queue, "a1").group == "a"
+    assert sdk.set_group_limit(queue, "a", 1).max_in_flight == 1
+    leased = sdk.lease(queue, "w1", max_jobs=10)
+    assert sorted(job.id for job in leased) == ["a1", "b1"]  # a at its own cap of 1
+    page = sdk.list_groups(queue, limit=1)
+    assert [(g.group, g.waiting, g.active, g.max_in_flight) for g in page.groups] == [("a", 1, 1, 1)]
+    assert [g.group for g in sdk.list_groups(queue, cursor=page.next_cursor).groups] == ["b"]
+    assert sdk.set_group_limit(queue, "a", None).max_in_flight is None

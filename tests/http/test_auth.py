@@ -51,6 +51,7 @@ ENDPOINTS = [
     ("read", "GET", Q + "/jobs?state=waiting", None),
     ("read", "GET", Q + "/settings", None),
     ("admin", "PUT", Q + "/settings", {"max_in_flight": 3}),
+    ("read", "GET", Q + "/groups", None),
     ("admin", "DELETE", JOB, None),
     ("admin", "DELETE", Q, None),
     ("admin", "POST", Q + "/workers/w/release", None),
@@ -60,6 +61,7 @@ ENDPOINTS = [
     ("admin", "POST", Q + "/pause", None),
     ("admin", "POST", Q + "/resume", None),
     ("admin", "POST", Q + "/failed/retry", None),
+    ("admin", "PUT", Q + "/groups/g", {"max_in_flight": 2}),
 ]
 ALLOWED = {
     "admin": {"enqueue", "work", "read", "admin"},

@@ -90,6 +90,7 @@ QUEUE = "$Q"  # placeholder in case paths for the seeded queue's name
 LEASE = "$LEASE"  # placeholder in case bodies for the seeded job's real lease id
 HELD, WAITING, LATER, DEAD = "held-1", "waiting-1", "later-1", "dead-1"
 HOLDER = "w1"
+GROUP = "g1"
 SEED_LEASE_MS = 120_000  # far longer than any test: the sweep never touches the seeded lease
 WRONG_LEASE = "0" * 32
 OTHER_TESTS_QUEUE = re.compile(r"t-[0-9a-f]{12}")  # conftest's queue names, for a shared Redis
@@ -234,11 +235,11 @@ VALID: Any = object()  # Endpoint.case: the endpoint's valid body
 @dataclass(frozen=True)
 class Endpoint:
     method: str
-    path: str  # format fields {queue}, {job}, {worker}
+    path: str  # format fields {queue}, {job}, {worker}, {group}
     body: Any = None  # a valid body: in each case below, the one bad part is the only fault
 
-    def url(self, queue: str = QUEUE, job: str = HELD, worker: str = HOLDER) -> str:
-        return self.path.format(queue=queue, job=job, worker=worker)
+    def url(self, queue: str = QUEUE, job: str = HELD, worker: str = HOLDER, group: str = GROUP) -> str:
+        return self.path.format(queue=queue, job=job, worker=worker, group=group)
 
     def case(
         self,
@@ -286,6 +287,8 @@ ENDPOINTS: dict[str, Endpoint] = {
     "put_settings": Endpoint(
         "PUT", "/v1/queues/{queue}/settings", {"max_in_flight": 3, "rate_limit": {"max": 5, "per_ms": 1000}}
     ),
+    "set_group": Endpoint("PUT", "/v1/queues/{queue}/groups/{group}", {"max_in_flight": 2}),
+    "list_groups": Endpoint("GET", "/v1/queues/{queue}/groups"),
 }
 BODY_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if endpoint.body is not None]
 JOB_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if "{job}" in endpoint.path]
@@ -306,7 +309,7 @@ BAD_NAMES = {
     "non-ascii": "é",
 }
 BAD_BODY_NAMES = {**BAD_NAMES, "empty": "", "slash": "a/b"}  # in a path these two are routing matters
-NAME_FIELDS = {"id", "worker", "ids"}
+NAME_FIELDS = {"id", "worker", "ids", "group"}
 
 
 def with_fields(endpoint: str, **fields: Any) -> dict[str, Any]:
@@ -336,6 +339,7 @@ INVALID_UTF8_BODIES = {
     "redrive": b'{"ids": ["\xff"]}',
     "put_settings": b'{"max_in_flight": 3, "\xff": 1}',
     "session_heartbeat": b'{"ttl_ms": "\xff"}',
+    "set_group": b'{"max_in_flight": "\xff"}',
 }
 # The same strings as an unpaired UTF-16 surrogate escape: valid-looking JSON, not encodable text.
 LONE_SURROGATE_BODIES = {
@@ -361,6 +365,7 @@ FLOAT_FIRST_FIELD = {
     "redrive": "ids",
     "put_settings": "max_in_flight",
     "session_heartbeat": "ttl_ms",
+    "set_group": "max_in_flight",
 }
 
 
@@ -474,6 +479,7 @@ FIELD_CASES = [
             "priority": not_null(ints(0, limits.MAX_PRIORITY)),
             "delay_ms": not_null(ints(0, limits.MAX_DELAY_MS)),
             "max_attempts": not_null(ints(1, limits.MAX_ATTEMPTS)),
+            "group": bad_names(),
             "backoff": [
                 ("string", "fixed"),
                 ("list", []),
@@ -500,6 +506,10 @@ FIELD_CASES = [
     *field_cases("ack", {"lease_id": LEASE_IDS, "lease_next": LEASE_NEXTS}),
     *field_cases("ack_many", {"lease_next": LEASE_NEXTS}),
     *field_cases("release", {"lease_id": LEASE_IDS}),
+    # null is a value: back to the queue's group_max_in_flight
+    *field_cases(
+        "set_group", {"max_in_flight": [*ints(1, limits.MAX_GROUP_MAX_IN_FLIGHT), ("missing", ...)]}
+    ),
     *field_cases(
         "fail",
         {
@@ -726,6 +736,8 @@ def path_name_cases() -> list[Case]:
         for endpoint in WORKER_ENDPOINTS:
             e = ENDPOINTS[endpoint]
             cases.append(e.case(f"{endpoint}-path-worker-{label}", hint="worker", worker=encoded))
+        e = ENDPOINTS["set_group"]
+        cases.append(e.case(f"set_group-path-group-{label}", hint="group", group=encoded))
     # An empty or slash-containing name never reaches a handler as a name, but must not be answered
     # as some other request either (e.g. /v1/queues//active as the queue named "active").
     # (GET /v1/queues/ is the queue list with a trailing slash, a fine answer: not a case.)
@@ -740,6 +752,8 @@ def path_name_cases() -> list[Case]:
         for endpoint in WORKER_ENDPOINTS:
             e = ENDPOINTS[endpoint]
             cases.append(e.case(f"{endpoint}-path-worker-{label}", status=ROUTING_4XX, worker=name))
+        e = ENDPOINTS["set_group"]
+        cases.append(e.case(f"set_group-path-group-{label}", status=ROUTING_4XX, group=name))
     # A name holding an encoded '/' must not be routed as the rest of another path: the queue named
     # "<q>/jobs/waiting-1" is a bad name, not job waiting-1 of queue <q>.
     smuggled = {"job-path": f"{QUEUE}%2Fjobs%2F{WAITING}", "pause": f"{QUEUE}%2Fpause"}
@@ -784,12 +798,13 @@ def query_cases() -> list[Case]:
         ("ledger", limits.MAX_LEDGER_PAGE),
         ("failed", limits.MAX_PAGE),
         ("list_jobs", limits.MAX_PAGE),
+        ("list_groups", limits.MAX_PAGE),
     ):
         path = ENDPOINTS[name].url()
         sep = "&" if "?" in path else "?"
         for label, value in [*bad_ints, (f"above-{high}", str(high + 1))]:
             cases.append(Case(f"{name}-limit-{label}", "GET", f"{path}{sep}limit={value}", hint="limit"))
-        if name == "list_jobs":
+        if name in ("list_jobs", "list_groups"):
             continue
         for label, value in [
             ("negative", "-1"),
@@ -837,6 +852,14 @@ def flag_and_worker_cases() -> list[Case]:
         path = ENDPOINTS["delete_queue"].url()
         cases.append(Case(f"delete_queue-force-{label}", "DELETE", f"{path}?force={value}", hint="force"))
     for label, value in BAD_BODY_NAMES.items():
+        cases.append(
+            Case(
+                f"list_groups-cursor-{label}",
+                "GET",
+                f"{ENDPOINTS['list_groups'].url()}?cursor={quote(value, safe='')}",
+                hint="cursor",
+            )
+        )
         cases.append(
             Case(
                 f"ledger-worker-{label}",
@@ -1328,6 +1351,7 @@ OVERSIZED_BODIES: dict[str, Any] = {
     "redrive": {"ids": [DEAD] * 300},
     "put_settings": {"max_in_flight": 3, "bogus": OVERSIZED},
     "session_heartbeat": {"info": {"host": OVERSIZED}},  # under 4 KiB: only the body limit is hit
+    "set_group": {"max_in_flight": 2, "bogus": OVERSIZED},
 }
 assert set(OVERSIZED_BODIES) == set(BODY_ENDPOINTS)
 

@@ -44,6 +44,8 @@ CONTRACT = {
     ("post", "/v1/queues/{queue}/pause"),
     ("post", "/v1/queues/{queue}/resume"),
     ("post", "/v1/queues/{queue}/failed/retry"),
+    ("put", "/v1/queues/{queue}/groups/{group}"),  # v1.1
+    ("get", "/v1/queues/{queue}/groups"),
     ("get", "/v1/queues/{queue}/events"),  # v1.1
     ("post", "/v1/queues/{queue}/jobs/{id}/cancel"),  # v1.1
     ("get", "/v1/queues/{queue}/history"),  # v1.1

@@ -60,6 +60,7 @@ def spec(
     backoff_type: str = "exponential",
     backoff_ms: int = 1000,
     payload: bytes = b"{}",
+    group: str | None = None,
 ) -> dict[str, Any]:
     """One job for enqueue: its options object (as enqueue-10.lua reads it) plus its payload."""
     options: dict[str, Any] = {
@@ -70,6 +71,8 @@ def spec(
         "backoff_type": backoff_type,
         "backoff_ms": backoff_ms,
     }
+    if group is not None:
+        options["group"] = group
     # The service always sends an id: the client's, or a random one it made (echomq_http.queue).
     options["id"] = job_id if job_id is not None else f"gen-{next(_GENERATED)}"
     return {"options": options, "payload": payload}
@@ -321,6 +324,14 @@ class LuaQueue:
 
     async def delete(self, job_id: str) -> int:
         return await self.call("delete", job_id)
+
+    async def set_group(self, group: str, max_in_flight: int | None) -> int:
+        return await self.call("set-group", group, "" if max_in_flight is None else max_in_flight)
+
+    async def groups(self, after: str = "", limit: int = 100) -> list[Any]:
+        """[queue cap ("" none), more, then (name, waiting, active, own max) per group]."""
+        cap, more, *flat = decoded(await self.call("groups", after, limit))
+        return [cap, more, [tuple(flat[i : i + 4]) for i in range(0, len(flat), 4)]]
 
     async def set_paused(self, paused: bool) -> int:
         return await self.call("set-paused", "1" if paused else "0")

@@ -174,6 +174,8 @@ _read_worker_released = _field(m._WorkerReleased, "released")
 _read_session = reader(m.Session)
 _read_quieted = reader(m.Quieted)
 _read_paused = reader(m.Paused)
+_read_group_limit = reader(m.GroupLimit)
+_read_group_page = reader(m.GroupPage)
 _read_cancelled = reader(m.Cancelled)
 _read_history = _field(m._History, "minutes")
 
@@ -246,6 +248,7 @@ def enqueue(
     max_attempts: Optional[int],
     backoff: Optional[m.Backoff],
     traceparent: Optional[str],
+    group: Optional[str] = None,
 ) -> Op[m.Enqueued]:
     job = m.NewJob(
         payload=payload,
@@ -255,6 +258,7 @@ def enqueue(
         delay_ms=delay_ms,
         max_attempts=max_attempts,
         backoff=backoff,
+        group=group,
     )
     return Op(
         "POST",
@@ -575,6 +579,20 @@ def put_settings(
     )
     body = _encoder.encode(settings)
     return Op("PUT", f"{_q(queue)}/settings", _read_settings, idempotent=True, body=body)
+def set_group_limit(queue: str, group: str, max_in_flight: Optional[int]) -> Op[m.GroupLimit]:
+    # Setting the same cap again changes nothing: safe to repeat.
+    return Op(
+        "PUT",
+        f"{_q(queue)}/groups/{_seg(group)}",
+        _read_group_limit,
+        idempotent=True,
+        body=_encoder.encode({"max_in_flight": max_in_flight}),
+    )
+
+
+def list_groups(queue: str, *, limit: Optional[int], cursor: Optional[str]) -> Op[m.GroupPage]:
+    params = {k: v for k, v in {"limit": limit, "cursor": cursor}.items() if v is not None}
+    return Op("GET", f"{_q(queue)}/groups", _read_group_page, idempotent=True, params=params or None)
 
 
 def healthz() -> Op[bool]:

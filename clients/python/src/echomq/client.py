@@ -113,6 +113,7 @@ class Client(_Base):
         max_attempts: Optional[int] = None,
         backoff: Optional[m.Backoff] = None,
         traceparent: Optional[str] = None,
+        group: Optional[str] = None,
     ) -> m.Enqueued:
         """Add a job. With ``id`` the call is idempotent: an existing job with that id is left
         as it is and answered with ``created=False``."""
@@ -127,6 +128,7 @@ class Client(_Base):
                 max_attempts=max_attempts,
                 backoff=backoff,
                 traceparent=traceparent,
+                group=group,
             )
         )
 
@@ -404,6 +406,17 @@ class Client(_Base):
     def resume(self, queue: str) -> m.Paused:
         return self._call(_ops.set_paused(queue, False))
 
+    def set_group_limit(self, queue: str, group: str, max_in_flight: Optional[int]) -> m.GroupLimit:
+        """Cap a group's jobs in flight at ``max_in_flight`` (None: back to the queue's
+        group_max_in_flight). Idempotent."""
+        return self._call(_ops.set_group_limit(queue, group, max_in_flight))
+
+    def list_groups(
+        self, queue: str, *, limit: Optional[int] = None, cursor: Optional[str] = None
+    ) -> m.GroupPage:
+        """A page of the queue's groups by name; pass ``next_cursor`` as ``cursor`` for the next."""
+        return self._call(_ops.list_groups(queue, limit=limit, cursor=cursor))
+
     # --- service -------------------------------------------------------------------------------
 
     def healthz(self) -> bool:
@@ -484,6 +497,7 @@ class AsyncClient(_Base):
         max_attempts: Optional[int] = None,
         backoff: Optional[m.Backoff] = None,
         traceparent: Optional[str] = None,
+        group: Optional[str] = None,
     ) -> m.Enqueued:
         return await self._call(
             _ops.enqueue(
@@ -496,6 +510,7 @@ class AsyncClient(_Base):
                 max_attempts=max_attempts,
                 backoff=backoff,
                 traceparent=traceparent,
+                group=group,
             )
         )
 
@@ -732,6 +747,14 @@ class AsyncClient(_Base):
 
     async def resume(self, queue: str) -> m.Paused:
         return await self._call(_ops.set_paused(queue, False))
+
+    async def set_group_limit(self, queue: str, group: str, max_in_flight: Optional[int]) -> m.GroupLimit:
+        return await self._call(_ops.set_group_limit(queue, group, max_in_flight))
+
+    async def list_groups(
+        self, queue: str, *, limit: Optional[int] = None, cursor: Optional[str] = None
+    ) -> m.GroupPage:
+        return await self._call(_ops.list_groups(queue, limit=limit, cursor=cursor))
 
     # --- service -------------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ class NewJob(_Model, omit_defaults=True):
     delay_ms: Optional[int] = None
     max_attempts: Optional[int] = None
     backoff: Optional[Backoff] = None
+    group: Optional[str] = None
 
 
 class AckItem(_Model, omit_defaults=True):
@@ -210,6 +211,31 @@ class QueueInfo(_Model):
 class Paused(_Model):
     name: str
     paused: bool
+
+
+class GroupLimit(_Model):
+    """A group's own cap on its jobs in flight (None: the queue's group_max_in_flight applies)."""
+
+    group: str
+    max_in_flight: Optional[int]
+
+
+class GroupInfo(_Model):
+    """One group of a queue: its waiting jobs, its jobs in flight, its own cap and the cap that
+    applies (None: no cap)."""
+
+    group: str
+    waiting: int
+    active: int
+    max_in_flight: Optional[int]
+    effective_max_in_flight: Optional[int]
+
+
+class GroupPage(_Model):
+    """A page of a queue's groups by name; ``next_cursor`` (None on the last page) asks for the next."""
+
+    groups: list[GroupInfo]
+    next_cursor: Optional[str]
 
 
 class LedgerEntry(_Model):

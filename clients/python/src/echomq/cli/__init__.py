@@ -8,6 +8,8 @@
     emq pause QUEUE / emq resume QUEUE
     emq delete-queue QUEUE [--force]           # the queue and every job in it
     emq settings QUEUE [--max-in-flight N --rate MAX/PER_MS ...]  # show, or change some settings
+    emq group QUEUE GROUP --max-in-flight N|none  # a group's own cap on its jobs in flight
+    emq groups QUEUE                           # the groups: waiting, in flight, caps
     emq job QUEUE ID                           # one job
     emq jobs QUEUE --state S [--limit N]       # the jobs in one state, in its order
     emq wait QUEUE ID [--timeout S]            # until the job is completed, failed or cancelled
@@ -94,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--priority", type=int, help="0..1000, higher first (default 0)")
     enqueue.add_argument("--delay-ms", type=int, help="wait this long before it can be leased")
     enqueue.add_argument("--max-attempts", type=int, help="1..1000 (default 3)")
+    enqueue.add_argument("--group", help="the job's group (leased round-robin across groups)")
     enqueue.add_argument(
         "--batch-size",
         type=int,
@@ -166,6 +169,19 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     _settings_parser(commands, common)
+    group = commands.add_parser(
+        "group", parents=[common], help="set or clear a group's own cap on its jobs in flight"
+    )
+    group.add_argument("queue")
+    group.add_argument("group")
+    group.add_argument(
+        "--max-in-flight",
+        required=True,
+        metavar="N|none",
+        help="at most N of the group's jobs in flight; none: the queue's group_max_in_flight",
+    )
+    groups = commands.add_parser("groups", parents=[common], help="a queue's groups, by name")
+    groups.add_argument("queue")
 
     job = commands.add_parser("job", parents=[common], help="show one job")
     job.add_argument("queue")

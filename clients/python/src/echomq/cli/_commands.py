@@ -20,7 +20,7 @@ from echomq.models import Event, Job, NewJob
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PENDING = 0, 1, 2, 3
 MAX_BATCH = 1000
 MAX_PAGE = 1000  # jobs per page of the job listing
-JOB_OPTIONS = ("name", "priority", "delay_ms", "max_attempts")
+JOB_OPTIONS = ("name", "priority", "delay_ms", "max_attempts", "group")
 
 
 NONE = object()  # `emq settings --max-in-flight none`: clear the setting
@@ -304,6 +304,51 @@ def cmd_settings(args: argparse.Namespace, client: Client) -> int:
     }
     for key, value in shown.items():
         print(f"{key + ':':24}{'none' if value is None else value}")
+def _cap(text: str) -> Optional[int]:
+    if text.lower() == "none":
+        return None
+    try:
+        cap = int(text)
+    except ValueError:
+        cap = 0
+    if cap < 1:
+        raise UsageError(f"--max-in-flight must be a whole number >= 1 or 'none', not {text!r}")
+    return cap
+
+
+def cmd_group(args: argparse.Namespace, client: Client) -> int:
+    answer = client.set_group_limit(args.queue, args.group, _cap(args.max_in_flight))
+    if args.json:
+        print_json(answer.to_dict())
+    elif answer.max_in_flight is None:
+        print(f"group {answer.group} of {args.queue}: the queue's group_max_in_flight applies")
+    else:
+        print(f"group {answer.group} of {args.queue}: at most {answer.max_in_flight} in flight")
+    return EXIT_OK
+
+
+def cmd_groups(args: argparse.Namespace, client: Client) -> int:
+    rows, cursor = [], None
+    while True:
+        page = client.list_groups(args.queue, limit=MAX_PAGE, cursor=cursor)
+        rows.extend(page.groups)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    if args.json:
+        print_json({"groups": [row.to_dict() for row in rows]})
+        return EXIT_OK
+    if not rows:
+        print(f"no groups in {args.queue}")
+        return EXIT_OK
+
+    def cap(value: Optional[int]) -> str:
+        return "-" if value is None else str(value)
+
+    table(
+        ["GROUP", "WAITING", "ACTIVE", "CAP", "OWN CAP"],
+        [[g.group, g.waiting, g.active, cap(g.effective_max_in_flight), cap(g.max_in_flight)] for g in rows],
+    )
     return EXIT_OK
 
 
@@ -436,6 +481,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Client], int]] = {
     "resume": cmd_pause,
     "delete-queue": cmd_delete_queue,
     "settings": cmd_settings,
+    "group": cmd_group,
+    "groups": cmd_groups,
     "job": cmd_job,
     "jobs": cmd_jobs,
     "cancel": cmd_cancel,
