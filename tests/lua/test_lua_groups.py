@@ -189,7 +189,7 @@ async def ack_lease_path(q, job):
     pairs = json.dumps([[job.id, job.lease_id]])
     reply = await q.call("ack-lease", pairs, "w2", 30_000, 1, random_lease_ids(1), "rq", 60_000, "1", b"")
     assert reply[0] == 1
-    assert decoded(reply[4]) == "a-1"  # (after stale, retry_after_ms) the group's room is used by the same call
+    assert decoded(reply[4]) == "a-1"  # the group room is used by the same call
 
 
 async def fail_retry_path(q, job):
