@@ -1,7 +1,9 @@
-"""A stateful model test of groups (issue 15): hypothesis drives the real service over HTTP with
-grouped and ungrouped jobs, a queue-wide group cap and per-group caps, and every way a job enters
-waiting or leaves the ledger (ack, fail with retry / delay / dead letter, release, operator
-release, lease expiry + sweep, cancel, delete), and checks against a plain model:
+"""A stateful model test of flow control (issue 15): hypothesis drives the real service over HTTP
+with grouped and ungrouped jobs, the queue's settings (max_in_flight, group_max_in_flight,
+max_stalls) and per-group caps, worker sessions (start, quiet, lapse, end), and every way a job
+enters waiting or leaves the ledger (ack, fail with retry / delay / dead letter, release,
+operator release, lease expiry + sweep, session lapse + sweep, session end, cancel, delete), and
+checks against a plain model:
 
 - every lease takes, from each member of the round (a group, or the ungrouped jobs), the first
   jobs of its line (priority, then handed-back jobs first, then first in first out);
@@ -10,6 +12,10 @@ release, lease expiry + sweep, cancel, delete), and checks against a plain model
   within one lease the members take turns (no member gets two more jobs than another that still
   had jobs and room);
 - a member with waiting jobs and room is served within a bounded number of leases of one job;
+- a lease never takes the ledger past max_in_flight (it takes exactly the room left), and a
+  quiet worker's lease takes nothing;
+- a job stalls (lease expired, session lapsed) past max_stalls ends failed; a lapsed session's
+  jobs go back oldest lease first, as expired leases, whatever their locks say;
 - after every step, each group's count of jobs in flight (Redis) is the model's (so no exit path
   leaks capacity), the queue's counts and the group listing are the model's.
 
@@ -73,14 +79,20 @@ class Job:
     redeliver: bool = False
     worker: str | None = None
     lease_id: str | None = None
+    lease_seq: int = 0  # order of leases: a lapse gives back the oldest lease first in line
     cancel_requested: bool = False
+    stalls: int = 0
 
 
 @dataclass
 class Model:
     jobs: dict[str, Job] = field(default_factory=dict)
-    queue_cap: int | None = None
+    queue_cap: int | None = None  # group_max_in_flight
+    max_in_flight: int | None = None
+    max_stalls: int | None = None
+    sessions: dict[str, str] = field(default_factory=dict)  # live sessions: worker -> state
     own_caps: dict[str, int] = field(default_factory=dict)
+    lease_seqs: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     places: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def cap(self, group: str) -> float:
@@ -109,8 +121,28 @@ class Model:
     def members(self) -> list[str]:
         return sorted({job.group for job in self.jobs.values() if job.state == "waiting"})
 
+    def in_flight(self) -> int:
+        return sum(1 for job in self.jobs.values() if job.state == "active")
+
+    def queue_room(self) -> float:
+        if self.max_in_flight is None:
+            return float("inf")
+        return max(self.max_in_flight - self.in_flight(), 0)
+
     def leave_ledger(self, job: Job) -> None:
         job.worker = job.lease_id = None
+
+    def stalled(self, job: Job) -> None:
+        """Its lease expired or its session lapsed, and the sweep took it: a stall counted; past
+        max_stalls, or on its last attempt, it ends failed; else first in line."""
+        if self.end_cancelled_or(job):
+            return
+        job.stalls += 1
+        if (self.max_stalls is not None and job.stalls > self.max_stalls) or job.attempt >= MAX_ATTEMPTS:
+            self.leave_ledger(job)
+            job.state = "failed"
+        else:
+            self.to_waiting(job, front=True)
 
     def end_cancelled_or(self, job: Job) -> bool:
         if job.cancel_requested:
@@ -158,11 +190,33 @@ class GroupsMachine(RuleBasedStateMachine):
 
     # -- setup and producing
 
-    @initialize(queue_cap=st.sampled_from([None, 1, 2]))
-    def start(self, queue_cap: int | None) -> None:
-        self.model.queue_cap = queue_cap
-        if queue_cap is not None:  # the settings endpoint is another branch's: META directly
-            self.env.redis.hset(self.keys.meta, "group_max_in_flight", queue_cap)
+    @initialize(
+        queue_cap=st.sampled_from([None, 1, 2]),
+        max_in_flight=st.sampled_from([None, None, 2, 4]),
+        max_stalls=st.sampled_from([None, 0, 1]),
+    )
+    def start(self, queue_cap: int | None, max_in_flight: int | None, max_stalls: int | None) -> None:
+        self.put_settings(queue_cap, max_in_flight, max_stalls)
+
+    def put_settings(self, queue_cap: int | None, max_in_flight: int | None, max_stalls: int | None) -> None:
+        body = {"group_max_in_flight": queue_cap, "max_in_flight": max_in_flight, "max_stalls": max_stalls}
+        stored = self.ok(self.env.http.put(f"/v1/queues/{self.queue}/settings", json=body))
+        assert {key: stored[key] for key in body} == body
+        self.model.queue_cap, self.model.max_in_flight, self.model.max_stalls = (
+            queue_cap,
+            max_in_flight,
+            max_stalls,
+        )
+
+    @rule(
+        queue_cap=st.sampled_from([None, 1, 2]),
+        max_in_flight=st.sampled_from([None, 1, 3]),
+        max_stalls=st.sampled_from([None, 0, 1]),
+    )
+    def change_settings(
+        self, queue_cap: int | None, max_in_flight: int | None, max_stalls: int | None
+    ) -> None:
+        self.put_settings(queue_cap, max_in_flight, max_stalls)
 
     @precondition(lambda self: len(self.model.jobs) < MAX_JOBS)
     @rule(
@@ -199,9 +253,13 @@ class GroupsMachine(RuleBasedStateMachine):
         lines = {member: model.line(member) for member in model.members()}
         rooms = {member: model.room(member) for member in lines}
         takeable = {member: int(min(len(line), max(rooms[member], 0))) for member, line in lines.items()}
+        in_flight_before = model.in_flight()
         leased = self.ok(self.post("/lease", {"worker": worker, "max_jobs": max_jobs, "lease_ms": LONG_MS}))[
             "jobs"
         ]
+        if model.sessions.get(worker) == "quiet":
+            assert leased == []  # a quiet worker leases nothing
+            return
         taken: dict[str, list[str]] = {}
         for entry in leased:
             job = model.jobs[entry["id"]]
@@ -211,15 +269,18 @@ class GroupsMachine(RuleBasedStateMachine):
         for member, ids in taken.items():
             assert ids == [job.id for job in lines[member][: len(ids)]], (member, ids, lines[member])
             assert len(ids) <= takeable[member], (member, ids, rooms[member])
-        # As many as asked for while any member with room had jobs: no one is skipped.
-        assert len(leased) == min(max_jobs, sum(takeable.values())), (leased, takeable)
+        # As many as asked for while any member with room had jobs (no one is skipped), and never
+        # past max_in_flight: exactly the room it leaves.
+        assert len(leased) == min(max_jobs, sum(takeable.values()), model.queue_room()), (leased, takeable)
+        if leased and model.max_in_flight is not None:
+            assert in_flight_before + len(leased) <= model.max_in_flight
         # Turns: a member with jobs and room left never gets two fewer than another.
         counts = {member: len(taken.get(member, [])) for member in lines}
         for a, b in itertools.permutations(lines, 2):
             if counts[a] > counts[b] + 1:
                 assert counts[b] == takeable[b], (counts, takeable)
         # Across leases of one job: a member with room is served within a round of the others.
-        if max_jobs == 1:
+        if max_jobs == 1 and model.queue_room() > 0:
             for member in lines:
                 if takeable[member] and member not in taken:
                     self.waited[member] = self.waited.get(member, 0) + 1
@@ -229,6 +290,7 @@ class GroupsMachine(RuleBasedStateMachine):
         for entry in leased:
             job = model.jobs[entry["id"]]
             job.state, job.worker, job.lease_id = "active", worker, entry["lease_id"]
+            job.lease_seq = next(model.lease_seqs)
             if job.redeliver:
                 job.redeliver = False
             else:
@@ -280,7 +342,10 @@ class GroupsMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.jobs_in("active"))
     @rule(worker=st.sampled_from(WORKERS))
     def release_worker(self, worker: str) -> None:
-        released = self.ok(self.post(f"/workers/{worker}/release"))["released"]
+        self.give_back(worker, self.ok(self.post(f"/workers/{worker}/release"))["released"])
+
+    def give_back(self, worker: str, released: list[str]) -> None:
+        """An operator release or a session's end: the worker's jobs back unspent."""
         held = [job for job in self.jobs_in("active") if job.worker == worker]
         assert sorted(released) == sorted(job.id for job in held if not job.cancel_requested)
         # Given back oldest lease first in line: `released` is in that order.
@@ -303,13 +368,55 @@ class GroupsMachine(RuleBasedStateMachine):
         self.env.sweep_script(
             keys=self.keys.script_keys, args=(self.keys.prefix, self.env.settings.sweep_batch, 0)
         )
-        if self.model.end_cancelled_or(job):
+        self.model.stalled(job)
+        assert self.env.http.get(f"/v1/queues/{self.queue}/jobs/{job.id}").json()["stalls"] == job.stalls
+
+    # -- sessions
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def session_heartbeat(self, worker: str) -> None:
+        answer = self.ok(self.post(f"/workers/{worker}/heartbeat", {"ttl_ms": 300_000}))
+        state = self.model.sessions.setdefault(worker, "running")
+        assert answer["state"] == state
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def quiet(self, worker: str) -> None:
+        response = self.post(f"/workers/{worker}/quiet")
+        if worker not in self.model.sessions:
+            assert response.status_code == 409 and response.json()["code"] == "no_session"
             return
-        if job.attempt >= MAX_ATTEMPTS:
-            self.model.leave_ledger(job)
-            job.state = "failed"
-        else:
-            self.model.to_waiting(job, front=True)
+        assert self.ok(response) == {"worker": worker, "state": "quiet"}
+        self.model.sessions[worker] = "quiet"
+
+    @precondition(lambda self: self.model.sessions)
+    @rule(data=st.data())
+    def session_lapse_and_sweep(self, data: st.DataObject) -> None:
+        """The worker's session runs out (its expiry put in the past, as the clock would), then
+        one sweep: every job it holds goes as if its lease had expired, oldest lease first."""
+        worker = data.draw(st.sampled_from(sorted(self.model.sessions)), label="worker")
+        with self.env.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(self.keys.session(worker), "expires_at", 1)
+            pipe.zadd(self.keys.sessions, {worker: 1}, xx=True)
+            pipe.execute()
+        self.env.sweep_script(
+            keys=self.keys.script_keys, args=(self.keys.prefix, self.env.settings.sweep_batch, 0)
+        )
+        del self.model.sessions[worker]
+        held = sorted(
+            (job for job in self.jobs_in("active") if job.worker == worker), key=lambda j: j.lease_seq
+        )
+        for job in reversed(held):
+            self.model.stalled(job)
+        assert self.env.redis.exists(self.keys.session(worker)) == 0
+
+    @precondition(lambda self: self.model.sessions)
+    @rule(data=st.data())
+    def end_session(self, data: st.DataObject) -> None:
+        worker = data.draw(st.sampled_from(sorted(self.model.sessions)), label="worker")
+        response = self.env.http.delete(f"/v1/queues/{self.queue}/workers/{worker}")
+        released = self.ok(response)["released"]
+        del self.model.sessions[worker]
+        self.give_back(worker, released)
 
     @precondition(lambda self: self.model.jobs)
     @rule(data=st.data())
@@ -330,6 +437,17 @@ class GroupsMachine(RuleBasedStateMachine):
         del self.model.jobs[job.id]
 
     # -- invariants
+
+    @invariant()
+    def sessions_match(self) -> None:
+        listed = self.ok(self.env.http.get(f"/v1/queues/{self.queue}/workers"))["workers"]
+        sessions = {row["worker"]: row["session"]["state"] for row in listed if row["session"]}
+        assert sessions == self.model.sessions
+        holders = {row["worker"]: sorted(row["jobs"]) for row in listed if row["jobs"]}
+        expected: dict[str, list[str]] = {}
+        for job in self.jobs_in("active"):
+            expected.setdefault(job.worker or "", []).append(job.id)
+        assert holders == {worker: sorted(ids) for worker, ids in expected.items()}
 
     @invariant()
     def groups_count_their_jobs_in_flight(self) -> None:
