@@ -35,10 +35,13 @@ export type LedgerEntry = Schemas["LedgerEntry"];
 export type WorkerHoldings = Schemas["WorkerHoldings"];
 export type SessionHeartbeatResponse = Schemas["SessionHeartbeatResponse"];
 export type QuietResponse = Schemas["QuietResponse"];
+export type QueueSettings = Schemas["QueueSettings"];
+export type GroupLimitResponse = Schemas["GroupLimitResponse"];
+export type GroupPage = Schemas["GroupPage"];
 
 // --- types looked up in the generated document ------------------------------------------------
 
-type Method = "get" | "post" | "delete";
+type Method = "get" | "post" | "put" | "delete";
 type Operation<P extends keyof paths, M extends Method> = NonNullable<paths[P][M]>;
 /** The paths that have this method. */
 type PathsWith<M extends Method> = {
@@ -401,6 +404,32 @@ export class Client {
       idempotent: false,
     });
     return answer.released;
+  }
+
+  // --- flow control -----------------------------------------------------------------------------
+
+  /** The queue's settings (the defaults for a queue never configured). */
+  settings(queue: string): Promise<QueueSettings> {
+    return this.call("get", "/v1/queues/{queue}/settings", { path: { queue }, idempotent: true });
+  }
+
+  /** Replace the queue's settings as a whole (admin): a field left out takes its default. */
+  putSettings(queue: string, settings: Partial<QueueSettings>): Promise<QueueSettings> {
+    return this.call("put", "/v1/queues/{queue}/settings", { path: { queue }, body: settings, idempotent: true });
+  }
+
+  /** Set a group's own cap on its jobs in flight (admin); null: the queue's group_max_in_flight. */
+  setGroupLimit(queue: string, group: string, maxInFlight: number | null): Promise<GroupLimitResponse> {
+    return this.call("put", "/v1/queues/{queue}/groups/{group}", {
+      path: { queue, group },
+      body: { max_in_flight: maxInFlight },
+      idempotent: true,
+    });
+  }
+
+  /** A page of the queue's groups by name: waiting, in flight and caps of each. */
+  groups(queue: string, options: { limit?: number; cursor?: string } = {}): Promise<GroupPage> {
+    return this.call("get", "/v1/queues/{queue}/groups", { path: { queue }, query: options, idempotent: true });
   }
 
   pause(queue: string): Promise<PauseResponse> {

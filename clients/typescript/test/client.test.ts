@@ -142,6 +142,31 @@ test("fail: retried while attempts are left, dead-lettered with retry false; rel
   assert.equal((await client.job(queue, "d")).state, "waiting");
 });
 
+test("settings, group caps and the group listing", async () => {
+  const queue = freshQueue();
+  assert.equal((await client.settings(queue)).max_in_flight, null);
+  const stored = await client.putSettings(queue, { max_in_flight: 3, rate_limit: { max: 10, per_ms: 1000 } });
+  assert.equal(stored.max_in_flight, 3);
+  assert.deepEqual((await client.settings(queue)).rate_limit, { max: 10, per_ms: 1000 });
+  await client.enqueueMany(queue, [
+    { payload: 1, group: "a" },
+    { payload: 2, group: "a" },
+    { payload: 3, group: "b" },
+  ]);
+  assert.deepEqual(await client.setGroupLimit(queue, "a", 1), { group: "a", max_in_flight: 1 });
+  const leased = await client.lease(queue, { worker: "w1", max_jobs: 10 });
+  assert.equal(leased.length, 2); // a at its own cap of 1, and b
+  const page = await client.groups(queue);
+  assert.deepEqual(
+    page.groups.map((g) => [g.group, g.waiting, g.active]),
+    [
+      ["a", 1, 1],
+      ["b", 0, 1],
+    ],
+  );
+  await assert.rejects(client.putSettings(queue, { max_in_flight: 0 }), InvalidRequest);
+});
+
 test("errors are typed by problem code", async () => {
   const queue = freshQueue();
   const missing = await client.job(queue, "nope").catch((error: unknown) => error);
