@@ -518,6 +518,8 @@ def test_settings_show_and_change_only_what_is_given(service_url: str, queue: st
     assert bad.returncode == 2 and "MAX/PER_MS" in bad.stderr
     bad = emq("settings", queue, "--rate", "1/10", url=service_url, check=False)  # the service says 400
     assert bad.returncode != 0 and "per_ms" in bad.stderr
+
+
 def test_groups(service_url: str, sdk: Client, queue: str) -> None:
     emq("enqueue", queue, "1", "--group", "tenant-1", "--id", "g1", url=service_url)
     assert sdk.get_job(queue, "g1").group == "tenant-1"

@@ -225,7 +225,9 @@ METHOD_OF_OPERATION = {
     "setGroupLimit": "set_group_limit",
     "listGroups": "list_groups",
 }
-HELPERS = {"wait"}  # methods built on an operation's method: wait loops over get_job's wait_ms
+# Methods built on an operation's method: wait loops over get_job's wait_ms; lease_answer is
+# lease answered whole (with retry_after_ms: the Worker's).
+HELPERS = {"wait", "lease_answer"}
 
 
 def test_sync_and_async_clients_have_the_same_methods() -> None:
@@ -431,6 +433,8 @@ async def test_async_settings_get_and_put(service_url: str, queue: str) -> None:
     async with AsyncClient(service_url) as client:
         assert (await client.put_settings(queue, completed_retention_s=5)).completed_retention_s == 5
         assert (await client.get_settings(queue)).completed_retention_s == 5
+
+
 def test_groups(sdk: Client, queue: str) -> None:
     assert sdk.enqueue(queue, 1, id="a1", group="a").created
     sdk.enqueue_many(

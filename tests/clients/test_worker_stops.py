@@ -60,19 +60,22 @@ class HookedClient(AsyncClient):
         hold = self._holds[name, nth or self.calls[name] + 1] = Hold(when)
         return hold
 
-    async def _through(self, name: str, *args: Any, **kwargs: Any) -> Any:
+    async def _through(self, name: str, *args: Any, method: str | None = None, **kwargs: Any) -> Any:
         self.calls[name] += 1
         self.sent[name].append((*args, kwargs))
         hold = self._holds.pop((name, self.calls[name]), None)
         if hold is not None and hold.when == "before":
             await hold.pass_()
-        answer = await getattr(AsyncClient, name)(self, *args, **kwargs)
+        answer = await getattr(AsyncClient, method or name)(self, *args, **kwargs)
         if hold is not None and hold.when == "after":
             await hold.pass_()
         return answer
 
     async def lease(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         return await self._through("lease", *args, **kwargs)
+
+    async def lease_answer(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return await self._through("lease", *args, method="lease_answer", **kwargs)  # the Worker's lease
 
     async def ack_many(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         return await self._through("ack_many", *args, **kwargs)

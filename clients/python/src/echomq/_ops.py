@@ -579,6 +579,8 @@ def put_settings(
     )
     body = _encoder.encode(settings)
     return Op("PUT", f"{_q(queue)}/settings", _read_settings, idempotent=True, body=body)
+
+
 def set_group_limit(queue: str, group: str, max_in_flight: Optional[int]) -> Op[m.GroupLimit]:
     # Setting the same cap again changes nothing: safe to repeat.
     return Op(

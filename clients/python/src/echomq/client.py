@@ -163,6 +163,24 @@ class Client(_Base):
             )
         )
 
+    def lease_answer(
+        self,
+        queue: str,
+        worker: str,
+        *,
+        lease_ms: Optional[int] = None,
+        max_jobs: Optional[int] = None,
+        wait_ms: Optional[int] = None,
+        request_id: Optional[str] = None,
+    ) -> m.LeaseAnswer:
+        """``lease``, answered whole: the jobs, and the ``retry_after_ms`` a queue's rate limit
+        may add when it held the lease back."""
+        return self._call(
+            _ops.lease_answer(
+                queue, worker, lease_ms=lease_ms, max_jobs=max_jobs, wait_ms=wait_ms, request_id=request_id
+            )
+        )
+
     def heartbeat(self, queue: str, id: str, lease_id: str, *, lease_ms: Optional[int] = None) -> m.Heartbeat:
         """Renew a lease (by its own length unless ``lease_ms``); ``LeaseLost`` if it is gone."""
         return self._call(_ops.heartbeat(queue, id, lease_id, lease_ms))
@@ -537,6 +555,24 @@ class AsyncClient(_Base):
     ) -> list[m.LeasedJob]:
         return await self._call(
             _ops.lease(
+                queue, worker, lease_ms=lease_ms, max_jobs=max_jobs, wait_ms=wait_ms, request_id=request_id
+            )
+        )
+
+    async def lease_answer(
+        self,
+        queue: str,
+        worker: str,
+        *,
+        lease_ms: Optional[int] = None,
+        max_jobs: Optional[int] = None,
+        wait_ms: Optional[int] = None,
+        request_id: Optional[str] = None,
+    ) -> m.LeaseAnswer:
+        """``lease``, answered whole: the jobs, and the ``retry_after_ms`` a queue's rate limit
+        may add when it held the lease back."""
+        return await self._call(
+            _ops.lease_answer(
                 queue, worker, lease_ms=lease_ms, max_jobs=max_jobs, wait_ms=wait_ms, request_id=request_id
             )
         )

@@ -85,7 +85,6 @@ from typing import Any, Optional, TypeVar, Union
 
 import msgspec
 
-from echomq import _ops
 from echomq._ops import USER_AGENT
 from echomq.client import AsyncClient
 from echomq.errors import (
@@ -575,15 +574,13 @@ class Worker:
     # --- leasing ---------------------------------------------------------------------------------
 
     def _send_lease(self, lease: _Lease, wait_ms: int) -> Awaitable[LeaseAnswer]:
-        return self._api._call(
-            _ops.lease_answer(
-                self.queue,
-                self.worker_id,
-                lease_ms=self.lease_ms,
-                max_jobs=lease.max_jobs,
-                wait_ms=wait_ms,
-                request_id=lease.request_id,
-            )
+        return self._api.lease_answer(
+            self.queue,
+            self.worker_id,
+            lease_ms=self.lease_ms,
+            max_jobs=lease.max_jobs,
+            wait_ms=wait_ms,
+            request_id=lease.request_id,
         )
 
     def _hold_off(self, jobs: list[LeasedJob], retry_after_ms: Optional[int]) -> None:

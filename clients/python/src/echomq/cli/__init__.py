@@ -177,6 +177,7 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument(
         "--max-in-flight",
         required=True,
+        type=_count_or_none(1),
         metavar="N|none",
         help="at most N of the group's jobs in flight; none: the queue's group_max_in_flight",
     )

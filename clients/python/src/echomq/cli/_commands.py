@@ -304,20 +304,12 @@ def cmd_settings(args: argparse.Namespace, client: Client) -> int:
     }
     for key, value in shown.items():
         print(f"{key + ':':24}{'none' if value is None else value}")
-def _cap(text: str) -> Optional[int]:
-    if text.lower() == "none":
-        return None
-    try:
-        cap = int(text)
-    except ValueError:
-        cap = 0
-    if cap < 1:
-        raise UsageError(f"--max-in-flight must be a whole number >= 1 or 'none', not {text!r}")
-    return cap
+    return EXIT_OK
 
 
 def cmd_group(args: argparse.Namespace, client: Client) -> int:
-    answer = client.set_group_limit(args.queue, args.group, _cap(args.max_in_flight))
+    cap = None if args.max_in_flight is NONE else args.max_in_flight
+    answer = client.set_group_limit(args.queue, args.group, cap)
     if args.json:
         print_json(answer.to_dict())
     elif answer.max_in_flight is None:
