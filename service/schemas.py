@@ -879,7 +879,8 @@ class SessionHeartbeatRequest(Request):
         Meta(
             description="what to show about the worker (host, pid, version...): a JSON object of at "
             f"most {limits.MAX_SESSION_INFO_BYTES} bytes, shown by GET .../workers; leave it out to "
-            "keep the last one"
+            "keep the last one",
+            extra_json_schema={"type": "object", "additionalProperties": True},
         ),
     ] = UNSET
 

@@ -74,8 +74,8 @@ async def test_requests_and_script_calls_are_spans(
     assert "POST" in request.name
     assert job["traceparent"].split("-")[1] == f"{request.context.trace_id:032x}"
     lease_span = next(s for s in spans if s.name == "emq lease")
-    # the lease reply: its count of dropped index entries, then 10 fields per job
-    assert lease_span.attributes["emq.reply_items"] == 1 + 10 and created["id"] == job["id"]
+    # the lease reply: its count of dropped index entries and retry_after_ms, then 10 fields per job
+    assert lease_span.attributes["emq.reply_items"] == 2 + 10 and created["id"] == job["id"]
 
 
 async def test_a_stale_call_is_traced_with_its_outcome(
