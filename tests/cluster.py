@@ -40,6 +40,14 @@ def _free_cluster_ports(count: int) -> list[int]:
     return ports
 
 
+class PortTaken(Exception):
+    """A node exited at start: its port was taken between the check and the bind (the kernel
+    hands out ports of that range to outgoing connections too)."""
+
+
+PORT_TRIES = 5
+
+
 class ValkeyCluster:
     def __init__(self, directory: Path, primaries: int = 3, replicas_per_primary: int = 1) -> None:
         self.directory = directory
@@ -95,13 +103,15 @@ class ValkeyCluster:
                 self.client(port).ping()
                 return
             except redis.ConnectionError:
+                if self.processes[port].poll() is not None:
+                    raise PortTaken(port) from None
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"cluster node {port} did not start") from None
                 time.sleep(0.05)
 
     def start(self) -> ValkeyCluster:
-        for port in self.ports:
-            self.start_node(port)
+        for index in range(len(self.ports)):
+            self._start_node_on_a_free_port(index)
         primaries, replicas = self.ports[: self.primaries], self.ports[self.primaries :]
         per_node = SLOTS // self.primaries
         for index, port in enumerate(primaries):
@@ -126,6 +136,18 @@ class ValkeyCluster:
         wait_until(self._healthy, "cluster_state:ok on every node", READY_TIMEOUT_S)
         wait_until(self._replicas_in_sync, "every replica's link to its primary", READY_TIMEOUT_S)
         return self
+
+    def _start_node_on_a_free_port(self, index: int) -> None:
+        for _ in range(PORT_TRIES - 1):
+            try:
+                self.start_node(self.ports[index])
+                return
+            except PortTaken as taken:
+                del self.processes[taken.args[0]]
+                self.ports[index] = next(
+                    port for port in iter(lambda: _free_cluster_ports(1)[0], None) if port not in self.ports
+                )
+        self.start_node(self.ports[index])
 
     def _replicas_in_sync(self) -> bool:
         replicas = self.ports[self.primaries :]
