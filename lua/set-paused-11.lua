@@ -10,7 +10,7 @@ if ARGV[2] == '1' then
   return finish(1, now_ms())
 end
 if redis.call('HDEL', META, 'paused') == 1 then
-  wake_waiters(redis.call('LLEN', WAIT) + redis.call('ZCARD', PRIO))
+  wake_waiters(waiting_count())
   emit('resumed', '-', '')
 end
 return finish(0, now_ms())

@@ -55,7 +55,7 @@ end
 local woken = 0
 if raised('max_in_flight') or raised('group_max_in_flight') or rate_raised then
   redis.call('HDEL', META, 'room_wanted')
-  wake_waiters(redis.call('LLEN', WAIT) + redis.call('ZCARD', PRIO))
+  wake_waiters(waiting_count())
   woken = 1
 end
 return finish(woken, now)

@@ -182,6 +182,13 @@ local function wake_waiters(count)
   if count > 0 then redis.call('@PUBLISH@', WAKE, count) end
 end
 
+-- The queue's waiting jobs: WAIT less its tombstones, PRIO, and the grouped ones (META
+-- "group_waiting", counted by the groups' helpers below).
+local function waiting_count()
+  local meta = redis.call('HMGET', META, 'wait_tombstones', 'group_waiting')
+  return redis.call('LLEN', WAIT) - number_or(meta[1], 0) + redis.call('ZCARD', PRIO) + number_or(meta[2], 0)
+end
+
 -- Groups. A grouped job waits in its group's ZSET (group_wait_key: scored like PRIO, so by
 -- priority, then handed-back jobs first, then first in first out); its group's HASH (group_key)
 -- counts its jobs in the ledger ("active"), holds the group's own cap ("max"; else META

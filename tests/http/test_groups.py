@@ -346,3 +346,26 @@ async def test_a_session_ending_frees_the_group_slot(
     assert listed["g"]["active"] == 0
     again = await lease(client, queue, "w2", max_jobs=2)
     assert len(again) == 1
+
+
+async def test_a_resume_wakes_long_polls_when_only_grouped_jobs_wait(
+    client: httpx.AsyncClient, queue: str, wake_ups_only: None
+) -> None:
+    await enqueue_group(client, queue, "g", 1)
+    ok(await client.post(f"/v1/queues/{queue}/pause"))
+    poll = long_poll(client, queue, "w2")
+    await wait_for_long_polls(client, 1)
+    ok(await client.post(f"/v1/queues/{queue}/resume"))
+    assert [leased["id"] for leased in await woken(poll)] == ["g-0"]
+
+
+async def test_a_raised_queue_cap_wakes_long_polls_when_only_grouped_jobs_wait(
+    client: httpx.AsyncClient, queue: str, wake_ups_only: None
+) -> None:
+    await set_queue_cap(client, queue, 1)
+    await enqueue_group(client, queue, "g", 2)
+    await lease_one(client, queue)
+    poll = long_poll(client, queue, "w2")
+    await wait_for_long_polls(client, 1)
+    await set_queue_cap(client, queue, 2)
+    assert [leased["id"] for leased in await woken(poll)] == ["g-1"]
