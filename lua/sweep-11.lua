@@ -207,9 +207,8 @@ local promoted, due = promote_due(now, batch)
 if due == batch then more = 1 end
 local deleted = 0
 -- The queue's own retention times (its settings) when it has them, else the service's.
-local retention = redis.call('HMGET', META, 'completed_retention_s', 'failed_retention_s')
-local completed_retention_ms = retention[1] and tonumber(retention[1]) * 1000 or COMPLETED_RETENTION_MS
-local failed_retention_ms = retention[2] and tonumber(retention[2]) * 1000 or FAILED_RETENTION_MS
+local completed_retention_ms = retention_ms('completed_retention_s', COMPLETED_RETENTION_MS)
+local failed_retention_ms = retention_ms('failed_retention_s', FAILED_RETENTION_MS)
 for _, retention in ipairs({
   {COMPLETED, completed_retention_ms}, {FAILED, failed_retention_ms}, {CANCELLED, failed_retention_ms},
 }) do
