@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import heapq
+import itertools
 import json
 import os
 import random
@@ -215,6 +216,7 @@ def run_worker(args: argparse.Namespace) -> int:
         }
     )
     lease_path = f"/v1/queues/{QUEUE}/lease"
+    lease_numbers = itertools.count()
     try:
         while not stopping:
             if time.time() > args.deadline:
@@ -223,7 +225,16 @@ def run_worker(args: argparse.Namespace) -> int:
             status, body, sent, received, replica = api.post(
                 "lease",
                 lease_path,
-                {"worker": args.name, "lease_ms": lease_ms, "max_jobs": 1, "wait_ms": wait_ms},
+                # One request id per lease, kept by Api.post's retries: a retry after a lost answer
+                # gets the jobs the first call leased instead of leaving them held until their lease
+                # ends (30 s for a session worker, longer than the drain allows).
+                {
+                    "worker": args.name,
+                    "lease_ms": lease_ms,
+                    "max_jobs": 1,
+                    "wait_ms": wait_ms,
+                    "request_id": f"{os.getpid()}-{next(lease_numbers)}",
+                },
                 timeout=wait_ms / 1000 + CALL_TIMEOUT_S,
             )
             if status != 200:
