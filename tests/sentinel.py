@@ -63,7 +63,8 @@ class SentinelSet:
                 if attempt == START_ATTEMPTS - 1:
                     raise
                 self.processes.clear()
-                self.primary_port, self.replica_port, self.sentinel_port = free_port(), free_port(), free_port()
+                self.primary_port, self.replica_port = free_port(), free_port()
+                self.sentinel_port = free_port()
         raise AssertionError("unreachable")
 
     def _start_once(self) -> SentinelSet:
