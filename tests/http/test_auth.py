@@ -62,6 +62,11 @@ ENDPOINTS = [
     ("admin", "POST", Q + "/resume", None),
     ("admin", "POST", Q + "/failed/retry", None),
     ("admin", "PUT", Q + "/groups/g", {"max_in_flight": 2}),
+    ("enqueue", "PUT", Q + "/schedules/s", {"every_ms": 60_000, "job": {"payload": 1}}),
+    ("read", "GET", Q + "/schedules/s", None),
+    ("read", "GET", Q + "/schedules", None),
+    ("enqueue", "POST", Q + "/schedules/s/trigger", None),
+    ("enqueue", "DELETE", Q + "/schedules/s", None),
 ]
 ALLOWED = {
     "admin": {"enqueue", "work", "read", "admin"},

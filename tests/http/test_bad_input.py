@@ -91,6 +91,7 @@ LEASE = "$LEASE"  # placeholder in case bodies for the seeded job's real lease i
 HELD, WAITING, LATER, DEAD = "held-1", "waiting-1", "later-1", "dead-1"
 HOLDER = "w1"
 GROUP = "g1"
+SCHEDULE = "s1"
 SEED_LEASE_MS = 120_000  # far longer than any test: the sweep never touches the seeded lease
 WRONG_LEASE = "0" * 32
 OTHER_TESTS_QUEUE = re.compile(r"t-[0-9a-f]{12}")  # conftest's queue names, for a shared Redis
@@ -235,11 +236,18 @@ VALID: Any = object()  # Endpoint.case: the endpoint's valid body
 @dataclass(frozen=True)
 class Endpoint:
     method: str
-    path: str  # format fields {queue}, {job}, {worker}, {group}
+    path: str  # format fields {queue}, {job}, {worker}, {group}, {schedule}
     body: Any = None  # a valid body: in each case below, the one bad part is the only fault
 
-    def url(self, queue: str = QUEUE, job: str = HELD, worker: str = HOLDER, group: str = GROUP) -> str:
-        return self.path.format(queue=queue, job=job, worker=worker, group=group)
+    def url(
+        self,
+        queue: str = QUEUE,
+        job: str = HELD,
+        worker: str = HOLDER,
+        group: str = GROUP,
+        schedule: str = SCHEDULE,
+    ) -> str:
+        return self.path.format(queue=queue, job=job, worker=worker, group=group, schedule=schedule)
 
     def case(
         self,
@@ -289,11 +297,19 @@ ENDPOINTS: dict[str, Endpoint] = {
     ),
     "set_group": Endpoint("PUT", "/v1/queues/{queue}/groups/{group}", {"max_in_flight": 2}),
     "list_groups": Endpoint("GET", "/v1/queues/{queue}/groups"),
+    "put_schedule": Endpoint(
+        "PUT", "/v1/queues/{queue}/schedules/{schedule}", {"every_ms": 60_000, "job": {"payload": {"n": 1}}}
+    ),
+    "get_schedule": Endpoint("GET", "/v1/queues/{queue}/schedules/{schedule}"),
+    "delete_schedule": Endpoint("DELETE", "/v1/queues/{queue}/schedules/{schedule}"),
+    "list_schedules": Endpoint("GET", "/v1/queues/{queue}/schedules"),
+    "trigger_schedule": Endpoint("POST", "/v1/queues/{queue}/schedules/{schedule}/trigger"),
 }
 BODY_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if endpoint.body is not None]
 JOB_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if "{job}" in endpoint.path]
 QUEUE_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if "{queue}" in endpoint.path]
 WORKER_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if "{worker}" in endpoint.path]
+SCHEDULE_ENDPOINTS = [name for name, endpoint in ENDPOINTS.items() if "{schedule}" in endpoint.path]
 Q = ENDPOINTS["get_queue"].url()
 JOB = ENDPOINTS["get_job"].url()
 
@@ -340,6 +356,7 @@ INVALID_UTF8_BODIES = {
     "put_settings": b'{"max_in_flight": 3, "\xff": 1}',
     "session_heartbeat": b'{"ttl_ms": "\xff"}',
     "set_group": b'{"max_in_flight": "\xff"}',
+    "put_schedule": b'{"cron": "\xff", "job": {"payload": 1}}',
 }
 # The same strings as an unpaired UTF-16 surrogate escape: valid-looking JSON, not encodable text.
 LONE_SURROGATE_BODIES = {
@@ -366,6 +383,7 @@ FLOAT_FIRST_FIELD = {
     "put_settings": "max_in_flight",
     "session_heartbeat": "ttl_ms",
     "set_group": "max_in_flight",
+    "put_schedule": "every_ms",
 }
 
 
@@ -557,6 +575,30 @@ FIELD_CASES = [
         },
     ),
     *field_cases(
+        "put_schedule",
+        {
+            "every_ms": ints(limits.MIN_EVERY_MS, limits.MAX_EVERY_MS),
+            "cron": [("int", 5), ("empty", ""), ("4-fields", "* * * *"), ("bad-minute", "60 * * * *")],
+            "timezone": not_null([("int", 1), ("unknown", "Nowhere/City"), ("path", "../../etc/passwd")]),
+            "start_at": ints(0, limits.MAX_EPOCH_MS),
+            "end_at": ints(0, limits.MAX_EPOCH_MS),
+            "limit": ints(1, limits.MAX_SCHEDULE_LIMIT),
+            "overlap": not_null([("unknown", "queue"), ("int", 1)]),
+            "paused": not_null([("string", "yes"), ("int", 1)]),
+            "job": required(
+                [
+                    ("int", 1),
+                    ("no-payload", {}),
+                    ("with-id", {"payload": 1, "id": "x"}),
+                    ("with-delay", {"payload": 1, "delay_ms": 5}),
+                    ("bad-group", {"payload": 1, "group": "a:b"}),
+                    ("priority-1001", {"payload": 1, "priority": 1001}),
+                    ("nested-65", {"payload": NESTED_65}),
+                ]
+            ),
+        },
+    ),
+    *field_cases(
         "put_settings",
         {
             "max_in_flight": ints(1, limits.MAX_IN_FLIGHT_CAP),
@@ -738,6 +780,9 @@ def path_name_cases() -> list[Case]:
             cases.append(e.case(f"{endpoint}-path-worker-{label}", hint="worker", worker=encoded))
         e = ENDPOINTS["set_group"]
         cases.append(e.case(f"set_group-path-group-{label}", hint="group", group=encoded))
+        for endpoint in SCHEDULE_ENDPOINTS:
+            e = ENDPOINTS[endpoint]
+            cases.append(e.case(f"{endpoint}-path-schedule-{label}", hint="schedule name", schedule=encoded))
     # An empty or slash-containing name never reaches a handler as a name, but must not be answered
     # as some other request either (e.g. /v1/queues//active as the queue named "active").
     # (GET /v1/queues/ is the queue list with a trailing slash, a fine answer: not a case.)
@@ -754,6 +799,10 @@ def path_name_cases() -> list[Case]:
             cases.append(e.case(f"{endpoint}-path-worker-{label}", status=ROUTING_4XX, worker=name))
         e = ENDPOINTS["set_group"]
         cases.append(e.case(f"set_group-path-group-{label}", status=ROUTING_4XX, group=name))
+        for endpoint in SCHEDULE_ENDPOINTS:
+            if not (endpoint == "get_schedule" and name == ""):  # the listing, with a trailing slash
+                e = ENDPOINTS[endpoint]
+                cases.append(e.case(f"{endpoint}-path-schedule-{label}", status=ROUTING_4XX, schedule=name))
     # A name holding an encoded '/' must not be routed as the rest of another path: the queue named
     # "<q>/jobs/waiting-1" is a bad name, not job waiting-1 of queue <q>.
     smuggled = {"job-path": f"{QUEUE}%2Fjobs%2F{WAITING}", "pause": f"{QUEUE}%2Fpause"}
@@ -1352,6 +1401,7 @@ OVERSIZED_BODIES: dict[str, Any] = {
     "put_settings": {"max_in_flight": 3, "bogus": OVERSIZED},
     "session_heartbeat": {"info": {"host": OVERSIZED}},  # under 4 KiB: only the body limit is hit
     "set_group": {"max_in_flight": 2, "bogus": OVERSIZED},
+    "put_schedule": {"every_ms": 60_000, "job": {"payload": OVERSIZED}},
 }
 assert set(OVERSIZED_BODIES) == set(BODY_ENDPOINTS)
 
