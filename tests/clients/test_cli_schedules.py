@@ -121,7 +121,9 @@ def test_schedule_bad_input_and_missing_schedules(service_url: str, queue: str) 
     code, err = refused("schedule", queue, "s", "--cron", "@daily", "--payload", "{oops")
     assert code == 2 and "the payload is not JSON" in err
     code, err = refused("schedule", queue, "s", "--tz", "Europe/Berlin")
-    assert code == 2 and "--timezone needs --cron or --every-ms" in err
+    assert code == 2 and "--tz needs --cron or --every-ms" in err
+    code, err = refused("schedule", queue, "s", "--priority", "3")
+    assert code == 2 and "--priority needs --cron or --every-ms" in err
     code, err = refused("schedule", queue, "s", "--every-ms", "1000", "--start-at", "tomorrow")
     assert code == 2 and "ISO 8601" in err
     assert emq("schedules", queue, url=service_url).stdout.strip() == f"no schedules in {queue}"

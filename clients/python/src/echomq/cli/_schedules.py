@@ -140,7 +140,7 @@ def cmd_schedule(args: argparse.Namespace, client: Client) -> int:
     if args.cron is None and args.every_ms is None:
         given = [name for name in PUT_OPTIONS if getattr(args, name) is not None]
         if given:
-            option = "--" + given[0].replace("_", "-")
+            option = "--tz" if given[0] == "timezone" else "--" + given[0].replace("_", "-")
             raise UsageError(f"{option} needs --cron or --every-ms: a schedule is put whole")
         view = client.get_schedule(args.queue, args.schedule)
         if args.json:
