@@ -224,6 +224,11 @@ METHOD_OF_OPERATION = {
     "putSettings": "put_settings",
     "setGroupLimit": "set_group_limit",
     "listGroups": "list_groups",
+    "putSchedule": "put_schedule",
+    "getSchedule": "get_schedule",
+    "listSchedules": "list_schedules",
+    "deleteSchedule": "delete_schedule",
+    "triggerSchedule": "trigger_schedule",
 }
 # Methods built on an operation's method: wait loops over get_job's wait_ms; lease_answer is
 # lease answered whole (with retry_after_ms: the Worker's).
@@ -306,6 +311,13 @@ def test_retries_only_what_is_safe_to_repeat(private_valkey: ValkeyProcess, queu
             assert (
                 attempts(lambda: client.enqueue_many(queue, [{"payload": 1, "id": "x"}, {"payload": 2}])) == 1
             )
+            # The same PUT again keeps the schedule's next run: safe. A trigger makes one more
+            # job and a repeated delete answers schedule_not_found: not repeated.
+            assert attempts(lambda: client.put_schedule(queue, "s", {"payload": 1}, every_ms=1000)) == 3
+            assert attempts(lambda: client.get_schedule(queue, "s")) == 3
+            assert attempts(lambda: client.list_schedules(queue)) == 3
+            assert attempts(lambda: client.trigger_schedule(queue, "s")) == 1
+            assert attempts(lambda: client.delete_schedule(queue, "s")) == 1
 
         # Redis comes back while an idempotent call is retrying: the call succeeds.
         patient = RetryPolicy(retries=30, base_delay_s=0.1, max_delay_s=0.5)

@@ -38,6 +38,9 @@ export type QuietResponse = Schemas["QuietResponse"];
 export type QueueSettings = Schemas["QueueSettings"];
 export type GroupLimitResponse = Schemas["GroupLimitResponse"];
 export type GroupPage = Schemas["GroupPage"];
+export type ScheduleRequest = Schemas["ScheduleRequest"];
+export type ScheduleJob = Schemas["ScheduleJob"];
+export type ScheduleView = Schemas["ScheduleView"];
 
 // --- types looked up in the generated document ------------------------------------------------
 
@@ -438,6 +441,48 @@ export class Client {
 
   resume(queue: string): Promise<PauseResponse> {
     return this.call("post", "/v1/queues/{queue}/resume", { path: { queue }, idempotent: true });
+  }
+
+  // --- schedules --------------------------------------------------------------------------------
+
+  /** Create or replace a schedule: exactly one of `cron` (5 fields or a macro, read in `timezone`,
+   * default UTC) or `every_ms`; each run enqueues `job` once. Replaced as a whole (a field left out
+   * takes its default); the run counts stay, and the next run too when the timing is unchanged.
+   * The same call again changes nothing: safe to repeat. */
+  putSchedule(queue: string, schedule: string, request: ScheduleRequest): Promise<ScheduleView> {
+    return this.call("put", "/v1/queues/{queue}/schedules/{schedule}", {
+      path: { queue, schedule },
+      body: request,
+      idempotent: true,
+    });
+  }
+
+  /** A schedule with its next and last run and its counts (ScheduleNotFound if there is none). */
+  schedule(queue: string, schedule: string): Promise<ScheduleView> {
+    return this.call("get", "/v1/queues/{queue}/schedules/{schedule}", { path: { queue, schedule }, idempotent: true });
+  }
+
+  /** Every schedule of the queue, by name. */
+  async schedules(queue: string): Promise<ScheduleView[]> {
+    const answer = await this.call("get", "/v1/queues/{queue}/schedules", { path: { queue }, idempotent: true });
+    return answer.schedules;
+  }
+
+  /** No more runs (the jobs it made stay). A repeat answers ScheduleNotFound: not retried. */
+  async deleteSchedule(queue: string, schedule: string): Promise<void> {
+    await this.call("delete", "/v1/queues/{queue}/schedules/{schedule}", {
+      path: { queue, schedule },
+      idempotent: false,
+    });
+  }
+
+  /** Enqueue the schedule's job now, outside its timetable (next run, runs and limit untouched;
+   * a paused or ended schedule can be triggered). Each call makes one job: not retried. */
+  triggerSchedule(queue: string, schedule: string): Promise<EnqueueResponse> {
+    return this.call("post", "/v1/queues/{queue}/schedules/{schedule}/trigger", {
+      path: { queue, schedule },
+      idempotent: false,
+    });
   }
 
   // --- the one way out --------------------------------------------------------------------------

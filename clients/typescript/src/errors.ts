@@ -74,6 +74,10 @@ export class NotFound extends APIError {
 export class JobNotFound extends APIError {
   override name = "JobNotFound";
 }
+/** 404 schedule_not_found: no such schedule in that queue. */
+export class ScheduleNotFound extends APIError {
+  override name = "ScheduleNotFound";
+}
 /** 409 lease_lost: the lease id is not the job's current, unexpired lease. Whatever the worker
  * did with the job must not be reported as done: another worker may hold it now. */
 export class LeaseLost extends APIError {
@@ -108,6 +112,7 @@ export const ERRORS_BY_CODE: Readonly<Record<string, APIErrorClass>> = {
   forbidden: Forbidden,
   not_found: NotFound,
   job_not_found: JobNotFound,
+  schedule_not_found: ScheduleNotFound,
   lease_lost: LeaseLost,
   job_active: JobActive,
   request_timeout: RequestTimeout,

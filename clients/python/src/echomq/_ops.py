@@ -178,6 +178,8 @@ _read_group_limit = reader(m.GroupLimit)
 _read_group_page = reader(m.GroupPage)
 _read_cancelled = reader(m.Cancelled)
 _read_history = _field(m._History, "minutes")
+_read_schedule = reader(m.Schedule)
+_read_schedules = _field(m._Schedules, "schedules")
 
 
 # --- building requests ---------------------------------------------------------------------------
@@ -595,6 +597,64 @@ def set_group_limit(queue: str, group: str, max_in_flight: Optional[int]) -> Op[
 def list_groups(queue: str, *, limit: Optional[int], cursor: Optional[str]) -> Op[m.GroupPage]:
     params = {k: v for k, v in {"limit": limit, "cursor": cursor}.items() if v is not None}
     return Op("GET", f"{_q(queue)}/groups", _read_group_page, idempotent=True, params=params or None)
+
+
+def _schedule(queue: str, schedule: str) -> str:
+    return f"{_q(queue)}/schedules/{_seg(schedule)}"
+
+
+def _schedule_job(job: Union[m.ScheduleJob, Mapping[str, Any]]) -> m.ScheduleJob:
+    if isinstance(job, m.ScheduleJob):
+        return job
+    return msgspec.convert(dict(job), m.ScheduleJob)
+
+
+def put_schedule(
+    queue: str,
+    schedule: str,
+    job: Union[m.ScheduleJob, Mapping[str, Any]],
+    *,
+    cron: Optional[str],
+    every_ms: Optional[int],
+    timezone: Optional[str],
+    start_at: Optional[int],
+    end_at: Optional[int],
+    limit: Optional[int],
+    overlap: Optional[m.Overlap],
+    paused: Optional[bool],
+) -> Op[m.Schedule]:
+    # The whole schedule: a field left out takes its default. Repeating the same PUT keeps the
+    # next run and the counts (the service compares the timing), so it is safe to retry.
+    fields = {
+        "job": _schedule_job(job),
+        "cron": cron,
+        "every_ms": every_ms,
+        "timezone": timezone,
+        "start_at": start_at,
+        "end_at": end_at,
+        "limit": limit,
+        "overlap": overlap,
+        "paused": paused,
+    }
+    return Op("PUT", _schedule(queue, schedule), _read_schedule, idempotent=True, body=_body(fields))
+
+
+def get_schedule(queue: str, schedule: str) -> Op[m.Schedule]:
+    return Op("GET", _schedule(queue, schedule), _read_schedule, idempotent=True)
+
+
+def list_schedules(queue: str) -> Op[list[m.Schedule]]:
+    return Op("GET", f"{_q(queue)}/schedules", _read_schedules, idempotent=True)
+
+
+def delete_schedule(queue: str, schedule: str) -> Op[None]:
+    # Repeated after it succeeded it would answer schedule_not_found: not retried.
+    return Op("DELETE", _schedule(queue, schedule), _read_nothing, idempotent=False)
+
+
+def trigger_schedule(queue: str, schedule: str) -> Op[m.Enqueued]:
+    # Each call makes one more job: not retried.
+    return Op("POST", f"{_schedule(queue, schedule)}/trigger", _read_enqueued, idempotent=False)
 
 
 def healthz() -> Op[bool]:

@@ -435,6 +435,61 @@ class Client(_Base):
         """A page of the queue's groups by name; pass ``next_cursor`` as ``cursor`` for the next."""
         return self._call(_ops.list_groups(queue, limit=limit, cursor=cursor))
 
+    # --- schedules -----------------------------------------------------------------------------
+
+    def put_schedule(
+        self,
+        queue: str,
+        schedule: str,
+        job: Union[m.ScheduleJob, Mapping[str, Any]],
+        *,
+        cron: Optional[str] = None,
+        every_ms: Optional[int] = None,
+        timezone: Optional[str] = None,
+        start_at: Optional[int] = None,
+        end_at: Optional[int] = None,
+        limit: Optional[int] = None,
+        overlap: Optional[m.Overlap] = None,
+        paused: Optional[bool] = None,
+    ) -> m.Schedule:
+        """Create or replace a schedule: exactly one of ``cron`` (5 fields or a macro, read in
+        ``timezone``, default UTC) or ``every_ms``; each run enqueues ``job`` (a ``ScheduleJob``
+        or a mapping with its fields) once. The whole schedule is replaced: an argument left out
+        takes its default. Replacing keeps the counts, and the next run when the timing is
+        unchanged. ``start_at``/``end_at``: epoch ms. ``InvalidRequest`` says what is wrong."""
+        return self._call(
+            _ops.put_schedule(
+                queue,
+                schedule,
+                job,
+                cron=cron,
+                every_ms=every_ms,
+                timezone=timezone,
+                start_at=start_at,
+                end_at=end_at,
+                limit=limit,
+                overlap=overlap,
+                paused=paused,
+            )
+        )
+
+    def get_schedule(self, queue: str, schedule: str) -> m.Schedule:
+        """A schedule with its next and last run; ``ScheduleNotFound`` if there is none."""
+        return self._call(_ops.get_schedule(queue, schedule))
+
+    def list_schedules(self, queue: str) -> list[m.Schedule]:
+        """Every schedule of the queue, by name."""
+        return self._call(_ops.list_schedules(queue))
+
+    def delete_schedule(self, queue: str, schedule: str) -> None:
+        """No more runs (the jobs it made stay); ``ScheduleNotFound`` if there is none."""
+        return self._call(_ops.delete_schedule(queue, schedule))
+
+    def trigger_schedule(self, queue: str, schedule: str) -> m.Enqueued:
+        """Enqueue the schedule's job now, outside its timetable (its next run, runs and limit
+        are untouched; a paused or ended schedule can be triggered). Each call makes one job."""
+        return self._call(_ops.trigger_schedule(queue, schedule))
+
     # --- service -------------------------------------------------------------------------------
 
     def healthz(self) -> bool:
@@ -791,6 +846,51 @@ class AsyncClient(_Base):
         self, queue: str, *, limit: Optional[int] = None, cursor: Optional[str] = None
     ) -> m.GroupPage:
         return await self._call(_ops.list_groups(queue, limit=limit, cursor=cursor))
+
+    # --- schedules -----------------------------------------------------------------------------
+
+    async def put_schedule(
+        self,
+        queue: str,
+        schedule: str,
+        job: Union[m.ScheduleJob, Mapping[str, Any]],
+        *,
+        cron: Optional[str] = None,
+        every_ms: Optional[int] = None,
+        timezone: Optional[str] = None,
+        start_at: Optional[int] = None,
+        end_at: Optional[int] = None,
+        limit: Optional[int] = None,
+        overlap: Optional[m.Overlap] = None,
+        paused: Optional[bool] = None,
+    ) -> m.Schedule:
+        return await self._call(
+            _ops.put_schedule(
+                queue,
+                schedule,
+                job,
+                cron=cron,
+                every_ms=every_ms,
+                timezone=timezone,
+                start_at=start_at,
+                end_at=end_at,
+                limit=limit,
+                overlap=overlap,
+                paused=paused,
+            )
+        )
+
+    async def get_schedule(self, queue: str, schedule: str) -> m.Schedule:
+        return await self._call(_ops.get_schedule(queue, schedule))
+
+    async def list_schedules(self, queue: str) -> list[m.Schedule]:
+        return await self._call(_ops.list_schedules(queue))
+
+    async def delete_schedule(self, queue: str, schedule: str) -> None:
+        return await self._call(_ops.delete_schedule(queue, schedule))
+
+    async def trigger_schedule(self, queue: str, schedule: str) -> m.Enqueued:
+        return await self._call(_ops.trigger_schedule(queue, schedule))
 
     # --- service -------------------------------------------------------------------------------
 

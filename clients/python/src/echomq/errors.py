@@ -72,6 +72,10 @@ class JobNotFound(APIError):
     """404 job_not_found: no such job in that queue."""
 
 
+class ScheduleNotFound(APIError):
+    """404 schedule_not_found: no such schedule in that queue."""
+
+
 class LeaseLost(APIError):
     """409 lease_lost: the lease id is not the job's current, unexpired lease. Whatever the
     worker did with the job must not be reported as done: another worker may hold it now."""
@@ -108,6 +112,7 @@ ERRORS_BY_CODE: dict[str, type[APIError]] = {
     "forbidden": Forbidden,
     "not_found": NotFound,
     "job_not_found": JobNotFound,
+    "schedule_not_found": ScheduleNotFound,
     "lease_lost": LeaseLost,
     "job_active": JobActive,
     "no_session": NoSession,

@@ -13,6 +13,7 @@ import msgspec
 
 JobState = Literal["waiting", "delayed", "active", "completed", "failed", "cancelled"]
 BackoffType = Literal["fixed", "exponential"]
+Overlap = Literal["allow", "skip"]
 
 
 class _Model(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,6 +40,19 @@ class NewJob(_Model, omit_defaults=True):
     name: Optional[str] = None
     priority: Optional[int] = None
     delay_ms: Optional[int] = None
+    max_attempts: Optional[int] = None
+    backoff: Optional[Backoff] = None
+    group: Optional[str] = None
+
+
+class ScheduleJob(_Model, omit_defaults=True):
+    """The job each run of a schedule enqueues: an enqueue's fields without ``id`` and
+    ``delay_ms`` (a run's job id is made from the schedule's name and the run's time). Fields
+    left out take the service's defaults, as on enqueue."""
+
+    payload: Any
+    name: Optional[str] = None
+    priority: Optional[int] = None
     max_attempts: Optional[int] = None
     backoff: Optional[Backoff] = None
     group: Optional[str] = None
@@ -191,6 +205,32 @@ class Job(_Model):
     stalls: int = 0
     schedule: Optional[str] = None
     finished_at: Optional[int] = None  # completed, failed or cancelled at
+
+
+class Schedule(_Model, kw_only=True):
+    """A schedule as ``GET .../schedules/{schedule}`` shows it: the fields it was put with and
+    where its runs stand. ``next_run_at`` is None while it is paused or once it ended (``limit``
+    runs made or ``end_at`` passed); ``runs`` counts runs that made a job (not triggers, not
+    ``skipped`` runs)."""
+
+    schedule: str
+    queue: str
+    job: ScheduleJob
+    cron: Optional[str] = None
+    every_ms: Optional[int] = None
+    timezone: str = "UTC"
+    start_at: Optional[int] = None
+    end_at: Optional[int] = None
+    limit: Optional[int] = None
+    overlap: Overlap = "allow"
+    paused: bool = False
+    next_run_at: Optional[int]
+    last_run_at: Optional[int]
+    last_job_id: Optional[str]
+    runs: int
+    skipped: int = 0
+    created_at: int
+    updated_at: int
 
 
 class Counts(_Model):
@@ -395,6 +435,10 @@ class _Workers(_Model):
 
 class _History(_Model):
     minutes: list[HistoryMinute]
+
+
+class _Schedules(_Model):
+    schedules: list[Schedule]
 
 
 class _Redriven(_Model):

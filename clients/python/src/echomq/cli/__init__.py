@@ -10,6 +10,11 @@
     emq settings QUEUE [--max-in-flight N --rate MAX/PER_MS ...]  # show, or change some settings
     emq group QUEUE GROUP --max-in-flight N|none  # a group's own cap on its jobs in flight
     emq groups QUEUE                           # the groups: waiting, in flight, caps
+    emq schedule QUEUE NAME --cron '*/5 * * * *' --tz Europe/Berlin --payload '{...}'
+                                               # or --every-ms N; without either: show it
+    emq schedules QUEUE                        # the schedules: timing, next and last run, counts
+    emq unschedule QUEUE NAME                  # delete a schedule (its jobs stay)
+    emq trigger QUEUE NAME                     # one job of the schedule now
     emq job QUEUE ID                           # one job
     emq jobs QUEUE --state S [--limit N]       # the jobs in one state, in its order
     emq wait QUEUE ID [--timeout S]            # until the job is completed, failed or cancelled
@@ -34,6 +39,7 @@ from importlib.metadata import entry_points
 from typing import Any, NoReturn, Optional, get_args
 
 from echomq._ops import DEFAULT_URL
+from echomq.cli import _schedules
 from echomq.cli._commands import COMMANDS, EXIT_FAILED, EXIT_USAGE, MAX_BATCH, NONE, Failed, UsageError
 from echomq.client import Client
 from echomq.errors import ConnectionFailed, EchoMQError
@@ -46,6 +52,7 @@ DEFAULT_KILL_GRACE_S = 5.0
 JOB_STATES = get_args(JobState)
 EVENT_TYPES = [kind for kind in get_args(EventType) if kind != "resync"]
 PLUGINS = "echomq.cli"  # entry point group: commands other packages add (the server's `serve`)
+ALL_COMMANDS = {**COMMANDS, **_schedules.COMMANDS}
 
 
 def _plugin(name: str) -> Optional[Callable[[list[str]], int]]:
@@ -183,6 +190,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     groups = commands.add_parser("groups", parents=[common], help="a queue's groups, by name")
     groups.add_argument("queue")
+    _schedules.add_parsers(commands, common)
 
     job = commands.add_parser("job", parents=[common], help="show one job")
     job.add_argument("queue")
@@ -360,7 +368,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             return cmd_work(args, command)
         with Client(args.url, token=args.token) as client:
-            return COMMANDS[args.command](args, client)
+            return ALL_COMMANDS[args.command](args, client)
     except UsageError as error:
         _fail(str(error), EXIT_USAGE)
     except ConnectionFailed as error:
