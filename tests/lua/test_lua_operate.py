@@ -32,6 +32,7 @@ OPERATIONS = [
     "redrive",
     "release",
     "release-worker",
+    "search-jobs",
     "session",
     "set-group",
     "set-paused",
