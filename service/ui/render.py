@@ -101,7 +101,7 @@ def page(
     token, new = csrf_token_of(request)
     fragment = request.query_params.get("fragment")
     name = template
-    if fragment is not None:
+    if fragment is not None and regions:  # an error page has none: it always answers whole
         if fragment not in regions:
             raise InvalidRequest(f"this page has no region {fragment!r}")
         name = f"_{fragment}.html"
