@@ -92,7 +92,7 @@ def test_a_region_is_served_alone_as_a_fragment(api, admin, name):
     enqueue(api, name, "a")
     fragment = admin.get(f"/ui/queues/{name}/waiting?fragment=tab")
     assert fragment.status_code == 200
-    assert "<html" not in fragment.text and f"/jobs/a" in fragment.text
+    assert "<html" not in fragment.text and "/jobs/a" in fragment.text
     assert admin.get(f"/ui/queues/{name}/waiting?fragment=nope").status_code == 400
 
 

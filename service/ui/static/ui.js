@@ -62,6 +62,7 @@
     var url = new URL(feedUrl, window.location.href);
     if (lastId !== null) { url.searchParams.set("after", lastId); }
     source = new EventSource(url.toString());
+    source.onopen = function () { body.setAttribute("data-live", "open"); };
     TYPES.forEach(function (type) { source.addEventListener(type, changed); });
     source.onerror = function () {
       // EventSource reconnects by itself (sending Last-Event-ID); a closed one is opened again.
@@ -71,6 +72,7 @@
 
   function close() {
     if (source !== null) { source.close(); source = null; }
+    body.setAttribute("data-live", "closed");
   }
 
   document.addEventListener("visibilitychange", function () {
