@@ -62,7 +62,7 @@ def checked(page: Page, axe: Path, shot: str, readme: str | None = None) -> None
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=True)
     if readme and README_SHOTS is not None:
-        page.screenshot(path=str(README_SHOTS / f"{readme}.png"))
+        page.screenshot(path=str(README_SHOTS / f"{readme}.png"), full_page=True)
 
 
 def live(page: Page) -> None:
