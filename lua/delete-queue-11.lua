@@ -1,6 +1,6 @@
 -- Delete a whole queue, one bounded step at a time: each step deletes up to `step` jobs with
 -- their keys (jobs in flight first, with their locks, then waiting ones, group by group (a
--- group's waiting jobs, then its own keys), delayed, completed and failed ones), then the
+-- group's waiting jobs, then its own keys), delayed, completed and failed ones, schedules), then the
 -- workers' held sets and sessions; the step that finds nothing left deletes the queue's own
 -- keys and its entry in the due index. Without force, the first step refuses a
 -- queue with jobs in its ledger; once begun, the deletion takes whatever it finds (a job leased
@@ -8,13 +8,14 @@
 -- KEYS[1..11] the queue's keys (see include/common.lua); deletes every one of them but WAKE, the
 --             per-job, per-worker and per-group keys derived from the prefix, and the queue's
 --             cancelled jobs, sessions, events, history, rate limit log (its settings are META
---             fields), group ring, group index and parked groups
+--             fields), group ring, group index and parked groups, schedules and timetable
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     "1" = force (jobs in flight are deleted too), "0" = refuse while any are
 -- ARGV[3]     "1" on the first step
 -- ARGV[4]     step: at most this many jobs (and this many workers' held sets, and sessions)
 -- Returns     1 the queue is gone, 0 more steps to go, -3 jobs in flight (first step, no force)
 -- @include common
+-- @include schedule
 local force, first, budget = ARGV[2] == '1', ARGV[3] == '1', tonumber(ARGV[4])
 if first and not force and redis.call('LLEN', ACTIVE) > 0 then return JOB_ACTIVE end
 
@@ -59,15 +60,19 @@ while budget > 0 do
   budget = budget - 1
 end
 for _, finished in ipairs({DELAYED, COMPLETED, FAILED, CANCELLED}) do delete_jobs(take_from_zset(finished), false) end
+-- Schedules: their hashes by the index of names (the jobs they made are deleted above).
+local schedule_names = take_from_zset(SCHEDULES)
+for _, name in ipairs(schedule_names) do redis.call('DEL', schedule_key(name)) end
+budget = budget - #schedule_names
 if budget > 0 then
   for _, worker in ipairs(redis.call('SPOP', WORKERS, budget)) do redis.call('DEL', held_key(worker)) end
   for _, worker in ipairs(take_from_zset(SESSIONS)) do redis.call('DEL', session_key(worker)) end
 end
-for _, key in ipairs({ACTIVE, PRIO, WAIT, g.GROUPS, DELAYED, COMPLETED, FAILED, CANCELLED, WORKERS, SESSIONS}) do
+for _, key in ipairs({ACTIVE, PRIO, WAIT, g.GROUPS, DELAYED, COMPLETED, FAILED, CANCELLED, SCHEDULES, WORKERS, SESSIONS}) do
   if redis.call('EXISTS', key) == 1 then return 0 end
 end
 -- Nothing left but the queue's own small keys. DEADLINES can only hold entries of jobs that
 -- were in the ledger, all deleted above.
-redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY, PREFIX .. '@RATE_NAME@', g.RING, g.PARKED)
+redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY, PREFIX .. '@RATE_NAME@', g.RING, g.PARKED, TIMETABLE)
 redis.call('ZREM', DUE, QUEUE)
 return 1

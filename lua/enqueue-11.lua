@@ -15,49 +15,20 @@
 --             state), created (1 = stored now, 0 = the id existed)}; first = 1 when the queue
 --             had no keys before (its first job since it was created or deleted)
 -- @include common
--- Appends field and value to an HSET's arguments, unless the value is the field's default.
-local function unless_default(fields, field, value, default)
-  if value ~= default then
-    fields[#fields + 1] = field
-    fields[#fields + 1] = value
-  end
-end
-
+-- @include store
 local jobs = cjson.decode(ARGV[2])
 local now = now_ms()
 local reply = {redis.call('EXISTS', META, WAIT, PRIO, DELAYED, ACTIVE, COMPLETED, FAILED, CANCELLED) == 0 and 1 or 0}
 local leasable, created_count = 0, 0
 local unprioritised = {} -- priority 0: pushed onto WAIT in one LPUSH, in order, at the end
 for i, job in ipairs(jobs) do
-  local id = job.id
-  local key = job_key(id)
-  local state = redis.call('HGET', key, 'state')
-  local created = 0
-  if not state then
-    created = 1
-    state = job.delay_ms > 0 and 'delayed' or 'waiting'
-    local fields = {'payload', ARGV[i + 2], 'state', state, 'created_at', now}
-    unless_default(fields, 'name', job.name, '')
-    unless_default(fields, 'priority', job.priority, 0)
-    unless_default(fields, 'max_attempts', job.max_attempts, DEFAULT_MAX_ATTEMPTS)
-    unless_default(fields, 'backoff_type', job.backoff_type, 'exponential')
-    unless_default(fields, 'backoff_ms', job.backoff_ms, DEFAULT_BACKOFF_MS)
-    unless_default(fields, 'traceparent', job.traceparent, nil)
-    unless_default(fields, 'group', job.group, nil)
-    redis.call('HSET', key, unpack(fields))
-    emit('enqueued', id, '"state":"' .. state .. '"')
+  local state, created = store_job(job.id, job, ARGV[i + 2], now, nil, unprioritised)
+  if created == 1 then
     created_count = created_count + 1
-    if state == 'delayed' then
-      redis.call('ZADD', DELAYED, now + job.delay_ms, id)
-      sweep_needed_by(now + job.delay_ms)
-    elseif job.priority == 0 and not job.group then
-      unprioritised[#unprioritised + 1] = id
-    else
-      push_waiting(id, job.priority, false, job.group)
-      leasable = leasable + 1
-    end
+    -- unprioritised jobs are counted once they are pushed, below
+    if state == 'waiting' and (job.priority ~= 0 or job.group) then leasable = leasable + 1 end
   end
-  reply[#reply + 1] = id
+  reply[#reply + 1] = job.id
   reply[#reply + 1] = state
   reply[#reply + 1] = created
 end

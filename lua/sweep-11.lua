@@ -21,19 +21,21 @@
 -- (reason "lease_expired" or "stalled") or cancelled, and counts reclaimed and dead-lettered jobs
 -- in the history.
 -- Last, the queue's entry in the due index is set to when its next sweep has work to do (the
--- earliest of: a lease's end, a session's lapse, a delayed job's due time, a retention's end),
--- or removed when nothing lies ahead.
+-- earliest of: a lease's end, a session's lapse, a delayed job's due time, a retention's end, a
+-- schedule's next run), or removed when nothing lies ahead.
 -- KEYS[1..11] the queue's keys (see include/common.lua); also the sessions ZSET and the
 --             workers' session hashes, derived from the prefix
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     batch size: at most this many jobs per kind of work (at most 5000), and this many
 --             lapsed sessions
 -- ARGV[3]     ledger offset: where this step's window starts (0, or the previous step's answer)
--- Returns     {reclaimed, dead_lettered, promoted, deleted, more, stale, offset}: more = 1 when
---             work is left (a full batch, or expired leases or lapsed sessions' jobs beyond this
---             step's window; the due index then says now); stale = index entries dropped;
---             offset = where the next step's window starts
+-- Returns     {reclaimed, dead_lettered, promoted, deleted, more, stale, offset, schedules_due}:
+--             more = 1 when work is left (a full batch, or expired leases or lapsed sessions'
+--             jobs beyond this step's window; the due index then says now); stale = index
+--             entries dropped; offset = where the next step's window starts; schedules_due = 1
+--             when a schedule's run is due (the service fires it: fire-schedules-11.lua)
 -- @include common
+-- @include schedule
 local batch, offset = tonumber(ARGV[2]), tonumber(ARGV[3])
 local LEDGER_MISS_GRACE_MS = 60000
 local LEDGER_MISS_PER_STEP = 4
@@ -237,7 +239,7 @@ local next_at = more == 1 and now or nil
 for _, due_at in ipairs({
   earliest(DEADLINES, 0) or false, earliest(SESSIONS, 0) or false, earliest(DELAYED, 0) or false,
   earliest(COMPLETED, completed_retention_ms) or false, earliest(FAILED, failed_retention_ms) or false,
-  earliest(CANCELLED, failed_retention_ms) or false,
+  earliest(CANCELLED, failed_retention_ms) or false, earliest(TIMETABLE, 0) or false,
 }) do
   if due_at and (next_at == nil or due_at < next_at) then next_at = due_at end
 end
@@ -246,4 +248,6 @@ if next_at then
 else
   redis.call('ZREM', DUE, QUEUE)
 end
-return finish({reclaimed, dead_lettered, promoted, deleted, more, stale_entries, next_offset}, now)
+-- Due schedules are fired by the service (fire-schedules-11.lua), which computes their next runs.
+local schedules_due = #redis.call('ZRANGE', TIMETABLE, '-inf', now, 'BYSCORE', 'LIMIT', 0, 1)
+return finish({reclaimed, dead_lettered, promoted, deleted, more, stale_entries, next_offset, schedules_due}, now)

@@ -39,6 +39,7 @@ from echomq_http.longpoll import ShardedWakeHub, TooManyWaiters, WakeHub
 from echomq_http.queue import JobQueues
 from echomq_http.replica_totals import ReplicaTotals
 from echomq_http.routes import QUEUE_HANDLERS, authorize, grant_of, json_response
+from echomq_http.schedules import Schedules
 from echomq_http.schemas import Health, Problem
 from echomq_http.scripts import WriteNotConfirmed
 from echomq_http.sweeper import Sweeper
@@ -264,11 +265,13 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
             keepalive_s=settings.events_keepalive_ms / 1000,
         )
         telemetry.subscribers = lambda: events.subscribed
-        sweeper = Sweeper(queues, settings.sweep_interval_ms)
+        schedules = Schedules(queues)
+        sweeper = Sweeper(queues, schedules, settings.sweep_interval_ms)
         deadlines = Deadlines(settings.body_timeout_s)
         app.state.update(
             client=client,
             queues=queues,
+            schedules=schedules,
             hub=hub,
             events=events,
             sweeper=sweeper,

@@ -15,6 +15,8 @@ class ScriptCode(IntEnum):
     LEASE_LOST = -2
     JOB_ACTIVE = -3
     NO_SESSION = -4
+    SCHEDULE_NOT_FOUND = -5
+    SCHEDULE_MOVED = -6  # put-schedule-11.lua: the schedule changed since it was read (not an error)
 
 
 class QueueError(Exception):
@@ -41,6 +43,10 @@ class NoSession(QueueError):
     pass
 
 
+class ScheduleNotFound(QueueError):
+    pass
+
+
 class BackendUnavailable(QueueError):
     pass
 
@@ -54,6 +60,7 @@ _EXCEPTION_OF_CODE: dict[ScriptCode, type[QueueError]] = {
     ScriptCode.LEASE_LOST: LeaseLost,
     ScriptCode.JOB_ACTIVE: JobActive,
     ScriptCode.NO_SESSION: NoSession,
+    ScriptCode.SCHEDULE_NOT_FOUND: ScheduleNotFound,
 }
 
 _DETAIL_OF_CODE: dict[ScriptCode, str] = {
@@ -61,10 +68,11 @@ _DETAIL_OF_CODE: dict[ScriptCode, str] = {
     ScriptCode.LEASE_LOST: "this lease id is not the job's current, unexpired lease",
     ScriptCode.JOB_ACTIVE: "the job is leased; this is not allowed while it is active",
     ScriptCode.NO_SESSION: "the worker has no live session in this queue",
+    ScriptCode.SCHEDULE_NOT_FOUND: "no such schedule in this queue",
 }
 
 
-def raise_for_code(code: int, job_id: str) -> None:
+def raise_for_code(code: int, job_id: str) -> None:  # job_id: the job's, or what the code is about
     """Raise the domain exception of a negative script code; do nothing for success codes."""
     if code < 0:
         script_code = ScriptCode(code)
@@ -88,6 +96,7 @@ PROBLEMS: dict[type[QueueError], tuple[int, str, str]] = {
     LeaseLost: (409, "lease_lost", "Lease lost"),
     JobActive: (409, "job_active", "Job is active"),
     NoSession: (409, "no_session", "No session"),
+    ScheduleNotFound: (404, "schedule_not_found", "Schedule not found"),
     BodyTimeout: (408, "request_timeout", "Request body too slow"),
     BackendUnavailable: (503, "backend_unavailable", "Backend unavailable"),
 }

@@ -177,6 +177,49 @@ REQUESTS: dict[str, dict[str, Example]] = {
         "listed": example("These dead letters only", {"ids": [JOB_ID, "order-9"]}),
         "all": example("Every dead letter (or send no body)", {}),
     },
+    "putSchedule": {
+        "cron": example(
+            "Weekdays at 07:30 in Berlin",
+            {
+                "cron": "30 7 * * MON-FRI",
+                "timezone": "Europe/Berlin",
+                "job": {"payload": {"report": "daily-sales"}, "name": "report", "max_attempts": 5},
+                "overlap": "skip",
+            },
+        ),
+        "every": example(
+            "Every 5 minutes, 100 times",
+            {"every_ms": 300_000, "job": {"payload": {"poll": "inbox"}}, "limit": 100},
+        ),
+    },
+}
+
+SCHEDULE_VIEW = {
+    "job": {
+        "payload": {"report": "daily-sales"},
+        "name": "report",
+        "priority": 0,
+        "max_attempts": 5,
+        "backoff": None,
+        "group": None,
+    },
+    "cron": "30 7 * * MON-FRI",
+    "every_ms": None,
+    "timezone": "Europe/Berlin",
+    "start_at": None,
+    "end_at": None,
+    "limit": None,
+    "overlap": "skip",
+    "paused": False,
+    "schedule": "daily-sales",
+    "queue": QUEUE,
+    "next_run_at": 1764484200000,
+    "last_run_at": 1764397800000,
+    "last_job_id": "daily-sales-r1764397800000",
+    "runs": 12,
+    "skipped": 1,
+    "created_at": 1763370000000,
+    "updated_at": 1764403200100,
 }
 
 COUNTS = {"waiting": 1204, "delayed": 17, "active": 8, "completed": 9876, "failed": 3, "cancelled": 1}
@@ -356,6 +399,24 @@ RESPONSES: dict[str, dict[int, dict[str, Example]]] = {
     "releaseWorker": {
         200: {"released": example("Taken from the worker", {"released": ["order-8", "order-9"]})}
     },
+    "putSchedule": {
+        201: {
+            "created": example(
+                "Created",
+                {**SCHEDULE_VIEW, "runs": 0, "skipped": 0, "last_run_at": None, "last_job_id": None},
+            )
+        },
+        200: {"replaced": example("Replaced: runs kept", SCHEDULE_VIEW)},
+    },
+    "getSchedule": {200: {"one": example("A schedule", SCHEDULE_VIEW)}},
+    "triggerSchedule": {
+        201: {
+            "made": example(
+                "One job made now",
+                {"id": "5f1c0e2d9a8b7c6d5e4f3a2b", "queue": QUEUE, "state": "waiting", "created": True},
+            )
+        }
+    },
     "pauseQueue": {200: {"paused": example("Paused", {"name": QUEUE, "paused": True})}},
     "resumeQueue": {200: {"resumed": example("Resumed", {"name": QUEUE, "paused": False})}},
 }
@@ -384,6 +445,9 @@ PROBLEMS: dict[str, Example] = {
         "job_active",
         "Job is active",
         f"the job is leased; this is not allowed while it is active: {JOB_ID}",
+    ),
+    "schedule_not_found": problem(
+        404, "schedule_not_found", "Schedule not found", "no such schedule in this queue: nightly-report"
     ),
     "no_session": problem(
         409, "no_session", "No session", "the worker has no live session in this queue: worker-7"

@@ -6,8 +6,8 @@ slot (the braces are the hash tag). Queue-level keys have one segment after that
 never contain ``:``, so no job or worker key can ever equal a queue-level key, and the
 distinct suffixes keep job and worker keys apart. Scripts derive per-job keys from the
 prefix with the same suffixes (``JOB_SUFFIX``, ``LOCK_SUFFIX``, ``HELD_SUFFIX``,
-``SESSION_SUFFIX``, ``REQUEST_SUFFIX``), which the script loader fills in instead of spelling
-them again in Lua.
+``SESSION_SUFFIX``, ``REQUEST_SUFFIX``, ``SCHEDULE_SUFFIX``), which the script loader fills in
+instead of spelling them again in Lua.
 
 The due index (a ZSET of queue names by the time their next sweep has work to do) is written by
 the scripts, so on a Cluster it must share each queue's slot: there it is one key per slot,
@@ -53,6 +53,13 @@ SESSIONS_NAME = "sessions"  # ZSET: worker -> when its session lapses (ms), or n
 RING_NAME = "ring"
 GROUPS_NAME = "groups"
 PARKED_NAME = "parked"  # ZSET (scores 0): groups that left RING at their cap with jobs waiting
+# Schedules (lua/include/schedule.lua): "<schedule>:sched" is a schedule's HASH (its spec, the job
+# it makes, next_run_at, runs ...); SCHEDULES the ZSET (scores 0, so by name) of every schedule of
+# the queue; TIMETABLE the ZSET of the schedules that have a next run (not paused, not ended) by
+# that run's time (ms), which the sweep reads and the due index follows.
+SCHEDULE_SUFFIX = ":sched"
+SCHEDULES_NAME = "schedules"
+TIMETABLE_NAME = "timetable"
 DUE_INDEX = f"{KEY_ROOT}:due"  # ZSET: queue -> when its next sweep has work (ms)
 DUE_INDEX_FILLED = f"{KEY_ROOT}:due-filled"  # STRING: every registered queue was put in the index
 CLUSTER_SLOTS = 16384
@@ -89,6 +96,8 @@ class QueueKeys:
     ring: str  # LIST: group names leases take turns from; not a script key (Lua derives it)
     groups: str  # ZSET: the queue's groups by name; not a script key (Lua derives it)
     parked: str  # ZSET: groups out of RING at their cap; not a script key (Lua derives it)
+    schedules: str  # ZSET: the queue's schedules by name; not a script key (Lua derives it)
+    timetable: str  # ZSET: schedule -> its next run (ms); not a script key (Lua derives it)
 
     @classmethod
     def for_queue(cls, queue: str, cluster: bool = False) -> QueueKeys:
@@ -109,6 +118,8 @@ class QueueKeys:
             ring=prefix + RING_NAME,
             groups=prefix + GROUPS_NAME,
             parked=prefix + PARKED_NAME,
+            schedules=prefix + SCHEDULES_NAME,
+            timetable=prefix + TIMETABLE_NAME,
             **named,
         )
 
@@ -132,6 +143,9 @@ class QueueKeys:
 
     def group(self, group: str) -> str:
         return self.prefix + group + GROUP_SUFFIX
+
+    def schedule(self, schedule: str) -> str:
+        return self.prefix + schedule + SCHEDULE_SUFFIX
 
 
 WAKE_CHANNEL_PATTERN = f"{KEY_ROOT}:{{*}}:wake"

@@ -39,7 +39,8 @@ LEASE_ID_BYTES = 16  # 128 random bits
 LEASE_ID_CHARS = LEASE_ID_BYTES * 2  # hex
 GENERATED_ID_BYTES = 12  # server-chosen job ids: 96 random bits, 24 hex characters
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+MAX_NAME_CHARS = 128
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # at most MAX_NAME_CHARS
 
 # Queue settings (PUT /v1/queues/{queue}/settings). The contract gives the lower bounds; the upper
 # ones keep every count exact in Lua, whose numbers are doubles (exact below 2^53): a rate log's
@@ -51,3 +52,12 @@ MAX_RATE_PER_MS = 24 * 3600 * 1000
 MAX_STALLS = 1_000_000  # a job's stall count; more would take that many lease expiries
 # A retention of up to 100 years: now + that, in ms, stays an exact integer in a Lua double.
 MAX_RETENTION_S = 100 * 365 * 24 * 3600
+
+# Schedules (PUT /v1/queues/{queue}/schedules/{schedule}). every_ms from 1 s (the contract) to a
+# year; times up to the year 9999 (exact in a Lua double); a cron text of a sane length.
+MIN_EVERY_MS = 1000
+MAX_EVERY_MS = 366 * 24 * 3600 * 1000
+MAX_EPOCH_MS = 253_402_300_799_999
+MAX_CRON_CHARS = 256
+MAX_SCHEDULE_LIMIT = 10**12  # runs; more than a schedule every second makes in 30,000 years
+MAX_TIMEZONE_CHARS = 64

@@ -68,6 +68,12 @@ TAGS: list[dict[str, str]] = [
         "description": "Operator actions: pause and resume leasing, redrive dead letters, release a "
         "dead worker's jobs, delete a job or a whole queue (admin tokens).",
     },
+    {
+        "name": "Schedules",
+        "description": "Recurring jobs: cron (in a timezone) or fixed intervals, each run making exactly "
+        "one job whatever the number of replicas; put, read, delete and trigger them (reading: any "
+        "token; the rest: producer or admin tokens).",
+    },
     {"name": "Service", "description": "Health, readiness, metrics and this document."},
 ]
 TAG_NAMES = frozenset(tag["name"] for tag in TAGS)
@@ -81,6 +87,7 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
         404,
         "no such job in the queue: never enqueued, deleted, or past its retention (job_not_found)",
     ),
+    "schedule_not_found": (404, "no such schedule in the queue (schedule_not_found)"),
     "request_timeout": (408, "the request body did not arrive within EMQ_BODY_TIMEOUT_S (request_timeout)"),
     "lease_lost": (
         409,
@@ -118,6 +125,7 @@ PATH_PARAMETERS = {
     "id": f"the job's id ({NAME_RULE})",
     "worker": "the worker's name, as it leased its jobs",
     "group": f"the group's name ({NAME_RULE}), as jobs were enqueued with it",
+    "schedule": f"the schedule's name ({NAME_RULE})",
 }
 
 

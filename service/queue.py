@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import math
 import os
@@ -63,7 +64,19 @@ _LEDGER_ENTRY_FIELDS = 5
 _ENQUEUE_REPLY_FIELDS = 3
 _NO_RESULT = b""
 READ_ONLY_OPERATIONS = frozenset(
-    {"counts", "ledger", "workers", "failed-page", "job", "list-jobs", "groups", "search-jobs"}
+    {
+        "counts",
+        "ledger",
+        "workers",
+        "failed-page",
+        "job",
+        "list-jobs",
+        "groups",
+        "due-schedules",
+        "schedules",
+        "schedule",
+        "search-jobs",
+    }
 )
 _GROUP_REPLY_FIELDS = 4
 RELEASED_AS_CANCELLED = 3  # release-11.lua: the job ended cancelled (its cancellation was requested)
@@ -127,7 +140,7 @@ def _ack_results(acks: Sequence[AckItem], codes: Sequence[int]) -> list[AckResul
 
 
 class _ScriptJob(msgspec.Struct, omit_defaults=True):
-    """One job's options as enqueue-10.lua reads them."""
+    """One job's options as enqueue-11.lua (include/store.lua) reads them."""
 
     name: str
     priority: int
@@ -198,6 +211,7 @@ def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
         cancel_requested=b"cancel_requested" in fields,
         group=_text(fields.get(b"group")),
         stalls=int(fields.get(b"stalls", 0)),
+        schedule=_text(fields.get(b"schedule")),
         finished_at=_int(fields.get(b"finished_at")),
     )
 
@@ -294,13 +308,13 @@ class SweepReport:
     dead_lettered: int = 0
     promoted: int = 0
     deleted: int = 0
+    schedules_due: int = 0  # queues the sweep found a schedule's run due in (fired next)
+    runs_fired: int = 0  # schedule runs that made a job
+    runs_skipped: int = 0  # schedule runs skipped (overlap "skip")
 
     def __add__(self, other: SweepReport) -> SweepReport:
         return SweepReport(
-            self.reclaimed + other.reclaimed,
-            self.dead_lettered + other.dead_lettered,
-            self.promoted + other.promoted,
-            self.deleted + other.deleted,
+            *(getattr(self, field.name) + getattr(other, field.name) for field in dataclasses.fields(self))
         )
 
 
@@ -374,6 +388,14 @@ class JobQueues:
                 replicas=replicas,
                 timeout_ms=self.confirm_timeout_ms,
             )
+
+    async def call_script(self, operation: str, queue: str, *args: object) -> Any:
+        """One script call, for the modules that own operations of their own (schedules)."""
+        return await self._call(operation, queue, *args)
+
+    async def register(self, queue: str) -> None:
+        """List the queue in the registry (a queue configured before its first job is listed)."""
+        await self._register(queue)
 
     async def _register(self, queue: str) -> None:
         # The registry is global (another cluster slot), so it is kept outside the scripts.
@@ -920,10 +942,10 @@ class JobQueues:
         offset = 0
         deadline = time.monotonic() + budget_s
         for _ in range(max_steps):
-            reclaimed, dead, promoted, deleted, more, stale, offset = await self._call(
+            reclaimed, dead, promoted, deleted, more, stale, offset, schedules_due = await self._call(
                 "sweep", queue, self.sweep_batch, offset
             )
-            report += SweepReport(reclaimed, dead, promoted, deleted)
+            report += SweepReport(reclaimed, dead, promoted, deleted, schedules_due)
             self.telemetry.record_sweep(queue, reclaimed, dead)
             self.telemetry.record_stale(queue, stale)
             if not more or time.monotonic() > deadline:

@@ -61,6 +61,9 @@ PLACEHOLDERS: Mapping[str, str] = {
     "RING_NAME": keys.RING_NAME,
     "GROUPS_NAME": keys.GROUPS_NAME,
     "PARKED_NAME": keys.PARKED_NAME,
+    "SCHEDULE_SUFFIX": keys.SCHEDULE_SUFFIX,
+    "SCHEDULES_NAME": keys.SCHEDULES_NAME,
+    "TIMETABLE_NAME": keys.TIMETABLE_NAME,
     "QUEUE_NAME_START": str(len(keys.queue_prefix("")) - 1),  # where the name starts in the prefix
     "MAX_PRIORITY": str(limits.MAX_PRIORITY),
     "LEASE_ID_CHARS": str(limits.LEASE_ID_CHARS),

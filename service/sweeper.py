@@ -1,4 +1,5 @@
-"""The stalled sweep loop: every interval, a bounded sweep of each queue the due index names.
+"""The stalled sweep loop: every interval, a bounded sweep of each queue the due index names,
+and the runs of its schedules that are due (echomq_http.schedules).
 
 Queues are visited only when their entry in the due index (echomq_http.dueindex) says a sweep has
 work to do, so quiet queues cost nothing. Once per process start, if the index was never
@@ -18,6 +19,7 @@ from redis.exceptions import RedisError
 from echomq_http.background import stop_task
 from echomq_http.keys import DUE_INDEX_FILLED
 from echomq_http.queue import JobQueues, SweepReport
+from echomq_http.schedules import Schedules
 from echomq_http.scripts import WriteNotConfirmed
 
 log = logging.getLogger(__name__)
@@ -31,8 +33,9 @@ MAX_PAGES_PER_TICK = 10
 
 
 class Sweeper:
-    def __init__(self, queues: JobQueues, interval_ms: int) -> None:
+    def __init__(self, queues: JobQueues, schedules: Schedules, interval_ms: int) -> None:
         self._queues = queues
+        self._schedules = schedules
         self._index = queues.due_index
         self._interval_s = interval_ms / 1000
         self._task: asyncio.Task[None] | None = None
@@ -58,7 +61,10 @@ class Sweeper:
             # others), so a next page holds the queues this one had no room for.
             due = await self._index.due(DUE_PAGE)
             for queue in due:
-                report += await self._queues.sweep_queue(queue, MAX_STEPS_PER_QUEUE, QUEUE_BUDGET_S)
+                swept = await self._queues.sweep_queue(queue, MAX_STEPS_PER_QUEUE, QUEUE_BUDGET_S)
+                if swept.schedules_due:
+                    swept += await self._schedules.fire_due(queue)
+                report += swept
             if len(due) < DUE_PAGE:
                 break
         self.runs += 1

@@ -15,6 +15,8 @@ local JOB_NOT_FOUND = -1
 local LEASE_LOST = -2
 local JOB_ACTIVE = -3
 local NO_SESSION = -4
+local SCHEDULE_NOT_FOUND = -5
+local SCHEDULE_MOVED = -6
 
 -- Waiting jobs with priority > 0 sit in PRIO scored (MAX_PRIORITY - priority) * BAND + offset,
 -- so higher priorities come first. Within a band, jobs handed back (release, sweep) get offsets

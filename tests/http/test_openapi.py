@@ -54,6 +54,11 @@ CONTRACT = {
     ("post", "/v1/queues/{queue}/workers/{worker}/heartbeat"),  # v1.1
     ("post", "/v1/queues/{queue}/workers/{worker}/quiet"),  # v1.1
     ("delete", "/v1/queues/{queue}/workers/{worker}"),  # v1.1
+    ("put", "/v1/queues/{queue}/schedules/{schedule}"),  # v1.1
+    ("get", "/v1/queues/{queue}/schedules/{schedule}"),  # v1.1
+    ("delete", "/v1/queues/{queue}/schedules/{schedule}"),  # v1.1
+    ("get", "/v1/queues/{queue}/schedules"),  # v1.1
+    ("post", "/v1/queues/{queue}/schedules/{schedule}/trigger"),  # v1.1
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),

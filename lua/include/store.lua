@@ -1,0 +1,41 @@
+-- Storing a new job, for the scripts that make jobs (enqueue, a schedule's runs and triggers).
+
+-- Appends field and value to an HSET's arguments, unless the value is the field's default.
+local function unless_default(fields, field, value, default)
+  if value ~= default then
+    fields[#fields + 1] = field
+    fields[#fields + 1] = value
+  end
+end
+
+-- Stores job `id` unless a job with that id is kept (then it stays as it is). job: the options
+-- enqueue-11.lua's ARGV[2] describes; payload: raw JSON; schedule: the schedule that made it, or
+-- nil. A waiting job goes in its line; an ungrouped one of priority 0 is appended to
+-- `unprioritised` instead when the caller gives that list (for one LPUSH of them all).
+-- Emits enqueued. Returns the job's state and 1 when it was stored now (0: the id was kept).
+local function store_job(id, job, payload, now, schedule, unprioritised)
+  local key = job_key(id)
+  local state = redis.call('HGET', key, 'state')
+  if state then return state, 0 end
+  state = job.delay_ms > 0 and 'delayed' or 'waiting'
+  local fields = {'payload', payload, 'state', state, 'created_at', now}
+  unless_default(fields, 'name', job.name, '')
+  unless_default(fields, 'priority', job.priority, 0)
+  unless_default(fields, 'max_attempts', job.max_attempts, DEFAULT_MAX_ATTEMPTS)
+  unless_default(fields, 'backoff_type', job.backoff_type, 'exponential')
+  unless_default(fields, 'backoff_ms', job.backoff_ms, DEFAULT_BACKOFF_MS)
+  unless_default(fields, 'traceparent', job.traceparent, nil)
+  unless_default(fields, 'group', job.group, nil)
+  unless_default(fields, 'schedule', schedule, nil)
+  redis.call('HSET', key, unpack(fields))
+  emit('enqueued', id, '"state":"' .. state .. '"' .. (schedule and ',"schedule":"' .. schedule .. '"' or ''))
+  if state == 'delayed' then
+    redis.call('ZADD', DELAYED, now + job.delay_ms, id)
+    sweep_needed_by(now + job.delay_ms)
+  elseif unprioritised and job.priority == 0 and not job.group then
+    unprioritised[#unprioritised + 1] = id
+  else
+    push_waiting(id, job.priority, false, job.group)
+  end
+  return state, 1
+end

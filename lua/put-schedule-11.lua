@@ -1,0 +1,38 @@
+-- Create or replace a schedule: a compare-and-set against the version the service read before it
+-- computed the schedule's next run (service/schedules.py), so neither a concurrent PUT nor a run
+-- fired in between is overwritten with a decision made on what they changed.
+-- KEYS[1..11] the queue's keys (see include/common.lua); writes the schedule's hash, SCHEDULES,
+--             TIMETABLE (derived from the prefix) and DUE
+-- ARGV[1]     key prefix "emq:{queue}:"
+-- ARGV[2]     schedule name
+-- ARGV[3]     the version read: "0" when there was no such schedule
+-- ARGV[4]     its next run (ms), "" for none (paused, ended)
+-- ARGV[5]     n: how many field/value pairs follow
+-- ARGV[6..]   n field/value pairs to set, then the names of fields to delete (options not given)
+-- Returns     {created (1: new, 0: replaced), then the schedule's hash as HGETALL flattens it},
+--             or SCHEDULE_MOVED (-6): the version is no longer the one read (read again)
+-- @include common
+-- @include schedule
+local name, expected, next_run, pairs_count = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local key = schedule_key(name)
+local version = redis.call('HGET', key, 'version') or '0'
+if version ~= expected then return SCHEDULE_MOVED end
+local now = text(now_ms())
+local fields = {'version', text(tonumber(version) + 1), 'updated_at', now}
+if version == '0' then
+  fields[#fields + 1] = 'created_at'
+  fields[#fields + 1] = now
+  fields[#fields + 1] = 'runs'
+  fields[#fields + 1] = '0'
+end
+for i = 6, 5 + 2 * pairs_count do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', key, unpack(fields))
+local absent = {}
+for i = 6 + 2 * pairs_count, #ARGV do absent[#absent + 1] = ARGV[i] end
+if #absent > 0 then redis.call('HDEL', key, unpack(absent)) end
+redis.call('ZADD', SCHEDULES, 0, name)
+set_next_run(name, key, next_run)
+local reply = {version == '0' and 1 or 0}
+local stored = redis.call('HGETALL', key)
+for i = 1, #stored do reply[#reply + 1] = stored[i] end
+return reply
