@@ -16,9 +16,10 @@ from echomq_http.auth import Action, Unauthorized
 from echomq_http.errors import InvalidRequest
 from echomq_http.queue import JobQueues
 from echomq_http.routes import checked_name
+from echomq_http.schemas import ScheduleRequest
 from echomq_http.ui.access import SIGN_IN_PATH, Viewer, authenticator_of, sign_in, sign_out, viewer_of
 from echomq_http.ui.forms import Form, back_to, checked_form, job_ids, queue_settings
-from echomq_http.ui.pages import QUEUE_PAGE, UI, path_queue, queues_of
+from echomq_http.ui.pages import QUEUE_PAGE, UI, path_queue, queues_of, schedules_of
 from echomq_http.ui.render import page
 
 
@@ -158,7 +159,54 @@ async def cancel_job(request: Request[Any, Any, State]) -> Redirect:
     return act.done(queue_url(act.queue) + f"/jobs/{quote(job_id)}", "cancelled")
 
 
+SCHEDULE = QUEUE_PAGE + "/schedules/{schedule:str}"
+
+
+async def schedule_acting(request: Request[Any, Any, State]) -> tuple[Acting, str]:
+    """A schedule's actions need what the schedules API needs: the enqueue action."""
+    act = await acting(request, Action.ENQUEUE)
+    return act, checked_name(request.path_params["schedule"], "schedule")
+
+
+@post(SCHEDULE + "/trigger", include_in_schema=False, status_code=303)
+async def trigger_schedule(request: Request[Any, Any, State]) -> Redirect:
+    act, name = await schedule_acting(request)
+    await schedules_of(request).trigger(act.queue, name)
+    return act.done(queue_url(act.queue, "schedules"), "triggered")
+
+
+async def _set_schedule_paused(request: Request[Any, Any, State], paused: bool) -> Redirect:
+    """Put the schedule again as it is, paused or not (the API's way: PUT with paused)."""
+    act, name = await schedule_acting(request)
+    schedules = schedules_of(request)
+    view = await schedules.get(act.queue, name)
+    fields = {field: getattr(view, field) for field in ScheduleRequest.__struct_fields__}
+    await schedules.put(act.queue, name, ScheduleRequest(**{**fields, "paused": paused}))
+    return act.done(queue_url(act.queue, "schedules"), "schedule-paused" if paused else "schedule-resumed")
+
+
+@post(SCHEDULE + "/pause", include_in_schema=False, status_code=303)
+async def pause_schedule(request: Request[Any, Any, State]) -> Redirect:
+    return await _set_schedule_paused(request, True)
+
+
+@post(SCHEDULE + "/resume", include_in_schema=False, status_code=303)
+async def resume_schedule(request: Request[Any, Any, State]) -> Redirect:
+    return await _set_schedule_paused(request, False)
+
+
+@post(SCHEDULE + "/delete", include_in_schema=False, status_code=303)
+async def delete_schedule(request: Request[Any, Any, State]) -> Redirect:
+    act, name = await schedule_acting(request)
+    await schedules_of(request).delete(act.queue, name)
+    return act.done(queue_url(act.queue, "schedules"), "schedule-deleted")
+
+
 ACTION_HANDLERS = [
+    trigger_schedule,
+    pause_schedule,
+    resume_schedule,
+    delete_schedule,
     sign_in_page,
     sign_in_submit,
     sign_out_submit,

@@ -16,6 +16,7 @@ from echomq_http.auth import Action
 from echomq_http.errors import InvalidRequest, JobNotFound
 from echomq_http.queue import SEARCH_STATES, JobQueues
 from echomq_http.routes import JOB_STATES, checked_name, query_int
+from echomq_http.schedules import Schedules
 from echomq_http.schemas import JobView, is_name
 from echomq_http.ui.access import Viewer, reader_of, viewer_of
 from echomq_http.ui.overview import summaries
@@ -25,7 +26,7 @@ from echomq_http.ui.timeline import job_timeline
 UI = "/ui"
 QUEUE_PAGE = UI + "/queues/{queue:str}"
 LIST_TABS = tuple(state for state in JOB_STATES if state != "active")  # cursor-paged job lists
-TABS = (*JOB_STATES, "workers", "settings")
+TABS = (*JOB_STATES, "workers", "schedules", "settings")
 LIVE_TABS = frozenset({*JOB_STATES, "workers"})  # the tabs the feed refreshes
 DEFAULT_PAGE = 50
 SEARCH_BUDGET = 1000  # entries one step of the search reads (one script call)
@@ -35,6 +36,10 @@ LEASE_SOON_MS = 5000  # a lease this close to its end shows red
 
 def queues_of(request: Request[Any, Any, State]) -> JobQueues:
     return request.app.state.queues  # type: ignore[no-any-return]
+
+
+def schedules_of(request: Request[Any, Any, State]) -> Schedules:
+    return request.app.state.schedules  # type: ignore[no-any-return]
 
 
 def path_queue(request: Request[Any, Any, State]) -> str:
@@ -90,6 +95,8 @@ async def tab_context(
         }
     if tab == "workers":
         return {"workers": await queues.workers(queue)}
+    if tab == "schedules":
+        return {"schedules": await schedules_of(request).list(queue)}
     return {"settings": await queues.get_settings(queue)}
 
 

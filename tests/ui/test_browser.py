@@ -243,3 +243,15 @@ def test_readable_and_keyboard_usable_at_phone_width(
             break
     page.keyboard.press("Enter")
     expect(page).to_have_url(f"{page.url.split('/ui/')[0]}/ui/queues/{name}/failed")
+
+
+def test_trigger_a_schedule(page: Page, api: httpx.Client, name: str, axe_script: Path) -> None:
+    schedule = {"cron": "0 3 * * *", "timezone": "Europe/Berlin", "job": {"payload": {"report": "nightly"}}}
+    assert api.put(f"/v1/queues/{name}/schedules/nightly-report", json=schedule).status_code == 201
+    page.goto(f"/ui/queues/{name}/schedules")
+    row = page.locator("tr", has_text="nightly-report")
+    expect(row).to_contain_text("0 3 * * *")
+    checked(page, axe_script, "schedules")
+    row.get_by_role("button", name="Trigger").click()
+    expect(page.get_by_role("status")).to_have_text("Schedule triggered: one job enqueued.")
+    assert api.get(f"/v1/queues/{name}").json()["counts"]["waiting"] == 1

@@ -349,3 +349,30 @@ def test_without_tokens_the_dashboard_is_open(redis_url, name):
         assert ">Pause<" in page.text and "Signed in" not in page.text
         answer = browser.post(f"/ui/queues/{name}/pause", data={"csrf_token": csrf_of(page.text)})
         assert answer.status_code == 303
+
+
+def test_schedules_trigger_pause_resume_and_delete(api, ui_url, name):
+    schedule = {"every_ms": 3_600_000, "job": {"payload": {"report": "daily"}}}
+    assert api.put(f"/v1/queues/{name}/schedules/nightly", json=schedule).status_code == 201
+    page = f"/ui/queues/{name}/schedules"
+    base = f"/ui/queues/{name}/schedules/nightly"
+    with signed_in(ui_url, WORKER) as worker:
+        html = worker.get(page).text
+        assert "nightly" in html and ">Trigger<" not in html
+        assert post(worker, base + "/trigger", page).status_code == 403
+    with signed_in(ui_url, PRODUCER) as producer:
+        assert ">Trigger<" in producer.get(page).text
+        assert post(producer, base + "/trigger", page).headers["location"].endswith("notice=triggered")
+        assert api.get(f"/v1/queues/{name}").json()["counts"]["waiting"] == 1
+        post(producer, base + "/pause", page)
+        view = api.get(f"/v1/queues/{name}/schedules/nightly").json()
+        assert (
+            view["paused"] is True
+            and view["next_run_at"] is None
+            and view["job"]["payload"] == {"report": "daily"}
+        )
+        post(producer, base + "/resume", page)
+        assert api.get(f"/v1/queues/{name}/schedules/nightly").json()["paused"] is False
+        assert post(producer, f"/ui/queues/{name}/schedules/nope/trigger", page).status_code == 404
+        post(producer, base + "/delete", page)
+        assert api.get(f"/v1/queues/{name}/schedules/nightly").status_code == 404
