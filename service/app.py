@@ -44,6 +44,7 @@ from echomq_http.schemas import Health, Problem
 from echomq_http.scripts import WriteNotConfirmed
 from echomq_http.sweeper import Sweeper
 from echomq_http.telemetry import Telemetry, http_metrics_middleware
+from echomq_http.ui import template_config, ui_handlers
 
 log = logging.getLogger(__name__)
 
@@ -327,7 +328,15 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
         return Response(document, media_type="application/json")
 
     app = Litestar(
-        route_handlers=[*QUEUE_HANDLERS, healthz, readyz, metrics_text, openapi_json, *DOCS_HANDLERS],
+        route_handlers=[
+            *QUEUE_HANDLERS,
+            healthz,
+            readyz,
+            metrics_text,
+            openapi_json,
+            *DOCS_HANDLERS,
+            *ui_handlers(),
+        ],
         lifespan=[lifespan],
         openapi_config=None,
         logging_config=None,
@@ -336,5 +345,6 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
         guards=[authorize],  # the launcher configures logging; no queue-listener threads
         request_max_body_size=settings.max_body_bytes,
         exception_handlers=dict(EXCEPTION_HANDLERS),  # type: ignore[arg-type]
+        template_config=template_config(),
     )
     return FastPath(app, telemetry, HOT_OPERATIONS, EXCEPTION_HANDLERS)

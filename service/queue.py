@@ -75,6 +75,7 @@ READ_ONLY_OPERATIONS = frozenset(
         "due-schedules",
         "schedules",
         "schedule",
+        "search-jobs",
     }
 )
 _GROUP_REPLY_FIELDS = 4
@@ -174,6 +175,11 @@ def _compact(value: Raw | UnsetType) -> str:
         return ""
     return _encode(msgspec.json.decode(value)).decode()  # type: ignore[arg-type]
 
+
+SEARCH_STATES = ("failed", "completed", "cancelled", "delayed")  # lua/search-jobs-11.lua
+# Lua's string.lower folds ASCII letters only: the text is folded the same way here, so that it
+# matches what the script compares it with.
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 HISTORY_KINDS = ("enqueued", "completed", "failed", "reclaimed")  # HistoryMinute's order
 
@@ -739,6 +745,15 @@ class JobQueues:
         fields = dict(zip(flat[::2], flat[1::2], strict=True))
         return job_view(queue, job_id, fields), int(position)
 
+    async def job_details(self, queue: str, job_id: str) -> tuple[JobView | None, int | None, int]:
+        """The job (None: there is none), the fence of its last lease (None: never leased) and
+        the number of the queue's last event, read in one step (lua/job-11.lua)."""
+        position, *flat = await self._call("job", queue, job_id, job_id=job_id)
+        if not flat:
+            return None, None, int(position)
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        return job_view(queue, job_id, fields), _int(fields.get(b"fence")), int(position)
+
     async def history(self, queue: str, minutes: int) -> list[HistoryMinute]:
         """Per-minute counts of the last `minutes` minutes (the last one the current), from the
         queue's history hash (lua/include/common.lua count_history), zeros included."""
@@ -753,6 +768,32 @@ class JobQueues:
         values = [int(count) if count is not None else 0 for count in counts]
         width = len(HISTORY_KINDS)
         return [HistoryMinute(start, *values[i * width : (i + 1) * width]) for i, start in enumerate(starts)]
+
+    async def search_jobs(
+        self, queue: str, state: str, text: str, offset: int, budget: int, limit: int
+    ) -> tuple[list[str], int, int]:
+        """One bounded step of a search for text in the payloads and errors of a state's jobs
+        (lua/search-jobs-11.lua): the ids that hold it, where the next step starts, and how many
+        entries the state holds (the scan is done when the next step would start there)."""
+        next_offset, total, *ids = await self._call(
+            "search-jobs", queue, state, text.translate(_ASCII_LOWER), offset, budget, limit
+        )
+        return [job_id.decode() for job_id in ids], next_offset, total
+
+    async def recent_events(
+        self, queue: str, before: int | None, count: int
+    ) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        """Up to `count` entries of the queue's event stream, newest first, from just before the
+        entry numbered `before` (None: from the newest); an entry is one script call's events."""
+        end = "+" if before is None else f"(0-{before}"
+        async with self._gate:
+            return await self.client.xrevrange(self.keys(queue).events, end, "-", count=count)  # type: ignore[no-any-return]
+
+    async def server_time_ms(self) -> int:
+        """Redis's clock, the one every time the service stores comes from."""
+        async with self._gate:
+            seconds, micros = await self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
 
     async def get_settings(self, queue: str) -> QueueSettings:
         """The queue's settings, read from its META now (a queue never used has the defaults)."""

@@ -703,7 +703,7 @@ EVENTS_QUERY = (
 )
 
 
-def _events_query(request: Request[Any, Any, State]) -> tuple[int | None, frozenset[str] | None, str | None]:
+def events_query(request: Request[Any, Any, State]) -> tuple[int | None, frozenset[str] | None, str | None]:
     after: int | None = None
     last_event_id = request.headers.get("last-event-id")
     if last_event_id is not None:
@@ -774,8 +774,13 @@ def _events_query(request: Request[Any, Any, State]) -> tuple[int | None, frozen
     ),
 )
 async def events(request: Request[Any, Any, State]) -> Stream:
-    queue = path_queue(request)
-    after, types, job = _events_query(request)
+    return await sse_response(request, path_queue(request))
+
+
+async def sse_response(request: Request[Any, Any, State], queue: str) -> Stream:
+    """The queue's event stream as the request asks for it (from an id, some types, one job):
+    the API's feed, and the dashboard's (which signs in by cookie)."""
+    after, types, job = events_query(request)
     body = event_stream(events_of(request), queue, after, types, job)
     first = await anext(body)  # subscribed (or 429) before the answer's status goes out
     return Stream(
@@ -1140,6 +1145,8 @@ async def put_settings(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     settings = await read_body(request, QueueSettings)
     return json_response(await queues_of(request).put_settings(queue, settings))
+
+
 @put(
     Q + "/groups/{group:str}",
     operation_id="setGroupLimit",

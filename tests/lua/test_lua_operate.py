@@ -38,6 +38,7 @@ OPERATIONS = [
     "release-worker",
     "schedule",
     "schedules",
+    "search-jobs",
     "session",
     "set-group",
     "set-paused",

@@ -1,0 +1,94 @@
+"""Live updates: the queues' event feeds (echomq_http.events) as the dashboard's pages follow
+them. A queue page and a job page take the queue's own stream (the API's, signed in by cookie:
+EventSource sends no Authorization header), resuming by event id; the overview takes one stream
+that says which queues changed, bursts merged, rather than one connection per queue."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from litestar import Request, get
+from litestar.datastructures import State
+from litestar.response import Stream
+
+from echomq_http.events import KEEPALIVE_FRAME, SSE_RETRY_MS, EventHub, Subscriber
+from echomq_http.routes import events_of, sse_response
+from echomq_http.ui.access import reader_of, viewer_of
+from echomq_http.ui.pages import QUEUE_PAGE, UI, path_queue, queues_of
+
+MAX_OVERVIEW_QUEUES = 50  # the overview follows at most this many queues live
+MERGE_S = 0.5  # changes within this long make one notice: a busy queue costs the page little
+STREAM_S = 60.0  # the overview stream ends after this long: the page reconnects and sees new queues
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@get(QUEUE_PAGE + "/events", include_in_schema=False)
+async def queue_events(request: Request[Any, Any, State]) -> Stream:
+    queue = path_queue(request)
+    reader_of(request, queue)
+    return await sse_response(request, queue)
+
+
+def _pending(subscriber: Subscriber) -> bool:
+    return bool(subscriber.buffer) or subscriber.dropped or subscriber.resync is not None
+
+
+async def changed_queues(hub: EventHub, names: list[str], keepalive_s: float) -> AsyncIterator[bytes]:
+    """ "changed" events naming the queues whose feeds had events, at most one per MERGE_S."""
+    async with contextlib.AsyncExitStack() as stack:
+        subscribers = [(await stack.enter_async_context(hub.subscribe(name)))[1] for name in names]
+        yield b"retry: %d\n\n" % SSE_RETRY_MS
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STREAM_S
+        while loop.time() < deadline:
+            for subscriber in subscribers:
+                if not _pending(subscriber):
+                    subscriber.ready.clear()
+            waits = [asyncio.ensure_future(subscriber.ready.wait()) for subscriber in subscribers]
+            if waits:
+                _, pending = await asyncio.wait(
+                    waits, timeout=keepalive_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                for wait in pending:
+                    wait.cancel()
+            else:
+                await asyncio.sleep(keepalive_s)
+            if hub.stopping.is_set() or any(subscriber.dropped for subscriber in subscribers):
+                return  # shutting down, or too far behind: the page reconnects and reads again
+            changed = [
+                name for name, subscriber in zip(names, subscribers, strict=True) if _pending(subscriber)
+            ]
+            for subscriber in subscribers:
+                subscriber.buffer.clear()
+                subscriber.resync = None
+            if not changed:
+                yield KEEPALIVE_FRAME
+                continue
+            yield b"event: changed\ndata: " + msgspec.json.encode(changed) + b"\n\n"
+            await asyncio.sleep(MERGE_S)
+
+
+@get(UI + "/events", include_in_schema=False)
+async def overview_events(request: Request[Any, Any, State]) -> Stream:
+    viewer = viewer_of(request)
+    names = [name for name in await queues_of(request).queue_names() if viewer.sees(name)]
+    hub = events_of(request)
+    body = changed_queues(hub, names[:MAX_OVERVIEW_QUEUES], hub.keepalive_s)
+    first = await anext(body)  # subscribed (or 429) before the status goes out
+    return Stream(_prepend(first, body), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        yield first
+        async for chunk in rest:
+            yield chunk
+    finally:
+        await rest.aclose()  # type: ignore[attr-defined]
+
+
+LIVE_HANDLERS = [queue_events, overview_events]
