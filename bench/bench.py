@@ -974,6 +974,8 @@ FLOW_OPS = (
 SESSION_OPS = (("session_recovery", "a SIGKILLed worker's jobs back, session vs lease", (90, 300)),)
 # The workload of bench/groups_ops.py (issue 15), the same way.
 GROUP_OPS = (("group_lease_cost", "lease cost with 1 vs 10,000 groups", (120, 300)),)
+# The workload of bench/schedules_ops.py (issue 16), the same way.
+SCHEDULE_OPS = (("schedule_cost", "10,000 schedules, 100 due a second: CPU and lateness", (90, 120)),)
 HTTP_ONLY_WORKLOADS = {"enqueue", "enqueue_batch", "wakeup", "idle_sweep", "idle"}
 
 
@@ -1455,6 +1457,7 @@ def run_all(bench: Bench) -> list[Row]:
     rows += run_ledger_ops(bench, enabled, "flow_ops", FLOW_OPS)
     rows += run_ledger_ops(bench, enabled, "sessions_ops", SESSION_OPS)
     rows += run_ledger_ops(bench, enabled, "groups_ops", GROUP_OPS)
+    rows += run_ledger_ops(bench, enabled, "schedules_ops", SCHEDULE_OPS)
 
     judge(rows, dur)
     return rows
@@ -1773,7 +1776,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     enabled = selection(args)
     extra_s = sum(
         allow[0 if args.quick else 1]
-        for key, _, allow in (*LEDGER_OPS, *EVENT_OPS, *FLOW_OPS, *SESSION_OPS, *GROUP_OPS)
+        for key, _, allow in (*LEDGER_OPS, *EVENT_OPS, *FLOW_OPS, *SESSION_OPS, *GROUP_OPS, *SCHEDULE_OPS)
         if enabled(key)
     )
     extra_s += TS_WORKER_EXTRA_S if enabled("ts_worker") else 0
