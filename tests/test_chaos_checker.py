@@ -795,3 +795,173 @@ def test_a_session_lease_refused_before_its_session_can_have_lapsed_fails(tmp_pa
     assert any(
         "2600 ms before the lease's end (its session's earliest lapse)" in f for f in result["failures"]
     )
+
+
+# -- schedules ---------------------------------------------------------------------------------
+
+TICK = "tick0"
+EVERY_MS = 1000
+
+
+def run_id(run_ms: int) -> str:
+    return f"{TICK}-r{T0_MS + run_ms}"
+
+
+def scheduled_run(runs: dict[int, int] | None = None, pause_ms: int = 6500) -> dict[str, Any]:
+    """clean_run, and a schedule every 1 s whose first run is at 1000: {run time: made at} (by
+    default 1000..5000, each made 150 ms late), every run's job done by w2g0 300 ms after it was
+    made; paused at pause_ms."""
+    runs = {ms: ms + 150 for ms in range(1000, 6000, EVERY_MS)} if runs is None else runs
+    run = clean_run()
+    events, effects, stream = [start("w2g0", 0)], [], []
+    states = run["history.json"]["final"]["states"]
+    for fence, (run_ms, made_ms) in enumerate(sorted(runs.items()), start=100):
+        job, lease_id = run_id(run_ms), f"lease-{run_ms}"
+        events += [lease(job, lease_id, fence, 1, made_ms + 300), ack(job, lease_id, made_ms + 320)]
+        effects.append(effect(job, lease_id, fence, made_ms + 310))
+        stream += [
+            event("enqueued", job, made_ms, state="waiting", schedule=TICK),
+            leased(job, fence, 1, made_ms + 300, "w2g0"),
+            done(job, made_ms + 319, "w2g0", 1),
+        ]
+        states[job] = ["completed", 1]
+    run["clients"]["events-w2g0.jsonl"] = [*events, {"ev": "exit", "t": at(9000)}]
+    run["clients"]["effects-w2g0.jsonl"] = effects
+    run["stream.jsonl"] = numbered([*run["stream.jsonl"], *stream])
+    run["history.json"]["final"]["counts"]["completed"] += len(runs)
+    last = max(runs, default=None)
+    run["schedules.json"] = {
+        "every_ms": EVERY_MS,
+        "schedules": {
+            TICK: {
+                "anchor": T0_MS + 1000,
+                "put_t": at(0),
+                "pause_t": at(pause_ms),
+                "paused_t": at(pause_ms + 20),
+            }
+        },
+        "views": {
+            TICK: {"schedule": TICK, "runs": len(runs), "last_run_at": None if last is None else T0_MS + last}
+        },
+        "jobs": {
+            run_id(run_ms): {"schedule": TICK, "created_at": T0_MS + made_ms, "state": "completed"}
+            for run_ms, made_ms in runs.items()
+        },
+    }
+    return run
+
+
+def schedule_verdict(run: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    write(run, workdir)
+    (workdir / "schedules.json").write_text(json.dumps(run["schedules.json"]))
+    return Checker(History.load(workdir), aof_window_s=2.0).run()
+
+
+def redis_down(run: dict[str, Any], from_ms: int, to_ms: int) -> None:
+    run["history.json"]["planned"]["redis-kill"] = 1
+    run["history.json"]["faults"].append(
+        {"id": 2, "kind": "redis-kill", "target": "redis", "variant": "long", "t": at(from_ms),
+         "t_end": at(to_ms), "skipped": "", "extra": {}}
+    )  # fmt: skip
+
+
+def test_a_schedule_that_made_each_run_once_passes(tmp_path: Path) -> None:
+    result = schedule_verdict(scheduled_run(), tmp_path)
+    assert result["failures"] == []
+    figures = result["schedules"]
+    assert (figures["runs"], figures["runs_agree"], figures["missed"]) == (5, 1, 0)
+    assert figures["lateness_ms"] == [150] * 5
+    assert (result["schedule_jobs"], result["completed"], result["unexpected"]) == (5, 8, [])
+
+
+def test_a_run_missed_with_redis_and_the_replicas_up_fails(tmp_path: Path) -> None:
+    runs = {ms: ms + 150 for ms in (1000, 2000, 4000, 5000)}
+    result = schedule_verdict(scheduled_run(runs), tmp_path)
+    assert findings(result) == {("schedule-missed", TICK)}
+
+
+def test_runs_missed_across_a_redis_outage_behind_one_catch_up_run_pass(tmp_path: Path) -> None:
+    """Redis down from 1.9 s to 4.2 s: the run of 2000 is made at 4300 (the catch-up), those of
+    3000 and 4000 are not, the next one is on time."""
+    run = scheduled_run({1000: 1150, 2000: 4300, 5000: 5150})
+    redis_down(run, 1900, 4200)
+    result = schedule_verdict(run, tmp_path)
+    assert result["failures"] == []
+    assert (result["schedules"]["missed"], result["schedules"]["catch_up_runs"]) == (2, 1)
+
+
+def test_runs_missed_in_an_outage_with_no_catch_up_run_fail(tmp_path: Path) -> None:
+    run = scheduled_run({1000: 1150, 4000: 4300, 5000: 5150})
+    redis_down(run, 1900, 3000)
+    assert findings(schedule_verdict(run, tmp_path)) == {("schedule-catch-up", TICK)}
+
+
+def test_every_missed_run_made_late_after_an_outage_fails(tmp_path: Path) -> None:
+    """One catch-up run for all the missed ones, not one each."""
+    run = scheduled_run({1000: 1150, 2000: 4300, 3000: 4310, 4000: 4320, 5000: 5150})
+    redis_down(run, 1900, 4200)
+    assert findings(schedule_verdict(run, tmp_path)) == {("schedule-catch-up", TICK)}
+
+
+@pytest.mark.parametrize(
+    ("runs", "kinds"),
+    [
+        ({1000: 1150, 2000: 2150, 3000: 5300, 4000: 5310, 5000: 5150}, {"schedule-late"}),
+        ({1000: 1150, 1500: 1650, 2000: 2150, 3000: 3150, 4000: 4150}, {"schedule-grid", "schedule-twice"}),
+        ({1000: 1150, 2000: 1900, 3000: 3150, 4000: 4150, 5000: 5150}, {"schedule-early"}),
+        ({1000: 1150, 2000: 2150, 3000: 3150, 4000: 4150, 7000: 7150}, {"schedule-after-pause"}),
+    ],
+    ids=["late", "off the grid", "early", "after its pause"],
+)
+def test_a_run_made_late_early_off_its_grid_or_paused_fails(
+    tmp_path: Path, runs: dict[int, int], kinds: set[str]
+) -> None:
+    assert findings(schedule_verdict(scheduled_run(runs), tmp_path)) == {(kind, TICK) for kind in kinds}
+
+
+def test_a_schedule_whose_runs_miscount_its_jobs_fails(tmp_path: Path) -> None:
+    run = scheduled_run()
+    run["schedules.json"]["views"][TICK]["runs"] = 6
+    assert findings(schedule_verdict(run, tmp_path)) == {("schedule-runs", TICK)}
+
+
+def test_a_job_a_schedule_made_and_a_worker_did_that_is_gone_is_lost(tmp_path: Path) -> None:
+    run = scheduled_run()
+    job = run_id(3000)
+    run["history.json"]["final"]["states"][job] = ["absent", None]
+    run["history.json"]["final"]["counts"]["completed"] -= 1
+    del run["schedules.json"]["jobs"][job]
+    result = schedule_verdict(run, tmp_path)
+    assert ("lost", job) in findings(result)
+    assert ("state", job) not in findings(result)
+
+
+def test_a_failed_read_of_the_schedules_fails_the_run(tmp_path: Path) -> None:
+    run = scheduled_run()
+    run["schedules.json"]["views"] = None
+    assert findings(schedule_verdict(run, tmp_path)) == {("final-read", "schedules")}
+
+
+def test_runs_undone_by_a_redis_restart_after_a_worker_did_them_pass(tmp_path: Path) -> None:
+    """The runs of 2000 and 3000 are made on time and done by w3g0; Redis is SIGKILLed at 3500
+    and its AOF has neither (back at 4000): the run of 2000 is made again at 4100 (the catch-up,
+    same id), 3000's job stays gone, 4000 is missed; all in the AOF everysec window."""
+    run = scheduled_run({1000: 1150, 2000: 4100, 5000: 5150})
+    redis_down(run, 3500, 4000)
+    early, undone = run_id(2000), run_id(3000)
+    run["clients"]["events-w3g0.jsonl"] = [
+        start("w3g0", 0),
+        lease(early, "lease-early", 90, 1, 2300),
+        ack(early, "lease-early", 2320),
+        lease(undone, "lease-undone", 91, 1, 3300),
+        ack(undone, "lease-undone", 3320),
+    ]
+    run["clients"]["effects-w3g0.jsonl"] = [
+        effect(early, "lease-early", 90, 2310),
+        effect(undone, "lease-undone", 91, 3310),
+    ]
+    run["history.json"]["final"]["states"][undone] = ["absent", None]
+    result = schedule_verdict(run, tmp_path)
+    assert result["failures"] == []
+    assert [lost["job"] for lost in result["lost_in_aof_window"]] == [undone]
+    assert (result["schedules"]["missed"], result["schedules"]["runs"]) == (1, 3)
