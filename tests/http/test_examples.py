@@ -20,5 +20,7 @@ def test_walkthrough_script(service_url: str, queue: str) -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert json.loads(lines[lines.index("# ack") + 1])["state"] == "completed"
+    triggered = json.loads(lines[lines.index("# trigger it: one job now") + 1])
+    assert triggered["created"] is True and triggered["state"] == "waiting"
     counts = json.loads(lines[-1])["counts"]
-    assert counts == {"waiting": 0, "delayed": 0, "active": 0, "completed": 1, "failed": 0, "cancelled": 0}
+    assert counts == {"waiting": 1, "delayed": 0, "active": 0, "completed": 1, "failed": 0, "cancelled": 0}
