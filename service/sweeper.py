@@ -63,7 +63,7 @@ class Sweeper:
             for queue in due:
                 swept = await self._queues.sweep_queue(queue, MAX_STEPS_PER_QUEUE, QUEUE_BUDGET_S)
                 if swept.schedules_due:
-                    swept += await self._schedules.fire_due(queue)
+                    swept += await self._fire_due(queue)
                 report += swept
             if len(due) < DUE_PAGE:
                 break
@@ -72,6 +72,17 @@ class Sweeper:
         self.last_duration_s = time.perf_counter() - started
         self._queues.telemetry.sweep_duration.record(self.last_duration_s)
         return report
+
+    async def _fire_due(self, queue: str) -> SweepReport:
+        """The queue's due schedule runs; a failure is logged and left for the next tick (the
+        queue stays due), never in the way of the other queues' sweeps."""
+        try:
+            return await self._schedules.fire_due(queue)
+        except (RedisError, OSError, WriteNotConfirmed) as error:
+            log.warning("schedules of queue %r not fired: %s", queue, error)
+        except Exception:
+            log.exception("schedules of queue %r not fired", queue)
+        return SweepReport()
 
     async def _fill_index(self) -> None:
         """Sweep every registered queue once, unless some process has done so already."""

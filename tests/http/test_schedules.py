@@ -184,6 +184,20 @@ async def test_trigger_makes_a_job_now_outside_the_timetable(client, queue):
     assert_problem(await client.post(f"/v1/queues/{queue}/schedules/none/trigger"), 404, "schedule_not_found")
 
 
+async def test_a_run_makes_the_job_of_its_template_with_its_group(client, queue):
+    template = {"payload": {"n": 1}, "name": "digest", "priority": 5, "max_attempts": 7, "group": "tenant-1"}
+    await put(client, queue, "g", {"every_ms": EVERY_MS, "job": template, "paused": True})
+    made = (await client.post(f"/v1/queues/{queue}/schedules/g/trigger")).json()  # a paused one too
+    job = await get_job(client, queue, made["id"])
+    assert (job["name"], job["priority"], job["max_attempts"], job["group"]) == ("digest", 5, 7, "tenant-1")
+    await put(client, queue, "g", {"every_ms": EVERY_MS, "job": template}, status=200)
+    ran = await runs_reach(client, queue, "g", 1)
+    job = await get_job(client, queue, ran["last_job_id"])
+    assert (job["group"], job["schedule"], job["priority"]) == ("tenant-1", "g", 5)
+    groups = (await client.get(f"/v1/queues/{queue}/groups")).json()["groups"]
+    assert [(group["group"], group["waiting"]) for group in groups] == [("tenant-1", 2)]
+
+
 async def test_cron_schedules_follow_their_timezone(client, queue):
     body = {"cron": "30 2 * * *", "timezone": "Europe/Berlin", "job": {"payload": 1}}
     created = await put(client, queue, "nightly", body)
