@@ -175,6 +175,7 @@ class Schedules:
                 name,
                 stored.get(b"version", b"0"),
                 "" if next_run is None else next_run,
+                now,
                 len(values),
                 *pairs,
                 *absent,

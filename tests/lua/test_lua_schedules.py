@@ -32,7 +32,8 @@ async def put(
         **fields,
     }
     pairs = [item for pair in values.items() for item in pair]
-    return decoded(await q.call("put-schedule", name, version, next_run, len(values), *pairs, *absent))
+    now = await q.now_ms()
+    return decoded(await q.call("put-schedule", name, version, next_run, now, len(values), *pairs, *absent))
 
 
 async def schedule(q: LuaQueue, name: str) -> dict[str, str]:
