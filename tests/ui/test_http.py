@@ -364,6 +364,9 @@ def test_schedules_trigger_pause_resume_and_delete(api, ui_url, name):
         assert ">Trigger<" in producer.get(page).text
         assert post(producer, base + "/trigger", page).headers["location"].endswith("notice=triggered")
         assert api.get(f"/v1/queues/{name}").json()["counts"]["waiting"] == 1
+        made = api.get(f"/v1/queues/{name}/schedules/nightly").json()["last_job_id"]
+        job_page = producer.get(f"/ui/queues/{name}/jobs/{made}").text
+        assert "<dt>Schedule</dt>" in job_page and ">nightly</a>" in job_page
         post(producer, base + "/pause", page)
         view = api.get(f"/v1/queues/{name}/schedules/nightly").json()
         assert (
