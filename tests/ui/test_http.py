@@ -8,10 +8,13 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from redis import Redis
+from redis.cluster import RedisCluster
 
 from echomq_http.config import Settings
+from echomq_http.keys import keys_of
 from echomq_http.ui import pages
-from tests.conftest import TEST_SWEEP_INTERVAL_MS
+from tests.conftest import CLUSTER, TEST_SWEEP_INTERVAL_MS
 from tests.server import running_service
 from tests.ui.conftest import ADMIN, ONLY_OURS, PRODUCER, WORKER, csrf_of, signed_in
 
@@ -188,6 +191,22 @@ def test_declare_a_worker_dead_and_quiet_one(api, admin, name):
     post(admin, f"/ui/queues/{name}/workers/calm/quiet", page)
     calm = [w for w in api.get(f"/v1/queues/{name}/workers").json()["workers"] if w["worker"] == "calm"]
     assert calm[0]["session"]["state"] == "quiet"
+
+
+def test_a_session_past_its_time_shows_as_lapsed(api, admin, name, redis_url):
+    api.post(f"/v1/queues/{name}/workers/gone/heartbeat", json={"ttl_ms": 60_000, "info": {"host": "h1"}})
+    enqueue(api, name, "held")
+    lease(api, name, "gone")
+    html = admin.get(f"/ui/queues/{name}/workers").text
+    assert "badge alive" in html and "h1" in html
+    # Its time ran out, and the sweep has not come yet (its index still says later).
+    client = (RedisCluster if CLUSTER else Redis).from_url(redis_url)
+    try:
+        client.hset(keys_of(name, CLUSTER).session("gone"), "expires_at", 1)
+    finally:
+        client.close()
+    html = admin.get(f"/ui/queues/{name}/workers").text
+    assert "badge lapsed" in html and "badge alive" not in html and "1 job(s)" in html
 
 
 def test_settings_saved_from_the_form(api, admin, name):
