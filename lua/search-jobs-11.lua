@@ -10,7 +10,8 @@
 -- ARGV[2]     state: failed, completed, cancelled or delayed
 -- ARGV[3]     the text, in lower case (not empty)
 -- ARGV[4]     offset: the entries earlier steps read
--- ARGV[5]     budget: at most this many entries read by this step
+-- ARGV[5]     budget: at most this many entries read by this step (and the step ends once it
+--             has read SEARCH_BYTES of payloads and errors: big payloads never make a long step)
 -- ARGV[6]     limit: at most this many matches
 -- Returns     {next offset, entries in the state now, id, id, ...}: the next step starts at the
 --             next offset; when it reaches the count the scan is done
@@ -25,14 +26,20 @@ if state == 'delayed' then
 else
   ids = redis.call('ZREVRANGE', index, offset, offset + budget - 1)
 end
+local SEARCH_BYTES = 4194304
 local reply = {offset, redis.call('ZCARD', index)}
+local read_bytes = 0
 for i, id in ipairs(ids) do
   reply[1] = offset + i
   local fields = redis.call('HMGET', job_key(id), 'state', 'payload', 'error')
-  if fields[1] == state and (string.find(string.lower(fields[2]), needle, 1, true)
-      or (fields[3] and string.find(string.lower(fields[3]), needle, 1, true))) then
-    reply[#reply + 1] = id
-    if #reply - 2 >= limit then break end
+  if fields[1] == state then
+    read_bytes = read_bytes + #fields[2] + (fields[3] and #fields[3] or 0)
+    if string.find(string.lower(fields[2]), needle, 1, true)
+        or (fields[3] and string.find(string.lower(fields[3]), needle, 1, true)) then
+      reply[#reply + 1] = id
+      if #reply - 2 >= limit then break end
+    end
   end
+  if read_bytes >= SEARCH_BYTES then break end
 end
 return reply

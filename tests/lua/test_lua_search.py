@@ -53,3 +53,11 @@ async def test_an_entry_whose_job_left_the_state_is_passed_over(q):
     await failed(q, "a", "b")
     await q.call("redrive", json.dumps(["a"]), 0, "")
     assert await search(q, "failed", "failed") == [1, 1, "b"]
+
+
+async def test_a_step_ends_once_it_has_read_4_mib_of_payloads(q):
+    big = json.dumps({"blob": "x" * (1536 * 1024)}).encode()  # 1.5 MiB each
+    await failed(q, "a", "b", "c", "d", payload=big)
+    # Newest first: d, c, b take 4.5 MiB, so the step ends after b; a is the next step's.
+    assert await search(q, "failed", "nowhere") == [3, 4]
+    assert await search(q, "failed", "nowhere", offset=3) == [4, 4]
