@@ -139,8 +139,9 @@ def _ack_results(acks: Sequence[AckItem], codes: Sequence[int]) -> list[AckResul
     ]
 
 
-class _ScriptJob(msgspec.Struct, omit_defaults=True):
-    """One job's options as enqueue-11.lua (include/store.lua) reads them."""
+class ScriptJob(msgspec.Struct, omit_defaults=True):
+    """One job's options as include/store.lua reads them: enqueue's jobs (with their ids), and
+    the job a schedule's runs make (no id: each run's is made then)."""
 
     name: str
     priority: int
@@ -148,7 +149,7 @@ class _ScriptJob(msgspec.Struct, omit_defaults=True):
     max_attempts: int
     backoff_type: str
     backoff_ms: int
-    id: str
+    id: str = ""
     traceparent: str | None = None
     group: str | None = None
 
@@ -412,7 +413,7 @@ class JobQueues:
         else:  # sent in the same write as the script call: one round trip, not two
             registering = multiplexer.submit("SADD", QUEUE_REGISTRY, queue)
         options = [
-            _ScriptJob(
+            ScriptJob(
                 id=job.id or new_job_id(),
                 name=job.name or "",
                 priority=job.priority,

@@ -781,8 +781,13 @@ async def sse_response(request: Request[Any, Any, State], queue: str) -> Stream:
     """The queue's event stream as the request asks for it (from an id, some types, one job):
     the API's feed, and the dashboard's (which signs in by cookie)."""
     after, types, job = events_query(request)
-    body = event_stream(events_of(request), queue, after, types, job)
-    first = await anext(body)  # subscribed (or 429) before the answer's status goes out
+    return await sse_stream(event_stream(events_of(request), queue, after, types, job))
+
+
+async def sse_stream(body: AsyncIterator[bytes]) -> Stream:
+    """A Server-Sent Events answer of body, whose first chunk is read before the status goes
+    out: by then the stream has subscribed, or refused with 429."""
+    first = await anext(body)
     return Stream(
         _prepend(first, body),
         media_type="text/event-stream",

@@ -23,7 +23,7 @@ from msgspec import Raw
 
 from echomq_http import limits
 from echomq_http.errors import ScheduleNotFound, ScriptCode, raise_for_code
-from echomq_http.queue import JobQueues, SweepReport, new_job_id
+from echomq_http.queue import JobQueues, ScriptJob, SweepReport, new_job_id
 from echomq_http.schedule_times import Clock, cron_expression
 from echomq_http.schemas import EnqueueResponse, ScheduleJob, ScheduleRequest, ScheduleView
 
@@ -33,18 +33,6 @@ LIST_PAGE = 200
 PUT_ATTEMPTS = 20  # compare-and-set retries; each loses only to a write that just happened
 OPTIONAL_FIELDS = ("overlap", "run_limit", "paused", "anchor")
 RUN_FIRED, RUN_SKIPPED = 1, 2
-
-
-class _ScriptJob(msgspec.Struct, omit_defaults=True):
-    """The options of a run's job as include/store.lua reads them."""
-
-    name: str
-    priority: int
-    delay_ms: int
-    max_attempts: int
-    backoff_type: str
-    backoff_ms: int
-    group: str | None = None
 
 
 class _Timing(msgspec.Struct, array_like=True):
@@ -98,7 +86,7 @@ def schedule_view(queue: str, name: str, fields: dict[bytes, bytes]) -> Schedule
 
 def _script_job(job: ScheduleJob) -> bytes:
     return _encode(
-        _ScriptJob(
+        ScriptJob(
             name=job.name or "",
             priority=job.priority,
             delay_ms=0,

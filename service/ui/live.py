@@ -16,14 +16,13 @@ from litestar.datastructures import State
 from litestar.response import Stream
 
 from echomq_http.events import KEEPALIVE_FRAME, SSE_RETRY_MS, EventHub, Subscriber
-from echomq_http.routes import events_of, sse_response
+from echomq_http.routes import events_of, sse_response, sse_stream
 from echomq_http.ui.access import reader_of, viewer_of
 from echomq_http.ui.pages import QUEUE_PAGE, UI, path_queue, queues_of
 
 MAX_OVERVIEW_QUEUES = 50  # the overview follows at most this many queues live
 MERGE_S = 0.5  # changes within this long make one notice: a busy queue costs the page little
 STREAM_S = 60.0  # the overview stream ends after this long: the page reconnects and sees new queues
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 @get(QUEUE_PAGE + "/events", include_in_schema=False)
@@ -77,18 +76,7 @@ async def overview_events(request: Request[Any, Any, State]) -> Stream:
     viewer = viewer_of(request)
     names = [name for name in await queues_of(request).queue_names() if viewer.sees(name)]
     hub = events_of(request)
-    body = changed_queues(hub, names[:MAX_OVERVIEW_QUEUES], hub.keepalive_s)
-    first = await anext(body)  # subscribed (or 429) before the status goes out
-    return Stream(_prepend(first, body), media_type="text/event-stream", headers=SSE_HEADERS)
-
-
-async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    try:
-        yield first
-        async for chunk in rest:
-            yield chunk
-    finally:
-        await rest.aclose()  # type: ignore[attr-defined]
+    return await sse_stream(changed_queues(hub, names[:MAX_OVERVIEW_QUEUES], hub.keepalive_s))
 
 
 LIVE_HANDLERS = [queue_events, overview_events]
