@@ -110,6 +110,7 @@ READY_TIMEOUT_S = 30.0
 TERM_GRACE_S = 5.0
 FINAL_SETTLE_S = (HOLD_FOR_MS + SWEEP_MS + 700) / 1000
 FINAL_READ_S = 15.0  # a final read that fails is retried this long; then the run fails on it
+FINAL_READS_PER_S_AT_LEAST = 100  # the job states' reads end by then whatever happens
 LEDGER_SAMPLE_S = 0.25
 EVENTS_PER_JOB = 20  # the stream is sized for this many events per job: never trimmed in a run
 STREAM_READ_COUNT = 5000
@@ -1030,13 +1031,15 @@ class Harness:
         for path in self.cluster.clients.glob("effects-*.jsonl"):
             ids.update(record["job"] for record in read_jsonl(path))
         urls = self.cluster.urls
-        deadline = time.monotonic() + FINAL_READ_S
 
         def fetch(chunk: list[str]) -> dict[str, tuple[str, int | None]]:
             out: dict[str, tuple[str, int | None]] = {}
             with httpx.Client(timeout=5) as http:
                 for i, job in enumerate(chunk):
-                    # retried until the shared deadline; "unknown" (never read) fails the run
+                    # Each read retried for up to FINAL_READ_S of its own (one deadline shared by
+                    # all ran out on a long run's 14,000 jobs, none of them failing); "unknown"
+                    # (never read) fails the run.
+                    deadline = min(time.monotonic() + FINAL_READ_S, all_read_by)
                     for attempt in itertools.count():
                         if time.monotonic() >= deadline:
                             out[job] = ("unknown", None)
@@ -1058,6 +1061,7 @@ class Harness:
 
         ordered = sorted(ids)
         chunks = [ordered[i::8] for i in range(8)]
+        all_read_by = time.monotonic() + FINAL_READ_S + len(ordered) / FINAL_READS_PER_S_AT_LEAST
         states: dict[str, tuple[str, int | None]] = {}
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             for part in pool.map(fetch, chunks):
