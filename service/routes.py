@@ -258,6 +258,10 @@ def queues_of(request: Request[Any, Any, State]) -> JobQueues:
     return request.app.state.queues  # type: ignore[no-any-return]
 
 
+def schedules_of(request: Request[Any, Any, State]) -> Schedules:
+    return request.app.state.schedules  # type: ignore[no-any-return]
+
+
 def traceparent_of(request: Request[Any, Any, State], queues: JobQueues) -> str | None:
     """The trace context a new job carries to its workers (W3C traceparent header)."""
     # Straight from the ASGI scope: request.headers would parse every header first.
@@ -1192,10 +1196,6 @@ async def list_groups(request: Request[Any, Any, State]) -> Response[bytes]:
         checked_name(cursor, "cursor")
     groups, next_cursor = await queues_of(request).groups(queue, cursor, limit)
     return json_response(GroupPage(groups=groups, next_cursor=next_cursor))
-
-
-def schedules_of(request: Request[Any, Any, State]) -> Schedules:
-    return request.app.state.schedules  # type: ignore[no-any-return]
 
 
 def path_schedule(request: Request[Any, Any, State]) -> str:

@@ -22,7 +22,7 @@ import msgspec
 from msgspec import Raw
 
 from echomq_http import limits
-from echomq_http.errors import ScheduleNotFound, ScriptCode, raise_for_code
+from echomq_http.errors import ScriptCode, raise_for_code
 from echomq_http.queue import JobQueues, ScriptJob, SweepReport, new_job_id
 from echomq_http.schedule_times import Clock, cron_expression
 from echomq_http.schemas import EnqueueResponse, ScheduleJob, ScheduleRequest, ScheduleView
@@ -31,7 +31,7 @@ FIRE_BATCH = 200  # due runs read and fired per script call
 MAX_FIRE_CALLS = 25  # per queue per sweep: 5,000 runs; a larger backlog goes on at the next tick
 LIST_PAGE = 200
 PUT_ATTEMPTS = 20  # compare-and-set retries; each loses only to a write that just happened
-OPTIONAL_FIELDS = ("overlap", "run_limit", "paused", "anchor")
+OPTIONAL_FIELDS = ("overlap", "run_limit", "paused")
 RUN_FIRED, RUN_SKIPPED = 1, 2
 
 
@@ -127,8 +127,8 @@ class Schedules:
             unchanged = stored.get(b"timing") == timing
             anchor = None
             if request.every_ms is not None:
-                if unchanged and b"anchor" in stored:
-                    anchor = int(stored[b"anchor"])
+                if unchanged:  # the same grid: its anchor is in the stored clock
+                    anchor = Clock.parse(stored[b"clock"]).anchor
                 else:
                     anchor = request.start_at if request.start_at is not None else now + request.every_ms
             clock = Clock(
@@ -153,8 +153,6 @@ class Schedules:
                 values["run_limit"] = str(request.limit)
             if request.paused:
                 values["paused"] = "1"
-            if anchor is not None:
-                values["anchor"] = str(anchor)
             absent = [field for field in OPTIONAL_FIELDS if field not in values]
             pairs = [item for field_value in values.items() for item in field_value]
             reply = await self._queues.call_script(
@@ -239,5 +237,3 @@ class Schedules:
                 break
         return SweepReport(runs_fired=fired, runs_skipped=skipped)
 
-
-__all__ = ["ScheduleNotFound", "Schedules", "run_job_id", "schedule_view"]

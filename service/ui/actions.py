@@ -15,11 +15,11 @@ from litestar.response import Redirect
 from echomq_http.auth import Action, Unauthorized
 from echomq_http.errors import InvalidRequest
 from echomq_http.queue import JobQueues
-from echomq_http.routes import checked_name
+from echomq_http.routes import checked_name, path_queue, queues_of, schedules_of
 from echomq_http.schemas import ScheduleRequest
 from echomq_http.ui.access import SIGN_IN_PATH, Viewer, authenticator_of, sign_in, sign_out, viewer_of
 from echomq_http.ui.forms import Form, back_to, checked_form, job_ids, queue_settings
-from echomq_http.ui.pages import QUEUE_PAGE, UI, path_queue, queues_of, schedules_of
+from echomq_http.ui.pages import QUEUE_PAGE, UI
 from echomq_http.ui.render import page
 
 

@@ -16,9 +16,9 @@ from litestar.datastructures import State
 from litestar.response import Stream
 
 from echomq_http.events import KEEPALIVE_FRAME, SSE_RETRY_MS, EventHub, Subscriber
-from echomq_http.routes import events_of, sse_response, sse_stream
+from echomq_http.routes import events_of, path_queue, queues_of, sse_response, sse_stream
 from echomq_http.ui.access import reader_of, viewer_of
-from echomq_http.ui.pages import QUEUE_PAGE, UI, path_queue, queues_of
+from echomq_http.ui.pages import QUEUE_PAGE, UI
 
 MAX_OVERVIEW_QUEUES = 50  # the overview follows at most this many queues live
 MERGE_S = 0.5  # changes within this long make one notice: a busy queue costs the page little

@@ -15,8 +15,7 @@ from echomq_http import limits
 from echomq_http.auth import Action
 from echomq_http.errors import InvalidRequest, JobNotFound
 from echomq_http.queue import SEARCH_STATES, JobQueues
-from echomq_http.routes import JOB_STATES, checked_name, query_int
-from echomq_http.schedules import Schedules
+from echomq_http.routes import JOB_STATES, checked_name, path_queue, query_int, queues_of, schedules_of
 from echomq_http.schemas import JobView, is_name
 from echomq_http.ui.access import Viewer, reader_of, viewer_of
 from echomq_http.ui.overview import summaries
@@ -32,18 +31,6 @@ DEFAULT_PAGE = 50
 SEARCH_BUDGET = 1000  # entries one step of the search reads (one script call)
 SEARCH_MATCHES = 50  # a step stops early at this many matches
 LEASE_SOON_MS = 5000  # a lease this close to its end shows red
-
-
-def queues_of(request: Request[Any, Any, State]) -> JobQueues:
-    return request.app.state.queues  # type: ignore[no-any-return]
-
-
-def schedules_of(request: Request[Any, Any, State]) -> Schedules:
-    return request.app.state.schedules  # type: ignore[no-any-return]
-
-
-def path_queue(request: Request[Any, Any, State]) -> str:
-    return checked_name(request.path_params["queue"], "queue name")
 
 
 def allowed(viewer: Viewer, queue: str) -> dict[str, bool]:
