@@ -7,10 +7,24 @@
 -- ARGV[2]     JSON array of [id, lease_id] pairs (at most 100: what one lease hands out)
 -- A job whose cancellation was requested ends cancelled instead (code 3). Emits released or
 -- cancelled.
+-- ARGV[3..4]  optional: worker and request id of the lease request whose jobs the pairs are, given
+--             back by the service because its answer never reached the client (a hang-up, an
+--             unconfirmed write). Unless a retry of that request was answered them meanwhile
+--             (its record is marked: include/lease.lua), they are released and the record
+--             deleted, so that a retry leases anew; else nothing changes (every code 0).
 -- Returns     one code per pair: 1 released, 2 already released by this lease, 3 cancelled (now or
---             by this lease before), -1 job not found, -2 lease lost
+--             by this lease before), -1 job not found, -2 lease lost, 0 kept for the retry
 -- @include common
 local pairs_ = cjson.decode(ARGV[2])
+if ARGV[4] then
+  local request = request_key(ARGV[3], ARGV[4])
+  if string.sub(redis.call('GET', request) or '', 1, 1) == ANSWERED_AGAIN then
+    local kept = {}
+    for i = 1, #pairs_ do kept[i] = 0 end
+    return kept
+  end
+  redis.call('DEL', request)
+end
 local now = now_ms()
 local departures = new_departures()
 local codes, returning = {}, {}

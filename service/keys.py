@@ -138,6 +138,12 @@ class QueueKeys:
     def request(self, worker: str, request_id: str) -> str:
         return self.prefix + worker + ":" + request_id + REQUEST_SUFFIX
 
+    @property
+    def request_pattern(self) -> str:
+        """A SCAN pattern of every lease request record of the queue: names hold no glob
+        character, and no other key of the queue ends with REQUEST_SUFFIX."""
+        return self.prefix + "*" + REQUEST_SUFFIX
+
     def group_wait(self, group: str) -> str:
         return self.prefix + group + GROUP_WAIT_SUFFIX
 

@@ -94,6 +94,7 @@ INTERNAL_REQUEST_PREFIX = "_"  # never the start of a client's request_id (a nam
 RELEASE_STEP = 250  # ~12 ms a step on a slow 2-core VM at 100,000 in flight (docs/PERFORMANCE.md)
 REDRIVE_STEP = 1000
 DELETE_STEP = 1000
+REQUEST_SCAN_COUNT = 1000  # keys one SCAN call looks at when a deleted queue's requests are found
 
 
 def new_job_id() -> str:
@@ -111,13 +112,13 @@ def new_request_id() -> str:
     return f"{INTERNAL_REQUEST_PREFIX}{_PROCESS_TOKEN}{next(_request_numbers)}"
 
 
-def _lease_args(worker: str, lease_ms: int, max_jobs: int, request_id: str | None) -> tuple[object, ...]:
-    """The lease script's arguments after the prefix: a new request id when the client gave
-    none, kept briefly (it only guards a re-sent call), a client's for CLIENT_REQUEST_TTL_MS."""
-    internal = request_id is None or request_id.startswith(INTERNAL_REQUEST_PREFIX)
+def _lease_args(worker: str, lease_ms: int, max_jobs: int, request_id: str) -> tuple[object, ...]:
+    """The lease script's arguments after the prefix: an internal request id's record is kept
+    briefly (it only guards a re-sent call), a client's for CLIENT_REQUEST_TTL_MS."""
+    internal = request_id.startswith(INTERNAL_REQUEST_PREFIX)
     ttl_ms = INTERNAL_REQUEST_TTL_MS if internal else CLIENT_REQUEST_TTL_MS
     lease_ids = os.urandom(limits.LEASE_ID_BYTES * max_jobs).hex()
-    return (worker, lease_ms, max_jobs, lease_ids, request_id or new_request_id(), ttl_ms)
+    return (worker, lease_ms, max_jobs, lease_ids, request_id, ttl_ms)
 
 
 def _ack_args(acks: Sequence[tuple[str, str, Raw | UnsetType]]) -> tuple[bytes, list[bytes]]:
@@ -481,23 +482,26 @@ class JobQueues:
         the same call re-sent after a timeout answers the jobs the first run leased instead of
         leasing more (lua/lease-11.lua). In durable mode, jobs whose lease no replica confirmed
         are given straight back (unspent) before the 503 reaches the client."""
+        request_id = request_id or new_request_id()
         args = _lease_args(worker, lease_ms, max_jobs, request_id)
         try:
             reply = await self._call("lease", queue, *args)
         except WriteNotConfirmed as unconfirmed:
             if isinstance(unconfirmed.reply, list):
-                await self._give_back_unconfirmed(queue, unconfirmed.reply)
+                await self._give_back_unconfirmed(queue, unconfirmed.reply, worker, request_id)
             raise
         leases = self._leased_jobs(queue, reply)
         self.telemetry.record_leased(queue, len(leases.jobs))
         return leases
 
-    async def _give_back_unconfirmed(self, queue: str, lease_reply: list[Any]) -> None:
-        """Durable mode: jobs leased by a write no replica confirmed go straight back, unspent."""
+    async def _give_back_unconfirmed(
+        self, queue: str, lease_reply: list[Any], worker: str, request_id: str
+    ) -> None:
+        """Durable mode: jobs leased by a write no replica confirmed go straight back, unspent
+        (unless a retry of the request got them meanwhile), and the request is forgotten."""
         jobs = self._leased_jobs(queue, lease_reply).jobs if lease_reply else []
-        if jobs:
-            with contextlib.suppress(WriteNotConfirmed):
-                await self.release_many(queue, [(job.id, job.lease_id) for job in jobs])
+        with contextlib.suppress(WriteNotConfirmed):
+            await self.give_back(queue, jobs, worker, request_id)
 
     async def _ack_and_lease(
         self,
@@ -512,14 +516,16 @@ class JobQueues:
         (lua/ack-lease-11.lua): each ack's code, and the jobs leased (None when it did not lease:
         only_if_all_taken and an ack was refused)."""
         pairs, results = _ack_args(acks)
-        lease = _lease_args(*next_lease)
+        worker, lease_ms, max_jobs, request_id = next_lease
+        request_id = request_id or new_request_id()
+        lease = _lease_args(worker, lease_ms, max_jobs, request_id)
         condition = b"1" if only_if_all_taken else b"0"
         split = len(acks) * _ACK_REPLY_FIELDS
         try:
             reply = await self._call("ack-lease", queue, pairs, *lease, condition, *results, job_id=job_id)
         except WriteNotConfirmed as unconfirmed:
             if isinstance(unconfirmed.reply, list):
-                await self._give_back_unconfirmed(queue, unconfirmed.reply[split:])
+                await self._give_back_unconfirmed(queue, unconfirmed.reply[split:], worker, request_id)
             raise
         codes = self._completed(queue, reply[:split])
         if len(reply) == split:
@@ -658,11 +664,13 @@ class JobQueues:
         raise_for_code(code, job_id)
         return "cancelled" if code == RELEASED_AS_CANCELLED else "waiting"
 
-    async def release_many(self, queue: str, leases: Sequence[tuple[str, str]]) -> list[int]:
-        """Give jobs back (id, lease id), unspent, in one call: the codes of lua/release-11.lua."""
-        if not leases:
-            return []
-        return await self._call("release", queue, _encode(list(leases)))  # type: ignore[no-any-return]
+    async def give_back(self, queue: str, jobs: Sequence[LeasedJob], worker: str, request_id: str) -> None:
+        """The jobs a lease request leased, whose answer never reached its client, back to
+        waiting, unspent, and the request forgotten so that a retry of it leases anew; in one
+        call, which leaves them leased if a retry of the request was answered them meanwhile."""
+        if jobs:
+            pairs = _encode([(job.id, job.lease_id) for job in jobs])
+            await self._call("release", queue, pairs, worker, request_id)
 
     async def release_worker(self, queue: str, worker: str, end_session: bool = False) -> list[str]:
         """Every job the worker holds back to waiting, oldest lease first in line: bounded steps
@@ -714,6 +722,7 @@ class JobQueues:
             if done == 1:
                 break
             first = False
+        await self._forget_requests(queue)
         async with self._gate:
             await self.client.srem(QUEUE_REGISTRY, queue)
             queue_keys = self.keys(queue)
@@ -722,6 +731,24 @@ class JobQueues:
             )
         if recreated:
             await self._register(queue)
+
+    async def _forget_requests(self, queue: str) -> None:
+        """The queue's lease request records are keys of their own that expire by themselves
+        (lua/include/lease.lua), listed nowhere a script could reach in bounded steps: a deleted
+        queue's are found by SCAN on the queue's node, a page (REQUEST_SCAN_COUNT keys looked
+        at) per call, and unlinked. It costs about one call per REQUEST_SCAN_COUNT keys of that
+        node, only when a queue is deleted."""
+        queue_keys = self.keys(queue)
+        node = self.client.get_node_from_key(queue_keys.meta) if self.cluster else self.client
+        scan = ("SCAN", 0, "MATCH", queue_keys.request_pattern, "COUNT", REQUEST_SCAN_COUNT)
+        cursor = None
+        while cursor != 0:
+            async with self._gate:
+                cursor, found = await node.execute_command(*scan)
+                cursor = int(cursor)
+                if found:
+                    await self.client.unlink(*found)
+            scan = (scan[0], cursor, *scan[2:])
 
     async def get_job(self, queue: str, job_id: str) -> JobView:
         async with self._gate:

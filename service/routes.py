@@ -418,8 +418,9 @@ async def lease_jobs(
     if leases is None:
         return Leases([])
     if client_gone.is_set() and leases.jobs:
-        # The client hung up while its jobs were being leased: give them straight back, unspent.
-        await queues.release_many(queue, [(job.id, job.lease_id) for job in leases.jobs])
+        # The client hung up while its jobs were being leased: give them straight back, unspent
+        # (a retry of the request then leases anew; one answered meanwhile keeps them).
+        await queues.give_back(queue, leases.jobs, ask.worker, request_id)
     if leases.retry_after_ms > 0:  # counted from the last try, not from the answer
         left_ms = leases.retry_after_ms - int((loop.time() - tried_at) * 1000)
         return Leases(leases.jobs, max(left_ms, 1))

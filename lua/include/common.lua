@@ -71,6 +71,10 @@ local function session_key(worker) return PREFIX .. worker .. '@SESSION_SUFFIX@'
 -- sweep finds lapsed sessions with one ZRANGEBYSCORE, never a scan of the workers.
 local SESSIONS = PREFIX .. '@SESSIONS_NAME@'
 local function request_key(worker, request_id) return PREFIX .. worker .. ':' .. request_id .. '@REQUEST_SUFFIX@' end
+-- A request's record is marked (its first character) once a retry has been answered from it, so
+-- that the service's give-back of the first answer's jobs (lease.lua, release-11.lua) leaves
+-- them to the retry. Records otherwise start with a job id, which never contains ':'.
+local ANSWERED_AGAIN = ':'
 
 -- key: the command's first argument, or nil when the values are the keys (DEL).
 local function call_chunked(command, key, values)

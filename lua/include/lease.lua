@@ -275,6 +275,11 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
   local request = request_key(worker, request_id)
   local earlier = redis.call('GET', request)
   if earlier then
+    if string.sub(earlier, 1, 1) == ANSWERED_AGAIN then
+      earlier = string.sub(earlier, 2)
+    else
+      redis.call('SET', request, ANSWERED_AGAIN .. earlier, 'KEEPTTL')
+    end
     local reply = {0, 0}
     for id, lease_id in string.gmatch(earlier, '(%S+) (%S+)') do
       if holds_lease(id, lease_id, worker) then

@@ -58,10 +58,12 @@ async def backend(private_valkey: ValkeyProcess) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
-def send_long_poll(service: str, queue: str) -> socket.socket:
+def send_long_poll(service: str, queue: str, **fields: str) -> socket.socket:
     """A lease request with wait_ms, sent on a raw socket so that the test decides when it hangs up."""
     host, port = service.removeprefix("http://").split(":")
-    body = json.dumps({"worker": WORKER, "wait_ms": WAIT_MS, "lease_ms": HELD_LEASE_MS, "max_jobs": 5})
+    body = json.dumps(
+        {"worker": WORKER, "wait_ms": WAIT_MS, "lease_ms": HELD_LEASE_MS, "max_jobs": 5, **fields}
+    )
     head = (
         f"POST /v1/queues/{queue}/lease HTTP/1.1\r\nHost: {host}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
@@ -78,9 +80,12 @@ async def poll_until(condition: Callable[[], Awaitable[bool]], what: str) -> Non
         await asyncio.sleep(POLL_S)
 
 
-async def test_jobs_leased_for_a_client_that_hung_up_are_given_straight_back(
-    http: httpx.AsyncClient, service: str, proxy: FaultProxy, backend: Redis, queue: str
-) -> None:
+async def hang_up_while_two_jobs_are_leased(
+    http: httpx.AsyncClient, service: str, proxy: FaultProxy, queue: str, **fields: str
+) -> list[str]:
+    """A long poll leases two jobs and its client hangs up before the answer: their ids, once
+    the service has given them back."""
+
     async def one_waiter() -> bool:
         return "\nemq_long_poll_waiters 1\n" in (await http.get("/metrics")).text
 
@@ -88,7 +93,7 @@ async def test_jobs_leased_for_a_client_that_hung_up_are_given_straight_back(
         return (await counts(http, queue))["waiting"] == 2
 
     proxy.hold_reply_holding(MARK.encode())
-    sock = send_long_poll(service, queue)
+    sock = send_long_poll(service, queue, **fields)
     try:
         await poll_until(one_waiter, "the long poll to wait")
         jobs = [{"payload": {"mark": MARK, "n": n}} for n in range(2)]
@@ -102,8 +107,14 @@ async def test_jobs_leased_for_a_client_that_hung_up_are_given_straight_back(
     finally:
         sock.close()
     proxy.let_replies_through()
-
     await poll_until(both_waiting, "the jobs to be given back")
+    return ids
+
+
+async def test_jobs_leased_for_a_client_that_hung_up_are_given_straight_back(
+    http: httpx.AsyncClient, service: str, proxy: FaultProxy, backend: Redis, queue: str
+) -> None:
+    ids = await hang_up_while_two_jobs_are_leased(http, service, proxy, queue)
     assert await counts(http, queue) == {
         "waiting": 2,
         "delayed": 0,
@@ -126,3 +137,18 @@ async def test_jobs_leased_for_a_client_that_hung_up_are_given_straight_back(
     assert [job["id"] for job in again] == ids  # first in line, in the order they were leased
     assert [job["attempt"] for job in again] == [1, 1]  # the hung-up lease spent no attempt
     assert [job["fence"] for job in again] == [3, 4]  # it did lease them: fences 1 and 2 were its
+
+
+async def test_the_retry_of_a_hung_up_request_leases_what_was_given_back(
+    http: httpx.AsyncClient, service: str, proxy: FaultProxy, backend: Redis, queue: str
+) -> None:
+    """The give-back forgets the request: its retry (same request_id) is its first delivery,
+    instead of an answer of jobs no longer held (and, with wait_ms, a wait for nothing)."""
+    ids = await hang_up_while_two_jobs_are_leased(http, service, proxy, queue, request_id="poll-1")
+    assert not await backend.exists(QueueKeys.for_queue(queue).request(WORKER, "poll-1"))
+
+    started = time.monotonic()
+    again = await lease(http, queue, WORKER, max_jobs=5, wait_ms=WAIT_MS, request_id="poll-1")
+    assert [job["id"] for job in again] == ids
+    assert time.monotonic() - started < WAIT_MS / 2000  # answered, not waited out
+    assert [job["attempt"] for job in again] == [1, 1]

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from echomq_http import limits
 from echomq_http.config import Settings
-from echomq_http.keys import REQUEST_SUFFIX, QueueKeys, queue_prefix
+from echomq_http.keys import QueueKeys, queue_prefix
 from echomq_http.queue import REDRIVE_STEP
 from tests.conftest import ValkeyProcess
 from tests.server import running_service
@@ -115,7 +115,7 @@ async def test_a_queue_with_jobs_in_flight_is_deleted_only_with_force(client, qu
     done = await lease_one(client, queue)
     await job_call(client, queue, done["id"], "ack", lease_id=done["lease_id"])
     await enqueue(client, queue, "held")
-    held = await lease_one(client, queue)
+    held = await lease_one(client, queue, request_id="kept-5-minutes")
     before = await counts(client, queue)
 
     assert_problem(await client.delete(f"/v1/queues/{queue}"), 409, "job_active")
@@ -132,9 +132,8 @@ async def test_a_queue_with_jobs_in_flight_is_deleted_only_with_force(client, qu
     }
     names = [view["name"] for view in (await client.get("/v1/queues")).json()["queues"]]
     assert queue not in names
-    # Every key is gone but lease requests' records, which expire by themselves.
-    left = [key async for key in redis_client.scan_iter(match=queue_prefix(queue) + "*")]
-    assert all(key.endswith(REQUEST_SUFFIX.encode()) for key in left), left
+    # Every key is gone, the lease requests' records too (a client's lasts 5 minutes otherwise).
+    assert [key async for key in redis_client.scan_iter(match=queue_prefix(queue) + "*")] == []
     # The worker that held a job finds it gone; the queue can be used again from scratch.
     assert_problem(
         await job_call(client, queue, held["id"], "ack", lease_id=held["lease_id"]), 404, "job_not_found"
@@ -193,6 +192,25 @@ async def test_a_durable_lease_no_replica_confirmed_gives_its_jobs_back(
             assert (await http.get(f"/v1/queues/{queue}/active")).json() == {"jobs": []}
             again = await lease_one(http, queue)
             assert again["id"] == second["id"] and again["attempt"] == 1
+
+
+async def test_the_retry_of_an_unconfirmed_lease_request_leases_what_was_given_back(
+    private_valkey: ValkeyProcess, queue
+) -> None:
+    """The 503 tells the client to retry: with its request_id, the retry is the request's first
+    delivery (the give-back forgot the request), not an answer of jobs no longer held."""
+    plain = Settings(redis_url=private_valkey.url, sweep_interval_ms=100)
+    durable = Settings(redis_url=private_valkey.url, wait_replicas=1, wait_timeout_ms=100)
+    with running_service(plain) as plain_url, running_service(durable) as durable_url:
+        async with (
+            httpx.AsyncClient(base_url=plain_url) as http,
+            httpx.AsyncClient(base_url=durable_url) as sure,
+        ):
+            created = await enqueue(http, queue, "work")
+            ask = {"worker": "w1", "request_id": "try-1"}
+            assert_problem(await sure.post(f"/v1/queues/{queue}/lease", json=ask), 503, "backend_unavailable")
+            job = await lease_one(http, queue, **ask)
+            assert job["id"] == created["id"] and job["attempt"] == 1
 
 
 async def test_a_wait_that_answers_an_error_is_an_unconfirmed_write(

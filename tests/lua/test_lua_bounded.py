@@ -121,6 +121,37 @@ async def test_a_repeated_lease_request_that_leased_nothing_may_lease_now(q):
     assert [job.id for job in await q.lease("w1", request_id="req-1")] == ["a"]
 
 
+async def give_back(q, worker: str, request_id: str, jobs) -> list[int]:
+    """The service's give-back of a lease request's jobs whose answer never reached its client."""
+    pairs = json.dumps([[job.id, job.lease_id] for job in jobs])
+    return await q.call("release", pairs, worker, request_id)
+
+
+async def test_a_given_back_lease_request_is_forgotten_so_its_retry_leases_anew(q):
+    await fill(q, 3)
+    first = await q.lease("w1", max_jobs=2, request_id="req-1")
+    assert await give_back(q, "w1", "req-1", first) == [1, 1]
+    assert await q.active() == []
+    assert not await q.redis.exists(q.keys.request("w1", "req-1"))
+    # The retry is the request's first delivery: it leases (the same jobs, first in line again).
+    again = await q.lease("w1", max_jobs=2, request_id="req-1")
+    assert [job.id for job in again] == [job.id for job in first]
+    assert [job.attempt for job in again] == [1, 1]  # the give-back spent no attempt
+
+
+async def test_a_give_back_leaves_the_jobs_to_a_retry_already_answered_them(q):
+    await fill(q, 3)
+    first = await q.lease("w1", max_jobs=2, request_id="req-1")
+    retried = await q.lease("w1", max_jobs=2, request_id="req-1")  # the client's retry got them
+    assert await give_back(q, "w1", "req-1", first) == [0, 0]  # so they stay leased, to it
+    assert sorted(await q.active()) == sorted(job.id for job in first)
+    assert await q.ack(*[(job.id, job.lease_id) for job in retried]) == [1, 1]
+    # A marked record still answers a further retry, and still leases nothing new.
+    await q.add("late")
+    assert await q.lease("w1", max_jobs=2, request_id="req-1") == []
+    assert await q.redis.llen(q.keys.active) == 0
+
+
 async def test_a_repeated_fail_answers_as_the_first_and_changes_nothing(q):
     await q.add("a")
     job = await q.lease_one()
