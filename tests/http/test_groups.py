@@ -198,18 +198,60 @@ async def cancel_then_expiry_path(client: httpx.AsyncClient, queue: str, job: di
     assert (await get_job(client, queue, job["id"]))["state"] == "cancelled"
 
 
+async def fail_delayed_path(client: httpx.AsyncClient, queue: str, job: dict[str, Any]) -> None:
+    answer = ok(
+        await job_call(
+            client, queue, job["id"], "fail", lease_id=job["lease_id"], error="e", retry_after_ms=60_000
+        )
+    )
+    assert answer["state"] == "delayed"  # out of the ledger, not yet back in its group's line
+
+
+async def cancel_then_fail_path(client: httpx.AsyncClient, queue: str, job: dict[str, Any]) -> None:
+    ok(await client.post(f"/v1/queues/{queue}/jobs/{job['id']}/cancel", json={}))
+    answer = ok(await job_call(client, queue, job["id"], "fail", lease_id=job["lease_id"], error="e"))
+    assert answer["state"] == "cancelled"  # never retried, attempts left or not
+
+
+async def lease_expiry_dead_letter_path(client: httpx.AsyncClient, queue: str, job: dict[str, Any]) -> None:
+    await lease_expiry_path(client, queue, job)  # its only attempt (JOB_FIELDS): the sweep dead-letters it
+    assert (await get_job(client, queue, job["id"]))["state"] == "failed"
+
+
+async def max_stalls_path(client: httpx.AsyncClient, queue: str, job: dict[str, Any]) -> None:
+    # The whole settings object: the cap stays, and no stall is allowed from now on.
+    ok(await client.put(f"/v1/queues/{queue}/settings", json={"group_max_in_flight": 1, "max_stalls": 0}))
+    await lease_expiry_path(client, queue, job)
+    view = await get_job(client, queue, job["id"])
+    assert (view["state"], view["stalls"], view["attempt"]) == ("failed", 1, 1)  # attempts were left
+
+
+async def cancel_then_release_worker_path(client: httpx.AsyncClient, queue: str, job: dict[str, Any]) -> None:
+    ok(await client.post(f"/v1/queues/{queue}/jobs/{job['id']}/cancel", json={}))
+    # A cancelled job is not given back to waiting, so not among the released.
+    assert ok(await client.post(f"/v1/queues/{queue}/workers/w1/release"))["released"] == []
+    assert (await get_job(client, queue, job["id"]))["state"] == "cancelled"
+
+
 PATHS = [
     ack_path,
     ack_many_path,
     ack_lease_next_path,
     fail_retry_path,
+    fail_delayed_path,
     fail_dead_letter_path,
+    cancel_then_fail_path,
     release_path,
     release_worker_path,
+    cancel_then_release_worker_path,
     lease_expiry_path,
+    lease_expiry_dead_letter_path,
+    max_stalls_path,
     cancel_then_release_path,
     cancel_then_expiry_path,
 ]
+# The paths whose jobs are made their own way (the others take the defaults: 3 attempts).
+JOB_FIELDS: dict[Any, dict[str, Any]] = {lease_expiry_dead_letter_path: {"max_attempts": 1}}
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda path: path.__name__)
@@ -217,7 +259,7 @@ async def test_every_way_out_of_the_ledger_frees_the_group_slot(
     client: httpx.AsyncClient, queue: str, redis_client: Any, path: Any
 ) -> None:
     await set_queue_cap(client, queue, 1)
-    await enqueue_group(client, queue, "g", 2)
+    await enqueue_group(client, queue, "g", 2, **JOB_FIELDS.get(path, {}))
     job = await lease_one(client, queue, lease_ms=1000)
     assert await lease(client, queue) == []  # the group is at its cap
     await path(client, queue, job)
@@ -227,6 +269,47 @@ async def test_every_way_out_of_the_ledger_frees_the_group_slot(
     if path is not ack_lease_next_path:
         again = await lease(client, queue)
         assert len(again) == 1 and again[0]["id"].startswith("g-")
+
+
+async def cancel_waiting(client: httpx.AsyncClient, queue: str, job_id: str) -> None:
+    assert ok(await client.post(f"/v1/queues/{queue}/jobs/{job_id}/cancel", json={}))["state"] == "cancelled"
+
+
+async def delete_waiting(client: httpx.AsyncClient, queue: str, job_id: str) -> None:
+    response = await client.delete(f"/v1/queues/{queue}/jobs/{job_id}")
+    assert response.status_code == 204, response.text
+
+
+async def group_row(client: httpx.AsyncClient, queue: str, group: str) -> tuple[int, int]:
+    [row] = [row for row in (await groups(client, queue))["groups"] if row["group"] == group]
+    return row["waiting"], row["active"]
+
+
+@pytest.mark.parametrize("remove", [cancel_waiting, delete_waiting], ids=lambda remove: remove.__name__)
+async def test_a_waiting_grouped_job_taken_out_leaves_its_group_whole(
+    client: httpx.AsyncClient, queue: str, remove: Any
+) -> None:
+    """A waiting job never held a slot: taking it out frees none and costs none."""
+    await set_queue_cap(client, queue, 1)
+    await enqueue_group(client, queue, "g", 3)
+    held = await lease_one(client, queue)  # g-0: the group at its cap, g-1 and g-2 waiting
+    await remove(client, queue, "g-1")
+    assert await group_row(client, queue, "g") == (1, 1)
+    assert (await counts(client, queue))["waiting"] == 1
+    assert await lease(client, queue, max_jobs=3) == []  # still at its cap: no slot was freed
+    ok(await job_call(client, queue, "g-0", "ack", lease_id=held["lease_id"]))
+    [second] = await lease(client, queue, max_jobs=3)
+    assert second["id"] == "g-2"  # the slot is there, and the removed job is not leased
+
+    # The group's last waiting job, taken out while the group is at its cap: nothing stale is
+    # left of the group, and a new job of it leases as the slot frees.
+    await enqueue(client, queue, 3, id="g-3", group="g")
+    await remove(client, queue, "g-3")
+    assert await group_row(client, queue, "g") == (0, 1)
+    ok(await job_call(client, queue, "g-2", "ack", lease_id=second["lease_id"]))
+    assert (await groups(client, queue))["groups"] == []  # idle groups are forgotten
+    await enqueue(client, queue, 4, id="g-4", group="g")
+    assert [job["id"] for job in await lease(client, queue, max_jobs=3)] == ["g-4"]
 
 
 async def test_a_long_poll_wakes_when_a_capped_group_gets_room(
@@ -250,8 +333,7 @@ async def test_deleting_the_queue_leaves_no_group_key(
     await set_group(client, queue, "c", 4)
     await lease(client, queue, max_jobs=5)
     assert (await client.delete(f"/v1/queues/{queue}", params={"force": "true"})).status_code == 204
-    left = [key async for key in redis_client.scan_iter(match=keys_of(queue).prefix + "*")]
-    assert [key for key in left if not key.endswith(b":req")] == []
+    assert [key async for key in redis_client.scan_iter(match=keys_of(queue).prefix + "*")] == []
     assert (await groups(client, queue))["groups"] == []
 
 

@@ -8,8 +8,11 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from redis.asyncio import Redis
 
 from echomq_http.config import Settings
+from echomq_http.keys import keys_of
+from tests.http.test_flow_control import enqueue_many, put_settings
 from tests.server import running_service
 from tests.support import (
     counts,
@@ -113,3 +116,54 @@ async def test_a_long_poll_retried_on_the_other_replica_gets_the_lost_answer(
         (j["id"], j["lease_id"], j["fence"]) for j in lost
     ]
     assert (await counts(b, queue))["waiting"] == 2
+
+
+async def test_a_settings_change_through_one_replica_holds_at_once_through_the_other(
+    replicas: tuple[httpx.AsyncClient, httpx.AsyncClient], queue: str
+) -> None:
+    """No replica keeps a queue's settings of its own: each lease reads them where they are."""
+    a, b = replicas
+    await enqueue_many(a, queue, 6)
+    await put_settings(a, queue, max_in_flight=1)
+    assert len(await lease(b, queue, "w1", max_jobs=5)) == 1
+    assert await lease(b, queue, "w2", max_jobs=5) == []  # the cap is full
+    await put_settings(b, queue, max_in_flight=None)
+    assert len(await lease(a, queue, "w3", max_jobs=5)) == 5
+
+
+async def test_a_client_request_id_is_remembered_for_five_minutes(
+    replicas: tuple[httpx.AsyncClient, httpx.AsyncClient], queue: str, redis_client: Redis
+) -> None:
+    a, b = replicas
+    await enqueue(a, queue, 1)
+    sent_at = time.monotonic()
+    [job] = await lease(a, queue, "w1", request_id="r-1")
+    ttl_ms = await redis_client.pttl(keys_of(queue).request("w1", "r-1"))
+    since_sent_ms = (time.monotonic() - sent_at) * 1000
+    # The record was written after the request was sent: at most that long has run off its TTL
+    # (and a millisecond of rounding).
+    assert 5 * 60_000 - since_sent_ms - 1 <= ttl_ms <= 5 * 60_000
+    assert [j["lease_id"] for j in await lease(b, queue, "w1", request_id="r-1")] == [job["lease_id"]]
+
+
+async def test_a_lease_retried_after_a_heartbeat_answers_the_renewed_lease(
+    replicas: tuple[httpx.AsyncClient, httpx.AsyncClient], queue: str
+) -> None:
+    """The retry answers the lease as it is now (its record names the lease; the job has its
+    end), so a worker never takes a renewed lease's old end for its own."""
+    a, b = replicas
+    await enqueue(a, queue, 1)
+    ask = {"request_id": "r-1", "lease_ms": 10_000}
+    [job] = await lease(a, queue, "w1", **ask)
+    beat = await job_call(b, queue, job["id"], "heartbeat", lease_id=job["lease_id"], lease_ms=60_000)
+    assert beat.status_code == 200, beat.text
+    renewed_until = beat.json()["lease_expires_at"]
+    assert renewed_until > job["lease_expires_at"] + 40_000
+    [again] = await lease(b, queue, "w1", **ask)
+    assert (again["id"], again["lease_id"], again["fence"], again["attempt"]) == (
+        job["id"],
+        job["lease_id"],
+        job["fence"],
+        job["attempt"],
+    )
+    assert again["lease_expires_at"] == renewed_until
