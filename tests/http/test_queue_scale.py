@@ -4,7 +4,9 @@ and durable mode's lease that no replica confirmed; issue 12: a redrive of all b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -163,9 +165,12 @@ async def test_lease_skips_an_index_entry_without_its_job(client, queue, redis_c
     assert f'emq_stale_index_entries_total{{queue="{queue}"}} 1' in metrics
 
 
-async def test_a_durable_lease_no_replica_confirmed_gives_its_jobs_back(
-    private_valkey: ValkeyProcess, queue
-) -> None:
+@contextlib.asynccontextmanager
+async def plain_and_durable(
+    private_valkey: ValkeyProcess,
+) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    """Clients of two services on one Redis without replicas: a plain one, and a durable one
+    (EMQ_WAIT_REPLICAS 1), none of whose writes a replica can confirm."""
     plain = Settings(redis_url=private_valkey.url, sweep_interval_ms=100)
     durable = Settings(redis_url=private_valkey.url, wait_replicas=1, wait_timeout_ms=100)
     with running_service(plain) as plain_url, running_service(durable) as durable_url:
@@ -173,25 +178,32 @@ async def test_a_durable_lease_no_replica_confirmed_gives_its_jobs_back(
             httpx.AsyncClient(base_url=plain_url) as http,
             httpx.AsyncClient(base_url=durable_url) as sure,
         ):
-            created = await enqueue(http, queue, "work", max_attempts=1)
-            response = await sure.post(f"/v1/queues/{queue}/lease", json={"worker": "w1"})
-            assert_problem(response, 503, "backend_unavailable")
-            view = await get_job(http, queue, created["id"])
-            assert view["state"] == "waiting"  # given back at once, not left to expire
-            assert (await http.get(f"/v1/queues/{queue}/active")).json() == {"jobs": []}
-            job = await lease_one(http, queue)
-            assert job["id"] == created["id"] and job["attempt"] == 1  # the give-back spent no attempt
-            # An ack's lease_next (one script call with the ack) gives its jobs back the same way.
-            second = await enqueue(http, queue, "more", max_attempts=1)
-            response = await sure.post(
-                f"/v1/queues/{queue}/jobs/{job['id']}/ack",
-                json={"lease_id": job["lease_id"], "lease_next": {"worker": "w1"}},
-            )
-            assert_problem(response, 503, "backend_unavailable")
-            assert (await get_job(http, queue, second["id"]))["state"] == "waiting"
-            assert (await http.get(f"/v1/queues/{queue}/active")).json() == {"jobs": []}
-            again = await lease_one(http, queue)
-            assert again["id"] == second["id"] and again["attempt"] == 1
+            yield http, sure
+
+
+async def test_a_durable_lease_no_replica_confirmed_gives_its_jobs_back(
+    private_valkey: ValkeyProcess, queue
+) -> None:
+    async with plain_and_durable(private_valkey) as (http, sure):
+        created = await enqueue(http, queue, "work", max_attempts=1)
+        response = await sure.post(f"/v1/queues/{queue}/lease", json={"worker": "w1"})
+        assert_problem(response, 503, "backend_unavailable")
+        view = await get_job(http, queue, created["id"])
+        assert view["state"] == "waiting"  # given back at once, not left to expire
+        assert (await http.get(f"/v1/queues/{queue}/active")).json() == {"jobs": []}
+        job = await lease_one(http, queue)
+        assert job["id"] == created["id"] and job["attempt"] == 1  # the give-back spent no attempt
+        # An ack's lease_next (one script call with the ack) gives its jobs back the same way.
+        second = await enqueue(http, queue, "more", max_attempts=1)
+        response = await sure.post(
+            f"/v1/queues/{queue}/jobs/{job['id']}/ack",
+            json={"lease_id": job["lease_id"], "lease_next": {"worker": "w1"}},
+        )
+        assert_problem(response, 503, "backend_unavailable")
+        assert (await get_job(http, queue, second["id"]))["state"] == "waiting"
+        assert (await http.get(f"/v1/queues/{queue}/active")).json() == {"jobs": []}
+        again = await lease_one(http, queue)
+        assert again["id"] == second["id"] and again["attempt"] == 1
 
 
 async def test_the_retry_of_an_unconfirmed_lease_request_leases_what_was_given_back(
@@ -199,18 +211,12 @@ async def test_the_retry_of_an_unconfirmed_lease_request_leases_what_was_given_b
 ) -> None:
     """The 503 tells the client to retry: with its request_id, the retry is the request's first
     delivery (the give-back forgot the request), not an answer of jobs no longer held."""
-    plain = Settings(redis_url=private_valkey.url, sweep_interval_ms=100)
-    durable = Settings(redis_url=private_valkey.url, wait_replicas=1, wait_timeout_ms=100)
-    with running_service(plain) as plain_url, running_service(durable) as durable_url:
-        async with (
-            httpx.AsyncClient(base_url=plain_url) as http,
-            httpx.AsyncClient(base_url=durable_url) as sure,
-        ):
-            created = await enqueue(http, queue, "work")
-            ask = {"worker": "w1", "request_id": "try-1"}
-            assert_problem(await sure.post(f"/v1/queues/{queue}/lease", json=ask), 503, "backend_unavailable")
-            job = await lease_one(http, queue, **ask)
-            assert job["id"] == created["id"] and job["attempt"] == 1
+    async with plain_and_durable(private_valkey) as (http, sure):
+        created = await enqueue(http, queue, "work")
+        ask = {"worker": "w1", "request_id": "try-1"}
+        assert_problem(await sure.post(f"/v1/queues/{queue}/lease", json=ask), 503, "backend_unavailable")
+        job = await lease_one(http, queue, **ask)
+        assert job["id"] == created["id"] and job["attempt"] == 1
 
 
 async def test_a_wait_that_answers_an_error_is_an_unconfirmed_write(
