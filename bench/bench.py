@@ -768,6 +768,12 @@ def describe(outcome: Outcome | None) -> str:
     return ", ".join(parts)
 
 
+def library_name(operation: str, sha: str) -> str:
+    from echomq_http.luafunctions import library_name
+
+    return library_name(operation, sha)
+
+
 def script_sha(operation: str) -> str:
     from echomq_http.scripts import lua_dir, render
 
@@ -789,6 +795,9 @@ class ServerTimes:
     def __init__(self, client: Any, operation: str) -> None:
         self.client = client
         self.sha = script_sha(operation)
+        # The call as the slow log shows it: "FCALL <function> ..." where the server has
+        # functions (echomq_http.scripts), else "EVALSHA <sha> ...".
+        self.calls = (f"FCALL {library_name(operation, self.sha)} ", f"EVALSHA {self.sha} ")
         self.durations_us: list[int] = []
         self._old: dict[str, Any] = {}
 
@@ -805,7 +814,7 @@ class ServerTimes:
             command = command.decode(errors="replace") if isinstance(command, bytes) else command
             name = entry.get("client_name")
             name = name.decode() if isinstance(name, bytes) else name
-            if name == BENCH_CLIENT_NAME and command.upper().startswith("EVALSHA") and self.sha in command:
+            if name == BENCH_CLIENT_NAME and command.startswith(self.calls):
                 self.durations_us.append(int(entry["duration"]))
         await self.client.slowlog_reset()
 

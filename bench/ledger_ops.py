@@ -84,7 +84,7 @@ def command_calls(commandstats: dict[str, Any], answered_only: bool = False) -> 
     return calls
 
 
-SCRIPT_COMMANDS = ("evalsha", "eval")
+SCRIPT_COMMANDS = ("fcall", "evalsha", "eval")  # FCALL where the server has functions
 
 
 def script_calls(calls: dict[str, tuple[int, int]]) -> tuple[int, int]:
@@ -375,18 +375,20 @@ def script_names() -> dict[str, str]:
     settings (long_ops runs this checkout's service)."""
     import hashlib
 
+    from echomq_http.luafunctions import library_name
     from echomq_http.scripts import lua_dir, render
 
     names = {}
     for path in lua_dir().glob("*.lua"):
-        names[hashlib.sha1(render(path).encode()).hexdigest()] = path.stem.rsplit("-", 1)[0]
+        sha, operation = hashlib.sha1(render(path).encode()).hexdigest(), path.stem.rsplit("-", 1)[0]
+        names[sha] = names[library_name(operation, sha)] = operation  # EVALSHA's and FCALL's
     return names
 
 
 def _command_name(command: Any, scripts: dict[str, str]) -> str:
     text = command.decode(errors="replace") if isinstance(command, bytes) else str(command)
     words = text.split()
-    if len(words) > 1 and words[0].upper() == "EVALSHA":
+    if len(words) > 1 and words[0].upper() in ("EVALSHA", "FCALL"):
         return f"{scripts.get(words[1], words[1][:10])} script"
     return words[0] if words else "?"
 

@@ -351,6 +351,7 @@ class JobQueues:
             placeholders=retention_placeholders(
                 completed_retention_s, failed_retention_s, completed_max, failed_max, events_maxlen
             ),
+            read_only=READ_ONLY_OPERATIONS,
         )
         self.sweep_batch = sweep_batch
         self.events_maxlen = events_maxlen

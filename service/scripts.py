@@ -17,9 +17,10 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from echomq_http import config, keys, limits
+from echomq_http.luafunctions import library, library_name
 from echomq_http.luatrim import trimmed
 from echomq_http.multiplex import Multiplexer, Packed
 
@@ -81,23 +82,46 @@ def lua_dir() -> Path:
     return packaged if packaged.is_dir() else Path(__file__).parent.parent / "lua"
 
 
-def render(path: Path, extra: Mapping[str, str] | None = None) -> str:
-    """A script's source with its includes inlined and its placeholders filled in."""
+class Rendered:
+    """A script with its includes inlined and its placeholders filled in: the whole text (what
+    EVAL runs), and its parts (what a function library is made of: echomq_http.luafunctions)."""
+
+    def __init__(self, includes: list[str], body: str) -> None:
+        self.includes = includes  # each include as inlined (trimmed), in order
+        self.body = body  # the script's own text, its include lines taken out
+        self.text = "".join(includes) + body
+
+
+def render_parts(path: Path, extra: Mapping[str, str] | None = None) -> Rendered:
     placeholders = {**PLACEHOLDERS, **(extra or {})}
     include_dir = path.parent / "include"
 
+    def fill(text: str) -> str:
+        return _PLACEHOLDER.sub(lambda match: placeholders[match[1]], text)
+
     source = path.read_text()
+    found = list(_INCLUDE.finditer(source))
+    # Includes come first (the script's code uses them): its header, its includes, its code.
+    head = source[: found[0].start()] if found else ""
+    body = source[found[-1].end() :] if found else source
+    includes: list[str] = []
     # Last include first: an include's definitions are trimmed against the script with every
     # include below it already inlined (include/lease.lua uses include/common.lua's).
-    for match in reversed(list(_INCLUDE.finditer(source))):
-        below = source[: match.start()] + source[match.end() :]
-        inlined = trimmed((include_dir / f"{match['name']}.lua").read_text(), below)
-        source = source[: match.start()] + inlined + source[match.end() :]
+    below = body
+    for index in reversed(range(len(found))):
+        match = found[index]
+        after = source[match.end() : found[index + 1].start()] if index + 1 < len(found) else ""
+        if after.strip():
+            raise ValueError(f"{path.name}: its @include lines must come together, before its code")
+        inlined = trimmed((include_dir / f"{match['name']}.lua").read_text(), below) + after
+        includes.insert(0, inlined)
+        below = inlined + below
+    return Rendered([fill(head + includes[0]), *map(fill, includes[1:])] if found else [], fill(body))
 
-    def fill(match: re.Match[str]) -> str:
-        return placeholders[match[1]]
 
-    return _PLACEHOLDER.sub(fill, source)
+def render(path: Path, extra: Mapping[str, str] | None = None) -> str:
+    """A script's source with its includes inlined and its placeholders filled in."""
+    return render_parts(path, extra).text
 
 
 async def _pipelined(
@@ -121,6 +145,44 @@ def _evalsha_head(sha: str, numkeys: int, keys: tuple[str, ...]) -> Packed:
     return Packed(("EVALSHA", sha, numkeys, *keys))
 
 
+@lru_cache(maxsize=4096)
+def _fcall_head(function: str, numkeys: int, keys: tuple[str, ...]) -> Packed:
+    """FCALL, the script's function and a queue's keys, packed once like _evalsha_head."""
+    return Packed(("FCALL", function, numkeys, *keys))
+
+
+def _function_missing(error: ResponseError) -> bool:
+    """The server has not (or no longer: a restart, FUNCTION FLUSH) got the function."""
+    return "function not found" in str(error).lower()
+
+
+def _functions_unknown(error: ResponseError) -> bool:
+    """A server without functions (Redis < 7.0), or whose ACL user may not call them."""
+    return isinstance(error, NoPermissionError) or "unknown command" in str(error).lower()
+
+
+class _Script:
+    """One script: as EVAL runs it (redis-py's Script: EVALSHA, loaded when missing) and as a
+    function library (echomq_http.luafunctions), which single-server calls use where the
+    server has functions."""
+
+    __slots__ = ("eval", "function", "library", "numkeys")
+
+    def __init__(
+        self,
+        client: Redis | RedisCluster,
+        operation: str,
+        rendered: Rendered,
+        numkeys: int,
+        *,
+        read_only: bool,
+    ) -> None:
+        self.eval: AsyncScript = client.register_script(rendered.text)
+        self.function = library_name(operation, self.eval.sha)
+        self.library = library(self.function, rendered.includes, rendered.body, read_only=read_only)
+        self.numkeys = numkeys
+
+
 class WriteNotConfirmed(Exception):
     """Durable mode: the write took effect on the primary, but not on enough replicas in time.
     ``reply`` is what the script answered on the primary."""
@@ -138,8 +200,11 @@ class Scripts:
         client: Redis | RedisCluster,
         directory: Path | None = None,
         placeholders: Mapping[str, str] | None = None,
+        read_only: frozenset[str] = frozenset(),
     ) -> None:
-        """placeholders: the service's settings the scripts read (retention_placeholders)."""
+        """placeholders: the service's settings the scripts read (retention_placeholders);
+        read_only: the operations whose scripts write nothing (their functions say so, so
+        Redis runs them even when it is out of memory, as it does such EVAL scripts)."""
         self._client = client
         # One pipelined connection for a single server's calls (echomq_http.multiplex); a Cluster's
         # calls go through its client, which routes each to its slot's node.
@@ -149,13 +214,22 @@ class Scripts:
             **(placeholders or {}),
             "PUBLISH": "SPUBLISH" if isinstance(client, RedisCluster) else "PUBLISH",
         }
-        self._scripts: dict[str, tuple[AsyncScript, int]] = {}
+        self._scripts: dict[str, _Script] = {}
         for path in sorted((directory or lua_dir()).glob("*.lua")):
             match = _SCRIPT_NAME.match(path.name)
             if match is None:
                 raise ValueError(f"script file name must be <operation>-<numkeys>.lua: {path}")
-            script = client.register_script(render(path, extra))
-            self._scripts[match["operation"]] = (script, int(match["numkeys"]))
+            operation = match["operation"]
+            self._scripts[operation] = _Script(
+                client,
+                operation,
+                render_parts(path, extra),
+                int(match["numkeys"]),
+                read_only=operation in read_only,
+            )
+        # Whether the server takes FCALL: unknown until the first call says (Redis >= 7.0 and
+        # Valkey do; Redis 6.2 answers "unknown command", and then EVALSHA serves every call).
+        self._functions: bool | None = None
 
     async def _with_wait(self, evalsha: tuple[Any, ...], wait: tuple[Any, ...], key: str) -> list[Any]:
         """EVALSHA then WAIT on the same connection, which is what WAIT's count refers to."""
@@ -164,6 +238,33 @@ class Scripts:
             await self._client.nodes_manager.initialize()  # type: ignore[union-attr]  # the slot moved
             reply, confirmed = await _pipelined(self._client, (evalsha, wait), key)
         return [reply, confirmed]
+
+    async def _fcall(
+        self, multiplexer: Multiplexer, entry: _Script, keys: Sequence[str], args: Sequence[Any]
+    ) -> tuple[bool, Any]:
+        """The script's function called: (True, its reply), or (False, None) when the server
+        has no functions (from then on this Scripts uses EVALSHA). A server that lost the
+        function (a restart, FUNCTION FLUSH) gets its library again, once per call; no attempt
+        ran anything, so nothing is done twice."""
+        head = _fcall_head(entry.function, entry.numkeys, tuple(keys))
+        try:
+            reply = await multiplexer.execute_packed(head, args)
+        except ResponseError as error:
+            if _functions_unknown(error):
+                self._functions = False
+                return False, None
+            if not _function_missing(error):
+                raise
+            try:
+                await multiplexer.execute("FUNCTION", "LOAD", "REPLACE", entry.library)
+            except ResponseError as refused:
+                if not _functions_unknown(refused):
+                    raise
+                self._functions = False
+                return False, None
+            reply = await multiplexer.execute_packed(head, args)
+        self._functions = True
+        return True, reply
 
     @property
     def multiplexer(self) -> Multiplexer | None:
@@ -189,10 +290,15 @@ class Scripts:
     ) -> Any:
         """Run a script; with replicas > 0, answer only once WAIT saw that many replicas take
         its writes (sent right after it, on the same connection), else raise WriteNotConfirmed."""
-        script, numkeys = self._scripts[operation]
+        entry = self._scripts[operation]
+        script, numkeys = entry.eval, entry.numkeys
         if len(keys) != numkeys:
             raise ValueError(f"{operation} takes {numkeys} keys, got {len(keys)}")
         if replicas <= 0 and self._multiplexer is not None:
+            if self._functions is not False:
+                done, reply = await self._fcall(self._multiplexer, entry, keys, args)
+                if done:
+                    return reply
             head = _evalsha_head(script.sha, numkeys, tuple(keys))
             try:
                 return await self._multiplexer.execute_packed(head, args)

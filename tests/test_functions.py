@@ -1,0 +1,130 @@
+"""Scripts run as Redis functions where the server has them (echomq_http.luafunctions), with
+EVALSHA where it has not: a server that lost its functions gets them back within the call, and
+a user who may not call them gets the same scripts by EVALSHA."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from msgspec import UNSET, Raw
+from redis.asyncio import Redis
+
+from echomq_http.luafunctions import library
+from echomq_http.queue import READ_ONLY_OPERATIONS, JobQueues
+from echomq_http.schemas import EnqueueRequest
+from echomq_http.scripts import Scripts, lua_dir, render_parts
+from echomq_http.telemetry import Telemetry
+from tests.conftest import ValkeyProcess
+
+QUEUE = "fq"
+USER, PASSWORD = "no-functions", "pw-no-functions"
+
+
+def job_queues(client: Redis) -> JobQueues:
+    return JobQueues(
+        client,
+        completed_retention_s=3600,
+        failed_retention_s=3600,
+        sweep_batch=100,
+        telemetry=Telemetry(),
+        max_concurrent_calls=16,
+    )
+
+
+@pytest.fixture
+async def server(private_valkey: ValkeyProcess) -> AsyncIterator[Redis]:
+    client = Redis.from_url(private_valkey.url)
+    yield client
+    await client.aclose()
+
+
+async def script_calls(client: Redis) -> dict[str, int]:
+    stats = await client.info("commandstats")
+    return {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("fcall", "evalsha", "eval")}
+
+
+async def library_names(client: Redis) -> list[str]:
+    libraries = [dict(zip(entry[::2], entry[1::2], strict=True)) for entry in await client.function_list()]
+    return [library[b"library_name"].decode() for library in libraries]
+
+
+async def enqueue_one(queues: JobQueues) -> None:
+    await queues.enqueue(QUEUE, [EnqueueRequest(payload=Raw(b'"work"'))])
+
+
+async def test_every_script_loads_as_a_function_library(server: Redis) -> None:
+    for path in sorted(lua_dir().glob("*.lua")):
+        operation = path.name.rsplit("-", 1)[0]
+        rendered = render_parts(path)
+        name = f"emq_test_{operation.replace('-', '_')}"
+        await server.function_load(
+            library(name, rendered.includes, rendered.body, read_only=operation in READ_ONLY_OPERATIONS),
+            replace=True,
+        )
+    assert len(await server.function_list()) == len(list(lua_dir().glob("*.lua")))
+
+
+async def test_calls_go_by_fcall_and_each_library_is_loaded_once(server: Redis) -> None:
+    queues = job_queues(server)
+    try:
+        for _ in range(3):
+            await enqueue_one(queues)
+            [job] = await queues.lease(QUEUE, "w1", 60_000, 1)
+            await queues.ack_one(QUEUE, job.id, job.lease_id, UNSET)
+        calls = await script_calls(server)
+        assert calls["fcall"] >= 9 and calls["evalsha"] == calls["eval"] == 0
+        names = await library_names(server)
+        assert sorted(name.rsplit("_", 1)[0] for name in names) == ["emq_ack", "emq_enqueue", "emq_lease"]
+    finally:
+        await queues.aclose()
+
+
+async def test_a_server_that_lost_its_functions_gets_them_back_and_each_call_acts_once(server: Redis) -> None:
+    queues = job_queues(server)
+    try:
+        await enqueue_one(queues)
+        await enqueue_one(queues)
+        await server.function_flush()  # as a restart without persistence would
+        [job] = await queues.lease(QUEUE, "w1", 60_000, 1)  # loaded again within the call
+        assert await server.llen(queues.keys(QUEUE).active) == 1  # one lease, not two
+        await server.function_flush()
+        await queues.ack_one(QUEUE, job.id, job.lease_id, UNSET)
+        assert await server.llen(queues.keys(QUEUE).active) == 0
+        assert await server.zcard(queues.keys(QUEUE).completed) == 1
+        assert await server.llen(queues.keys(QUEUE).wait) == 1  # the other job still waits
+    finally:
+        await queues.aclose()
+
+
+async def test_a_user_who_may_not_call_functions_runs_the_same_scripts_by_evalsha(
+    server: Redis, private_valkey: ValkeyProcess
+) -> None:
+    await server.acl_setuser(
+        USER,
+        enabled=True,
+        passwords=[f"+{PASSWORD}"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all", "-fcall", "-fcall_ro", "-function"],
+    )
+    limited = Redis.from_url(private_valkey.url, username=USER, password=PASSWORD)
+    queues = job_queues(limited)
+    try:
+        await enqueue_one(queues)
+        [job] = await queues.lease(QUEUE, "w1", 60_000, 1)
+        await queues.ack_one(QUEUE, job.id, job.lease_id, UNSET)
+        calls = await script_calls(server)
+        assert calls["fcall"] == 0 and calls["evalsha"] >= 3  # every call by EVALSHA, the first refused
+        assert await server.zcard(queues.keys(QUEUE).completed) == 1
+        assert await server.function_list() == []
+    finally:
+        await queues.aclose()
+        await limited.aclose()
+
+
+async def test_a_read_only_script_is_a_function_that_writes_nothing() -> None:
+    scripts = Scripts(Redis(), read_only=READ_ONLY_OPERATIONS)
+    for operation in scripts.operations:
+        text = scripts._scripts[operation].library
+        assert ("flags = {'no-writes'}" in text) == (operation in READ_ONLY_OPERATIONS)
