@@ -153,9 +153,10 @@ export class HookedClient extends Client {
   }
 
   /** Holds the next call of `name`: before it is sent, or after its answer came. */
-  hold(name: Hooked, when: When): Hold {
+  /** Holds the nth call of `name` from now (default: the next one). */
+  hold(name: Hooked, when: When, nth = 1): Hold {
     const hold = new Hold(when);
-    this.holds.set(`${name}#${(this.calls.get(name) ?? 0) + 1}`, hold);
+    this.holds.set(`${name}#${(this.calls.get(name) ?? 0) + nth}`, hold);
     return hold;
   }
 

@@ -138,12 +138,15 @@ test("returned, its ack gathered and not yet sent: stop() sends it", async () =>
 for (const when of ["before", "after"] as const) {
   test(`ack in flight (held ${when} it is sent): acked once; the jobs its lease_next brings are released`, async () => {
     const { queue, hooked, runs } = await scene("a", "b", "c", "d");
-    const held = hooked.hold("ackMany", when);
+    // At concurrency 2 each returned job's ack goes in an ack-many of its own (a PIPELINE-th
+    // of the slots), each with a lease_next of one: both are held, so neither brings a job
+    // that could run before stop().
+    const held = [hooked.hold("ackMany", when), hooked.hold("ackMany", when, 2)];
     const w = hookedWorker(hooked, queue, runs, { concurrency: 2 });
     const run = w.run();
-    await held.reached.promise; // the first two returned; their ack-many (with lease_next) is held
+    await Promise.all(held.map((hold) => hold.reached.promise)); // the first two returned
     const stopping = w.stop();
-    held.go();
+    for (const hold of held) hold.go();
     const stats = await stopping;
     await run;
     const first = [...runs.count.keys()].sort();
