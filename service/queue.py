@@ -741,15 +741,16 @@ class JobQueues:
         node, only when a queue is deleted."""
         queue_keys = self.keys(queue)
         node = self.client.get_node_from_key(queue_keys.meta) if self.cluster else self.client
-        scan = ("SCAN", 0, "MATCH", queue_keys.request_pattern, "COUNT", REQUEST_SCAN_COUNT)
-        cursor = None
-        while cursor != 0:
+        cursor = 0
+        while True:
             async with self._gate:
-                cursor, found = await node.execute_command(*scan)
-                cursor = int(cursor)
+                cursor, found = await node.execute_command(
+                    "SCAN", cursor, "MATCH", queue_keys.request_pattern, "COUNT", REQUEST_SCAN_COUNT
+                )
                 if found:
                     await self.client.unlink(*found)
-            scan = (scan[0], cursor, *scan[2:])
+            if int(cursor) == 0:
+                return
 
     async def get_job(self, queue: str, job_id: str) -> JobView:
         async with self._gate:

@@ -248,21 +248,18 @@ class Scripts:
         ran anything, so nothing is done twice."""
         head = _fcall_head(entry.function, entry.numkeys, tuple(keys))
         try:
-            reply = await multiplexer.execute_packed(head, args)
-        except ResponseError as error:
-            if _functions_unknown(error):
-                self._functions = False
-                return False, None
-            if not _function_missing(error):
-                raise
             try:
-                await multiplexer.execute("FUNCTION", "LOAD", "REPLACE", entry.library)
-            except ResponseError as refused:
-                if not _functions_unknown(refused):
+                reply = await multiplexer.execute_packed(head, args)
+            except ResponseError as error:
+                if not _function_missing(error):
                     raise
-                self._functions = False
-                return False, None
-            reply = await multiplexer.execute_packed(head, args)
+                await multiplexer.execute("FUNCTION", "LOAD", "REPLACE", entry.library)
+                reply = await multiplexer.execute_packed(head, args)
+        except ResponseError as error:
+            if not _functions_unknown(error):
+                raise
+            self._functions = False
+            return False, None
         self._functions = True
         return True, reply
 
