@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORKLOADS = "cycle_50,batch"
 RUN_TIMEOUT_S = 900
+RUN_ATTEMPTS = 2
 
 
 def checkout(commit: str, into: Path) -> Path:
@@ -37,15 +38,26 @@ def checkout(commit: str, into: Path) -> Path:
 
 
 def run_bench(tree: Path, workloads: str, out: Path) -> dict[str, dict[str, object]]:
-    """One bench.py run in `tree`, with this interpreter (this checkout's venv): rows by key."""
-    subprocess.run(
-        [sys.executable, "bench/bench.py", "--only", workloads, "--no-bullmq", "--json", str(out)],
-        cwd=tree,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        timeout=RUN_TIMEOUT_S,
-        check=True,
-    )
+    """One bench.py run in `tree`, with this interpreter (this checkout's venv): rows by key.
+
+    A run that fails is run once more (an older commit's bench.py can fail now and then reading
+    its load generators' output), after printing the end of what it said.
+    """
+    command = [sys.executable, "bench/bench.py", "--only", workloads, "--no-bullmq", "--json", str(out)]
+    for attempt in range(RUN_ATTEMPTS):
+        run = subprocess.run(
+            command,
+            cwd=tree,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+        )
+        if run.returncode == 0:
+            break
+        print(f"bench.py failed in {tree} (exit {run.returncode}):\n{run.stderr[-2000:]}", file=sys.stderr)
+        if attempt == RUN_ATTEMPTS - 1:
+            raise SystemExit(f"bench.py failed {RUN_ATTEMPTS} times in {tree}")
     return {row["key"]: row for row in json.loads(out.read_text())["rows"]}
 
 

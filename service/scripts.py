@@ -78,8 +78,8 @@ PLACEHOLDERS: Mapping[str, str] = {
 
 def lua_dir() -> Path:
     """The scripts ship inside the package (wheel); a source checkout has them at the top."""
-    packaged = Path(__file__).parent / "lua"
-    return packaged if packaged.is_dir() else Path(__file__).parent.parent / "lua"
+    packaged = Path(__file__).resolve().parent / "lua"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "lua"
 
 
 class Rendered:
