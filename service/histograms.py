@@ -39,6 +39,15 @@ class _Point:
         self.min = float("inf")
         self.max = float("-inf")
 
+    def add(self, value: float, bucket: int) -> None:
+        self.buckets[bucket] += 1
+        self.count += 1
+        self.sum += value
+        if value < self.min:
+            self.min = value
+        if value > self.max:
+            self.max = value
+
 
 class LocalHistogram:
     def __init__(self, name: str, description: str, unit: str, bounds: Sequence[float]) -> None:
@@ -49,7 +58,9 @@ class LocalHistogram:
         self._started_ns = time.time_ns()
 
     def record(self, value: float, *labels: tuple[str, str]) -> None:
-        self.record_many((value,), *labels)
+        """One value (a request's duration): record_many without its list and loop."""
+        with self._lock:
+            self._point(labels).add(value, bisect.bisect_left(self.bounds, value))
 
     def record_many(self, values: Iterable[float], *labels: tuple[str, str]) -> int:
         """Several values with the same labels, under one lock; returns how many."""
@@ -57,16 +68,16 @@ class LocalHistogram:
         if not values:
             return 0
         with self._lock:
-            point = self._points.get(labels)
-            if point is None:
-                point = self._points[labels] = _Point(len(self.bounds) + 1)
+            point = self._point(labels)
             for value in values:
-                point.buckets[bisect.bisect_left(self.bounds, value)] += 1
-                point.sum += value
-                point.min = min(point.min, value)
-                point.max = max(point.max, value)
-            point.count += len(values)
+                point.add(value, bisect.bisect_left(self.bounds, value))
         return len(values)
+
+    def _point(self, labels: Labels) -> _Point:
+        point = self._points.get(labels)
+        if point is None:
+            point = self._points[labels] = _Point(len(self.bounds) + 1)
+        return point
 
     def counts(self) -> dict[Labels, HistogramCounts]:
         """Everything recorded so far, per label set (what /metrics renders)."""

@@ -12,6 +12,7 @@ local function ack_jobs(acks, results_from, now)
   local reply = {}
   local departures = new_departures()
   local completed = {} -- ZADD arguments: score, id, ...
+  local events = events_on()
   for i, ack in ipairs(acks) do
     local id, lease_id = ack[1], ack[2]
     local key = job_key(id)
@@ -35,7 +36,7 @@ local function ack_jobs(acks, results_from, now)
       end
       completed[#completed + 1] = now_text
       completed[#completed + 1] = id
-      emit('completed', id, '"worker":"' .. job[2] .. '","attempt":' .. (job[6] or '0'))
+      if events then emit_line('completed ' .. id .. ' "worker":"' .. job[2] .. '","attempt":' .. (job[6] or '0')) end
       code = 1
     elseif job[1] == 'completed' and job[4] == lease_id then
       code = 2

@@ -98,40 +98,75 @@ end
 -- a queue's own setting (META "events_off") for that queue.
 local EVENTS = PREFIX .. '@EVENTS_NAME@'
 local EVENTS_MAXLEN = @EVENTS_MAXLEN@
+-- META's events_off and event_seq, when the script read them with other fields of META (its
+-- events are flushed in the same call, so nothing else changed them): a read fewer.
+local events_meta = nil
+local function note_events_meta(off, seq)
+  events_meta = {off ~= false and off ~= nil, number_or(seq, 0)}
+end
+
 local event_lines = {}
 local function emit(kind, id, members)
   if EVENTS_MAXLEN > 0 then event_lines[#event_lines + 1] = kind .. ' ' .. id .. ' ' .. members end
 end
 
-local function stream_entry_args(last, at)
-  return {'XADD', EVENTS, 'MINID', '~', '0-' .. text(math.max(last - EVENTS_MAXLEN + 1, 0)), '0-' .. text(last),
-    'at', at, 'e', table.concat(event_lines, '\n')}
+-- For the loops over a batch of jobs: whether this call's events are written (false when they
+-- are off, or off for the queue as far as the script read META), and a line built whole by the
+-- caller ("<type> <id> <members>", one concatenation per job rather than two).
+local function events_on() return EVENTS_MAXLEN > 0 and not (events_meta and events_meta[1]) end
+local function emit_line(line) event_lines[#event_lines + 1] = line end
+
+-- The stream is trimmed (MINID) only by the entries that cross a multiple of EVENTS_TRIM_EVERY
+-- events, not by every one: the trim is a third of an XADD's cost, and it keeps the stream at
+-- most EVENTS_TRIM_EVERY events (and a stream node) longer than EVENTS_MAXLEN.
+local EVENTS_TRIM_EVERY = math.max(1, math.min(256, math.floor(EVENTS_MAXLEN / 8)))
+local function stream_entry_args(last, count, at)
+  local id, data = '0-' .. text(last), table.concat(event_lines, '\n')
+  if math.floor(last / EVENTS_TRIM_EVERY) == math.floor((last - count) / EVENTS_TRIM_EVERY) then
+    return {'XADD', EVENTS, id, 'at', at, 'e', data}
+  end
+  return {'XADD', EVENTS, 'MINID', '~', '0-' .. text(math.max(last - EVENTS_MAXLEN + 1, 0)), id, 'at', at, 'e', data}
 end
 
--- One stream entry for the events emitted so far (none: nothing written). at: the time (ms text).
+-- META fields a script writes at its end, in one HSET with the event counter (flush_events).
+local meta_writes = {}
+local function write_meta_at_end(field, value)
+  meta_writes[#meta_writes + 1] = field
+  meta_writes[#meta_writes + 1] = value
+end
+
+-- One stream entry for the events emitted so far (none: nothing written), and the META writes
+-- the script left for its end. at: the time (ms text).
 local function flush_events(at)
   local count = #event_lines
-  if count == 0 then return end
-  -- A queue whose settings turned its events off (META "events_off") writes none: one read.
-  if redis.call('HEXISTS', META, 'events_off') == 1 then
-    event_lines = {}
-    return
-  end
-  local last = redis.call('HINCRBY', META, 'event_seq', count)
-  local written = redis.pcall(unpack(stream_entry_args(last, at)))
-  if type(written) == 'table' and written.err then
-    -- The stream is ahead of the counter (META was deleted, the stream was not): go on from the
-    -- stream's last id, so that event numbers never go back.
-    local info = redis.call('XINFO', 'STREAM', EVENTS)
-    for i = 1, #info, 2 do
-      if info[i] == 'last-generated-id' then
-        last = tonumber(string.match(info[i + 1], '%-(%d+)$')) + count
-      end
+  if count > 0 then
+    -- A queue whose settings turned its events off (META "events_off") writes none.
+    if not events_meta then
+      local meta = redis.call('HMGET', META, 'events_off', 'event_seq')
+      note_events_meta(meta[1], meta[2])
     end
-    redis.call('HSET', META, 'event_seq', text(last))
-    redis.call(unpack(stream_entry_args(last, at)))
+    if not events_meta[1] then
+      local last = events_meta[2] + count
+      local written = redis.pcall(unpack(stream_entry_args(last, count, at)))
+      if type(written) == 'table' and written.err then
+        -- The stream is ahead of the counter (META was deleted, the stream was not): go on from
+        -- the stream's last id, so that event numbers never go back.
+        local info = redis.call('XINFO', 'STREAM', EVENTS)
+        for i = 1, #info, 2 do
+          if info[i] == 'last-generated-id' then
+            last = tonumber(string.match(info[i + 1], '%-(%d+)$')) + count
+          end
+        end
+        redis.call(unpack(stream_entry_args(last, count, at)))
+      end
+      write_meta_at_end('event_seq', text(last))
+    end
+    event_lines = {}
   end
-  event_lines = {}
+  if #meta_writes > 0 then
+    redis.call('HSET', META, unpack(meta_writes))
+    meta_writes = {}
+  end
 end
 
 -- A JSON string (error texts; names and ids never need escaping: their pattern excludes it).
@@ -471,8 +506,14 @@ local function detach(departures)
     if redis.call('ZCARD', held) == 0 then redis.call('SREM', WORKERS, worker) end
   end
   -- A lease that max_in_flight held back left META "room_wanted" (lease.lua): these jobs free
-  -- slots, so the queue's long polls are woken. Without a cap, this HDEL is all it costs.
-  if redis.call('HDEL', META, 'room_wanted') == 1 then wake_waiters(#departures.ids) end
+  -- slots, so the queue's long polls are woken. Without a cap, this read is all it costs (and
+  -- it reads the events' fields of META for flush_events).
+  local meta = redis.call('HMGET', META, 'room_wanted', 'events_off', 'event_seq')
+  note_events_meta(meta[2], meta[3])
+  if meta[1] then
+    redis.call('HDEL', META, 'room_wanted')
+    wake_waiters(#departures.ids)
+  end
   if departures.groups then groups().free(departures) end
 end
 

@@ -302,7 +302,8 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
     end
   end
   local meta = redis.call('HMGET', META, 'paused', 'fence', 'grouped', 'group_max_in_flight', 'parked_cap',
-    'max_in_flight', 'rate_max', 'rate_per_ms')
+    'max_in_flight', 'rate_max', 'rate_per_ms', 'events_off', 'event_seq')
+  note_events_meta(meta[9], meta[10])
   if meta[1] then return {0, 0} end
   local grouped = meta[3] ~= false
   if grouped then
@@ -323,6 +324,9 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
   local now_text, expires_text = text(now), text(expires_at)
   local fence = number_or(meta[2], 0)
   local leased, deadlines, held, record = {}, {}, {}, {}
+  local events = events_on()
+  local event_worker = ' "worker":"' .. worker .. '","attempt":'
+  local event_expiry = ',"lease_expires_at":' .. expires_text
   local reply = {0, 0}
   -- A dropped entry leaves room for another job: a few more rounds, never an unbounded loop.
   for _ = 1, 4 do
@@ -344,8 +348,8 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
         else
           attempt = attempt + 1
         end
-        local fence_text = text(fence)
-        redis.call('HSET', key, 'state', 'active', 'attempt', text(attempt), 'worker', worker,
+        local fence_text, attempt_text = text(fence), text(attempt)
+        redis.call('HSET', key, 'state', 'active', 'attempt', attempt_text, 'worker', worker,
           'lease_id', lease_id, 'lease_ms', lease_ms_text, 'leased_at', now_text, 'lease_expires_at', expires_text,
           'fence', fence_text, 'updated_at', now_text)
         redis.call('SET', lock_key(id), lease_id .. ':' .. worker, 'PX', lease_ms_text)
@@ -354,8 +358,9 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
         held[2 * i - 1], held[2 * i] = fence_text, id
         record[i] = id .. ' ' .. lease_id
         append_job(reply, id, job, attempt, lease_id, expires_at, fence)
-        emit('leased', id, '"worker":"' .. worker .. '","attempt":' .. attempt .. ',"fence":' .. fence_text ..
-          ',"lease_expires_at":' .. expires_text)
+        if events then
+          emit_line('leased ' .. id .. event_worker .. attempt_text .. ',"fence":' .. fence_text .. event_expiry)
+        end
       end
     end
     if #leased == max_jobs then break end
@@ -369,7 +374,7 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
   redis.call('ZADD', DEADLINES, unpack(deadlines))
   sweep_needed_by(expires_at)
   redis.call('ZADD', held_key(worker), unpack(held))
-  redis.call('HSET', META, 'fence', text(fence))
+  write_meta_at_end('fence', text(fence))
   redis.call('SADD', WORKERS, worker)
   redis.call('SET', request, table.concat(record, ' '), 'PX', record_ms)
   return reply

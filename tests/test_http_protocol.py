@@ -1,0 +1,123 @@
+"""The HTTP protocol the service runs (echomq_http.http_protocol): a response in one write.
+
+The protocol is uvicorn's own, given a transport that records what reaches it, so the test
+sees each write the socket would get."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from uvicorn import Config
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from echomq_http.http_protocol import JoinedWritesProtocol
+
+REQUEST = b"GET /x HTTP/1.1\r\nHost: test\r\n\r\n"
+
+
+class RecordingTransport(asyncio.Transport):
+    """What the protocol wrote, one entry per write; no socket behind it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:  # type: ignore[override]
+        assert not self.closed, "written after close"
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def small_answer(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+async def streamed_answer(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"first", "more_body": True})
+    await asyncio.sleep(0.05)  # a later turn of the loop: this chunk must not wait for the next
+    await send({"type": "http.response.body", "body": b"second", "more_body": False})
+
+
+async def served(
+    protocol_class: type[HttpToolsProtocol], app: Any, request: bytes = REQUEST, ends_with: bytes = b"ok"
+) -> RecordingTransport:
+    """The protocol given the request's bytes; what it wrote once the last write ends as expected."""
+    config = Config(app, lifespan="off", log_level="warning")
+    protocol = protocol_class(config, ServerState(), app_state={})
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    protocol.data_received(request)
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        if b"".join(transport.writes).endswith(ends_with):
+            break
+    return transport
+
+
+async def test_a_small_response_is_one_write() -> None:
+    transport = await served(JoinedWritesProtocol, small_answer)
+    assert len(transport.writes) == 1
+    assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert transport.writes[0].endswith(b"\r\n\r\nok")
+
+
+async def test_uvicorns_own_protocol_writes_it_twice() -> None:
+    """What the subclass changes: without it, headers and body are two writes (two segments)."""
+    transport = await served(HttpToolsProtocol, small_answer)
+    assert len(transport.writes) == 2
+
+
+async def test_a_streamed_response_goes_out_as_it_is_sent() -> None:
+    transport = await served(JoinedWritesProtocol, streamed_answer, ends_with=b"0\r\n\r\n")
+    assert len(transport.writes) == 2  # start + first chunk in one turn, then the rest
+    assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert transport.writes[0].endswith(b"5\r\nfirst\r\n")
+    assert transport.writes[1] == b"6\r\nsecond\r\n0\r\n\r\n"
+
+
+async def test_close_writes_what_is_pending_first() -> None:
+    """A response with connection: close is written, then the transport closed."""
+    request = b"GET /x HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    transport = await served(JoinedWritesProtocol, small_answer, request)
+    assert transport.closed
+    assert b"".join(transport.writes).endswith(b"\r\n\r\nok")
+
+
+@pytest.mark.parametrize("pipelined", [2, 3])
+async def test_pipelined_requests_are_answered_in_order(pipelined: int) -> None:
+    async def numbered(scope: Any, receive: Any, send: Any) -> None:
+        body = scope["path"].encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-length", b"%d" % len(body))],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    requests = b"".join(b"GET /%d HTTP/1.1\r\nHost: test\r\n\r\n" % i for i in range(pipelined))
+    transport = await served(JoinedWritesProtocol, numbered, requests, ends_with=b"/%d" % (pipelined - 1))
+    answers = b"".join(transport.writes)
+    places = [answers.find(b"\r\n\r\n/%d" % i) for i in range(pipelined)]
+    assert -1 not in places and places == sorted(places)
