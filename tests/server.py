@@ -13,6 +13,7 @@ import uvicorn
 
 from echomq_http.app import create_app
 from echomq_http.config import Settings
+from echomq_http.http_protocol import JoinedWritesProtocol
 from echomq_http.telemetry import Telemetry
 
 START_TIMEOUT_S = 15.0
@@ -23,7 +24,12 @@ STOP_TIMEOUT_S = 30.0
 def running_service(settings: Settings, telemetry: Telemetry | None = None) -> Iterator[str]:
     """Start the app with these settings; yields its base URL; stops it (lifespan included)."""
     config = uvicorn.Config(
-        create_app(settings, telemetry), host="127.0.0.1", port=0, log_level="warning", lifespan="on"
+        create_app(settings, telemetry),
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="on",
+        http=JoinedWritesProtocol,  # the protocol `emq serve` runs
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="emq-test-server", daemon=True)
