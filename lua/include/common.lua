@@ -128,45 +128,32 @@ local function stream_entry_args(last, count, at)
   return {'XADD', EVENTS, 'MINID', '~', '0-' .. text(math.max(last - EVENTS_MAXLEN + 1, 0)), id, 'at', at, 'e', data}
 end
 
--- META fields a script writes at its end, in one HSET with the event counter (flush_events).
-local meta_writes = {}
-local function write_meta_at_end(field, value)
-  meta_writes[#meta_writes + 1] = field
-  meta_writes[#meta_writes + 1] = value
-end
-
--- One stream entry for the events emitted so far (none: nothing written), and the META writes
--- the script left for its end. at: the time (ms text).
+-- One stream entry for the events emitted so far (none: nothing written). at: the time (ms text).
 local function flush_events(at)
   local count = #event_lines
-  if count > 0 then
-    -- A queue whose settings turned its events off (META "events_off") writes none.
-    if not events_meta then
-      local meta = redis.call('HMGET', META, 'events_off', 'event_seq')
-      note_events_meta(meta[1], meta[2])
-    end
-    if not events_meta[1] then
-      local last = events_meta[2] + count
-      local written = redis.pcall(unpack(stream_entry_args(last, count, at)))
-      if type(written) == 'table' and written.err then
-        -- The stream is ahead of the counter (META was deleted, the stream was not): go on from
-        -- the stream's last id, so that event numbers never go back.
-        local info = redis.call('XINFO', 'STREAM', EVENTS)
-        for i = 1, #info, 2 do
-          if info[i] == 'last-generated-id' then
-            last = tonumber(string.match(info[i + 1], '%-(%d+)$')) + count
-          end
+  if count == 0 then return end
+  -- A queue whose settings turned its events off (META "events_off") writes none.
+  if not events_meta then
+    local meta = redis.call('HMGET', META, 'events_off', 'event_seq')
+    note_events_meta(meta[1], meta[2])
+  end
+  if not events_meta[1] then
+    local last = events_meta[2] + count
+    local written = redis.pcall(unpack(stream_entry_args(last, count, at)))
+    if type(written) == 'table' and written.err then
+      -- The stream is ahead of the counter (META was deleted, the stream was not): go on from
+      -- the stream's last id, so that event numbers never go back.
+      local info = redis.call('XINFO', 'STREAM', EVENTS)
+      for i = 1, #info, 2 do
+        if info[i] == 'last-generated-id' then
+          last = tonumber(string.match(info[i + 1], '%-(%d+)$')) + count
         end
-        redis.call(unpack(stream_entry_args(last, count, at)))
       end
-      write_meta_at_end('event_seq', text(last))
+      redis.call(unpack(stream_entry_args(last, count, at)))
     end
-    event_lines = {}
+    redis.call('HSET', META, 'event_seq', text(last))
   end
-  if #meta_writes > 0 then
-    redis.call('HSET', META, unpack(meta_writes))
-    meta_writes = {}
-  end
+  event_lines = {}
 end
 
 -- A JSON string (error texts; names and ids never need escaping: their pattern excludes it).

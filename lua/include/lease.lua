@@ -374,7 +374,7 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
   redis.call('ZADD', DEADLINES, unpack(deadlines))
   sweep_needed_by(expires_at)
   redis.call('ZADD', held_key(worker), unpack(held))
-  write_meta_at_end('fence', text(fence))
+  redis.call('HSET', META, 'fence', text(fence))
   redis.call('SADD', WORKERS, worker)
   redis.call('SET', request, table.concat(record, ' '), 'PX', record_ms)
   return reply
