@@ -11,16 +11,17 @@ Nothing waits longer than the current turn: a streamed response's chunks go out 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
-class _JoinedWrites:
+class JoinedWrites:
     """A transport whose writes within one turn of the event loop reach the socket as one.
 
-    Everything else is the transport's own; close() first writes what is pending, as a
-    transport's close() sends what it has buffered."""
+    Everything else is the transport's own; write_eof() and close() first write what is
+    pending, as a transport's close() sends what it has buffered."""
 
     __slots__ = ("_loop", "_pending", "_transport")
 
@@ -39,6 +40,13 @@ class _JoinedWrites:
         if pending and not self._transport.is_closing():
             self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
+    def writelines(self, chunks: Iterable[bytes]) -> None:
+        self.write(b"".join(chunks))
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
     def close(self) -> None:
         self._flush()
         self._transport.close()
@@ -55,4 +63,4 @@ class JoinedWritesProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.transport = _JoinedWrites(transport, self.loop)  # type: ignore[assignment]
+        self.transport = JoinedWrites(transport, self.loop)  # type: ignore[assignment]

@@ -13,7 +13,7 @@ from uvicorn import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from echomq_http.http_protocol import JoinedWritesProtocol
+from echomq_http.http_protocol import JoinedWrites, JoinedWritesProtocol
 
 REQUEST = b"GET /x HTTP/1.1\r\nHost: test\r\n\r\n"
 
@@ -25,10 +25,14 @@ class RecordingTransport(asyncio.Transport):
         super().__init__()
         self.writes: list[bytes] = []
         self.closed = False
+        self.eof = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:  # type: ignore[override]
         assert not self.closed, "written after close"
         self.writes.append(bytes(data))
+
+    def write_eof(self) -> None:
+        self.eof = True
 
     def close(self) -> None:
         self.closed = True
@@ -121,3 +125,13 @@ async def test_pipelined_requests_are_answered_in_order(pipelined: int) -> None:
     answers = b"".join(transport.writes)
     places = [answers.find(b"\r\n\r\n/%d" % i) for i in range(pipelined)]
     assert -1 not in places and places == sorted(places)
+
+
+async def test_writelines_and_write_eof_keep_the_order_of_what_was_written() -> None:
+    transport = RecordingTransport()
+    joined = JoinedWrites(transport, asyncio.get_running_loop())
+    joined.write(b"a")
+    joined.writelines([b"b", b"c"])
+    assert transport.writes == []  # nothing before the end of this turn
+    joined.write_eof()
+    assert transport.writes == [b"abc"] and transport.eof
