@@ -31,11 +31,11 @@ from typing import Any
 
 from msgspec import UNSET, Raw
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bench import free_port
-from echomq_http.queue import READ_ONLY_OPERATIONS, JobQueues
+from echomq_http.queue import JobQueues
 from echomq_http.schemas import AckItem, EnqueueRequest
-from echomq_http.scripts import Scripts, retention_placeholders
 from echomq_http.telemetry import Telemetry
 
 REPO = Path(__file__).resolve().parent.parent
@@ -100,31 +100,21 @@ async def connected(port: int) -> Redis:
         try:
             await client.ping()
             return client
-        except OSError:
-            await asyncio.sleep(0.2)
-        except Exception as error:  # redis-py's ConnectionError while valgrind starts it
-            if "connect" not in str(error).lower():
-                raise
+        except RedisConnectionError:  # valgrind is still starting it
             await asyncio.sleep(0.2)
     raise RuntimeError("redis-server under valgrind did not start")
 
 
 def job_queues(client: Redis, lua: Path) -> JobQueues:
-    queues = JobQueues(
+    return JobQueues(
         client,
         completed_retention_s=3600,
         failed_retention_s=3600,
         sweep_batch=100,
         telemetry=Telemetry(),
         max_concurrent_calls=16,
+        scripts_dir=lua,
     )
-    queues.scripts = Scripts(
-        client,
-        directory=lua,
-        placeholders=retention_placeholders(3600, 3600),
-        read_only=READ_ONLY_OPERATIONS,
-    )
-    return queues
 
 
 async def measure(lua: Path, out_dir: Path) -> dict[str, float]:

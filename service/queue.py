@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -337,7 +338,10 @@ class JobQueues:
         completed_max: int = config.DEFAULT_COMPLETED_MAX,
         failed_max: int = config.DEFAULT_FAILED_MAX,
         events_maxlen: int = config.DEFAULT_EVENTS_MAXLEN,
+        scripts_dir: Path | None = None,
     ) -> None:
+        """scripts_dir: where the Lua scripts are (default: the service's own; bench/lua_cost.py
+        runs others)."""
         self.client = client
         self.cluster = isinstance(client, RedisCluster)
         self.telemetry = telemetry
@@ -348,6 +352,7 @@ class JobQueues:
         self.confirm_timeout_ms = confirm_timeout_ms
         self.scripts = Scripts(
             client,
+            directory=scripts_dir,
             placeholders=retention_placeholders(
                 completed_retention_s, failed_retention_s, completed_max, failed_max, events_maxlen
             ),
