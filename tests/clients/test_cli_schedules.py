@@ -11,6 +11,9 @@ NEW_YEAR_2030_MS = 1_893_456_000_000
 
 
 def test_schedule_show_list_trigger_unschedule(service_url: str, sdk: Client, queue: str) -> None:
+    unknown = emq("schedules", queue, url=service_url, check=False)
+    assert unknown.returncode == 1 and unknown.stderr.startswith(f"emq: no queue {queue} (")
+    sdk.enqueue(queue, None, id="first", delay_ms=3_600_000)  # the queue exists, without schedules
     assert emq("schedules", queue, url=service_url).stdout.strip() == f"no schedules in {queue}"
     report = emq_json(
         "schedule",
@@ -126,7 +129,7 @@ def test_schedule_bad_input_and_missing_schedules(service_url: str, queue: str) 
     assert code == 2 and "--priority needs --cron or --every-ms" in err
     code, err = refused("schedule", queue, "s", "--every-ms", "1000", "--start-at", "tomorrow")
     assert code == 2 and "ISO 8601" in err
-    assert emq("schedules", queue, url=service_url).stdout.strip() == f"no schedules in {queue}"
+    assert refused("schedules", queue)[0] == 1  # refused puts made nothing, not even the queue
 
     for command in ("schedule", "unschedule", "trigger"):
         code, err = refused(command, queue, "nope")

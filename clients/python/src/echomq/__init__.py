@@ -1,5 +1,7 @@
 """EchoMQ HTTP client: ``Client``/``AsyncClient`` for the whole API, ``Worker`` to run jobs."""
 
+import logging
+
 from echomq._ops import NO_RETRIES, RetryPolicy
 from echomq.client import AsyncClient, Client
 from echomq.errors import (
@@ -62,6 +64,10 @@ from echomq.models import (
 from echomq.worker import JobContext, Worker, WorkerStats
 
 __version__ = "0.1.0"
+
+# A library logs and lets the application decide where that goes (logging.basicConfig, ...):
+# without configuration nothing is printed, not even warnings by logging's last resort.
+logging.getLogger("echomq").addHandler(logging.NullHandler())
 
 __all__ = [
     "NO_RETRIES",

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import os
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Optional
 
@@ -50,6 +53,19 @@ class Answer(Struct, frozen=True):
     @property
     def text(self) -> str:
         return self.content.decode("utf-8", errors="replace")
+
+
+def reason_of(error: BaseException) -> str:
+    """Why a connection failed, in a few words (``connection refused``, ``name or service not
+    known``): the strerror of the OS error under it, else the error's own text."""
+    seen: Optional[BaseException] = error
+    while seen is not None:
+        code = getattr(seen, "errno", None)
+        if isinstance(seen, OSError) and isinstance(code, int) and code in errno.errorcode:
+            return os.strerror(code).lower()
+        seen = seen.__cause__ or seen.__context__
+    text = re.sub(r"^\[Errno -?\d+\]\s*", "", str(error)).strip()
+    return (text[:1].lower() + text[1:]) if text else type(error).__name__
 
 
 def json_headers(body: Optional[bytes], headers: Optional[Mapping[str, str]]) -> dict[str, str]:
@@ -109,11 +125,13 @@ class AiohttpPool:
             ) as response:
                 return Answer(response.status, await response.read(), response.headers)
         except asyncio.TimeoutError:
-            raise ConnectionFailed(f"no answer within {timeout:.1f} s") from None
+            reason = f"no answer within {timeout:.1f} s"
+            raise ConnectionFailed(f"{method} {url}: {reason}", reason=reason) from None
         except aiohttp.ClientConnectorError as error:  # could not connect: nothing was sent
-            raise ConnectionFailed(f"cannot connect: {error}", sent=False) from error
+            reason = reason_of(error)
+            raise ConnectionFailed(f"cannot connect to {url}: {reason}", sent=False, reason=reason) from error
         except aiohttp.ClientError as error:
-            raise ConnectionFailed(f"{method} {path}: {error!r}") from error
+            raise ConnectionFailed(f"{method} {url}: {error!r}", reason=reason_of(error)) from error
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -135,11 +153,13 @@ class AiohttpPool:
                 content = await response.read() if response.status >= 400 else b""
                 yield Answer(response.status, content, response.headers), response.content.iter_any()
         except asyncio.TimeoutError:
-            raise ConnectionFailed(f"GET {path}: nothing for {idle_s:.0f} s") from None
+            reason = f"nothing for {idle_s:.0f} s"
+            raise ConnectionFailed(f"GET {url}: {reason}", reason=reason) from None
         except aiohttp.ClientConnectorError as error:
-            raise ConnectionFailed(f"cannot connect: {error}", sent=False) from error
+            reason = reason_of(error)
+            raise ConnectionFailed(f"cannot connect to {url}: {reason}", sent=False, reason=reason) from error
         except aiohttp.ClientError as error:
-            raise ConnectionFailed(f"GET {path}: {error!r}") from error
+            raise ConnectionFailed(f"GET {url}: {error!r}", reason=reason_of(error)) from error
 
     async def aclose(self) -> None:
         self._closed = True
@@ -150,7 +170,10 @@ class AiohttpPool:
 def httpx_failure(error: httpx.TransportError, what: str) -> ConnectionFailed:
     """A ConnectionFailed for an httpx transport error; nothing was sent when it could not connect."""
     sent = not isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
-    failure = ConnectionFailed(f"{what}: {error!r}", sent=sent)
+    with contextlib.suppress(RuntimeError):  # an error raised without its request
+        what = f"{what} ({error.request.url})"
+    reason = reason_of(error)
+    failure = ConnectionFailed(f"{what}: {reason}", sent=sent, reason=reason)
     failure.__cause__ = error
     return failure
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Optional, TypeVar, Union
@@ -30,8 +31,14 @@ USER_AGENT = "echomq-client/0.1.0"
 _encoder = msgspec.json.Encoder()
 
 
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 def default_url(url: Optional[str]) -> str:
-    return (url or os.environ.get("EMQ_URL") or DEFAULT_URL).rstrip("/")
+    """The base URL: ``url``, else $EMQ_URL, else the default; without a scheme (``host:port``,
+    ``localhost:8080``) it is plain http, as curl reads it."""
+    found = (url or os.environ.get("EMQ_URL") or DEFAULT_URL).strip().rstrip("/")
+    return found if _SCHEME.match(found) else "http://" + found
 
 
 def default_token(token: Optional[str]) -> Optional[str]:

@@ -1,7 +1,8 @@
 """Exceptions: one class per problem ``code`` of the API, all under ``EchoMQError``.
 
 ``APIError`` carries the problem details the service sent (status, code, title, detail).
-``ConnectionFailed`` means the service could not be reached or did not answer.
+``ConnectionFailed`` means the service could not be reached or did not answer; its message
+names the URL, its ``reason`` says why (``connection refused``).
 ``JobError`` is for handlers: raise it to fail a job with a retry hint.
 """
 
@@ -19,9 +20,10 @@ class ConnectionFailed(EchoMQError):
     False when it cannot have reached the service (the connection was never opened), so that
     trying it again is safe whatever the call."""
 
-    def __init__(self, message: str, *, sent: bool = True) -> None:
+    def __init__(self, message: str, *, sent: bool = True, reason: Optional[str] = None) -> None:
         super().__init__(message)
         self.sent = sent
+        self.reason = reason or message  # the cause alone, e.g. "connection refused"
 
 
 class APIError(EchoMQError):
@@ -156,13 +158,15 @@ class JobError(Exception):
     """Raise from a handler to fail the job with a hint: ``retry=False`` sends it straight to
     the dead letter; ``retry_after_ms`` sets the delay before the next attempt.
 
-    ``plain=True`` records the message alone as the job's error (no type, no traceback).
+    The job's error is the message alone (``JobError("no recipient")`` reads ``no recipient``):
+    the handler chose to fail, so its words say why. ``plain=False`` records the type and the
+    traceback as well, as for any other exception (``ValueError: bad value`` and its traceback).
     Any exception works as a failure; the worker reads the same attributes
     (``retry``, ``retry_after_ms``, ``plain``) from any exception that has them.
     """
 
     def __init__(
-        self, message: str, *, retry: bool = True, retry_after_ms: Optional[int] = None, plain: bool = False
+        self, message: str, *, retry: bool = True, retry_after_ms: Optional[int] = None, plain: bool = True
     ) -> None:
         super().__init__(message)
         self.retry = retry

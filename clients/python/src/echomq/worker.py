@@ -135,7 +135,7 @@ def default_worker_id() -> str:
 
 def error_text(error: BaseException, limit: int = MAX_ERROR_BYTES) -> str:
     """``Type: message`` first, then as much of the traceback's end as fits in ``limit`` bytes;
-    the message alone for an exception with ``plain = True`` (see ``JobError``)."""
+    the message alone for an exception with ``plain = True`` (a ``JobError``, by default)."""
     try:
         message = str(error)
     except Exception:  # an exception whose __str__ raises still fails its job
@@ -430,7 +430,11 @@ class Worker:
         self._api = self._client or AsyncClient(self._url, token=self._token)
         installed = self._install_signals() if handle_signals else []
         log.info(
-            "worker %s: working on queue %s (concurrency %d)", self.worker_id, self.queue, self.concurrency
+            "worker %s: working on queue %s at %s (concurrency %d)",
+            self.worker_id,
+            self.queue,
+            self._api.url,
+            self.concurrency,
         )
         if self._stop_requested:
             self._begin_stop()
@@ -802,20 +806,22 @@ class Worker:
         job = held.job
         retry = getattr(error, "retry", None)
         retry_after = getattr(error, "retry_after_ms", None)
+        text = error_text(error)
         try:
             failed = await self._persist(
                 lambda: self._api.fail(
                     self.queue,
                     job.id,
                     job.lease_id,
-                    error_text(error),
+                    text,
                     retry=False if retry is False else None,
                     retry_after_ms=int(retry_after) if isinstance(retry_after, (int, float)) else None,
                 ),
                 [held],
             )
             self._settle(held, "failed", failed.state)
-            log.info("job %s: attempt %d failed (%s), now %s", job.id, failed.attempt, error, failed.state)
+            head = text.split("\n", 1)[0]
+            log.info("job %s: attempt %d failed: %s (now %s)", job.id, failed.attempt, head, failed.state)
         except (LeaseLost, JobNotFound) as lost:
             self._settle(held, "lost", f"failure not recorded, {lost.code}")
         except EchoMQError as problem:

@@ -4,9 +4,11 @@
     emq stats [QUEUE]                          # counts of every queue, or of one
     emq ledger QUEUE                           # who holds what, and the lease time left
     emq failed QUEUE                           # the dead letter
-    emq retry QUEUE [IDS...]                   # send dead-lettered jobs back to waiting
+    emq retry QUEUE [IDS...]                   # dead-lettered jobs back to waiting (no ids: all,
+                                               # once confirmed)
     emq pause QUEUE / emq resume QUEUE
-    emq delete-queue QUEUE [--force]           # the queue and every job in it
+    emq delete-queue QUEUE [--force]           # the queue and every job in it (confirmed)
+    emq delete QUEUE ID...                     # these jobs
     emq settings QUEUE [--max-in-flight N --rate MAX/PER_MS ...]  # show, or change some settings
     emq group QUEUE GROUP --max-in-flight N|none  # a group's own cap on its jobs in flight
     emq groups QUEUE                           # the groups: waiting, in flight, caps
@@ -17,6 +19,8 @@
     emq trigger QUEUE NAME                     # one job of the schedule now
     emq job QUEUE ID                           # one job
     emq jobs QUEUE --state S [--limit N]       # the jobs in one state, in its order
+    emq search QUEUE TEXT [--state S,S]        # jobs holding TEXT (read client-side, bounded)
+    emq history QUEUE [--minutes N]            # enqueued, completed, failed, reclaimed per minute
     emq wait QUEUE ID [--timeout S]            # until the job is completed, failed or cancelled
     emq cancel QUEUE ID [--reason R]           # cancel a job (a running one: its worker stops)
     emq events QUEUE [--type T...] [--job ID]  # follow what happens, until Ctrl-C
@@ -25,8 +29,11 @@
 
 Every command but `serve` talks to the service through ``echomq.Client`` (or the ``Worker``):
 `--url` (default $EMQ_URL, else http://127.0.0.1:8080), `--token` (default $EMQ_TOKEN),
-`--json` for output meant for scripts. `serve` belongs to the server package: it registers
-itself under the entry point group ``echomq.cli`` and this parser hands its arguments over.
+`--json` for output meant for scripts, `--utc` for times in UTC (else local, with the zone).
+Commands that delete or re-queue in bulk ask first on a terminal, and refuse without one unless
+given `--yes`. A queue, job or id that does not exist is an error (exit 1), not an empty answer.
+`serve` belongs to the server package: it registers itself under the entry point group
+``echomq.cli`` and this parser hands its arguments over.
 """
 
 from __future__ import annotations
@@ -34,15 +41,29 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import urllib.parse
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import Any, NoReturn, Optional, get_args
 
-from echomq._ops import DEFAULT_URL
-from echomq.cli import _schedules
-from echomq.cli._commands import COMMANDS, EXIT_FAILED, EXIT_USAGE, MAX_BATCH, NONE, Failed, UsageError
+from echomq import __version__
+from echomq._ops import DEFAULT_URL, default_url
+from echomq.cli import _lookups, _schedules
+from echomq.cli._commands import (
+    COMMANDS,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    MAX_BATCH,
+    NONE,
+    Failed,
+    UsageError,
+    missing_job,
+)
+from echomq.cli._confirm import CannotAsk, NotConfirmed
+from echomq.cli._output import show_times_in_utc
 from echomq.client import Client
-from echomq.errors import ConnectionFailed, EchoMQError
+from echomq.errors import ConnectionFailed, EchoMQError, Forbidden, JobNotFound, Unauthorized
 from echomq.models import EventType, JobState
 from echomq.worker import DEFAULT_GRACE_S, DEFAULT_LEASE_MS, DEFAULT_WAIT_MS
 
@@ -52,7 +73,12 @@ DEFAULT_KILL_GRACE_S = 5.0
 JOB_STATES = get_args(JobState)
 EVENT_TYPES = [kind for kind in get_args(EventType) if kind != "resync"]
 PLUGINS = "echomq.cli"  # entry point group: commands other packages add (the server's `serve`)
-ALL_COMMANDS = {**COMMANDS, **_schedules.COMMANDS}
+ALL_COMMANDS = {**COMMANDS, **_schedules.COMMANDS, **_lookups.COMMANDS}
+# The server is not on PyPI: it is installed from a checkout of this repository.
+SERVER_HINT = (
+    "the server is not installed: install the server package from a checkout of the EchoMQ HTTP "
+    "repository (pip install PATH_OF_THE_CHECKOUT, its top folder; `make serve` there runs it)"
+)
 
 
 def _plugin(name: str) -> Optional[Callable[[list[str]], int]]:
@@ -67,7 +93,7 @@ def _plugin(name: str) -> Optional[Callable[[list[str]], int]]:
 def _serve(argv: list[str]) -> int:
     serve = _plugin("serve")
     if serve is None:
-        _fail("the server is not installed (pip install echomq-http)", EXIT_USAGE)
+        _fail(SERVER_HINT, EXIT_USAGE)
     return serve(argv)
 
 
@@ -82,8 +108,17 @@ def _parser() -> argparse.ArgumentParser:
         "--token", default=os.environ.get("EMQ_TOKEN") or None, help="bearer token (default: $EMQ_TOKEN)"
     )
     common.add_argument("--json", action="store_true", help="print JSON (for scripts) instead of text")
+    common.add_argument("--utc", action="store_true", help="times in UTC (default: local time, zone shown)")
+    asks = argparse.ArgumentParser(add_help=False)  # the commands that confirm before they act
+    asks.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="do it without asking (needed when stdin is not a terminal)",
+    )
 
     parser = argparse.ArgumentParser(prog="emq", description="EchoMQ HTTP: operate its queues, run workers.")
+    parser.add_argument("--version", action="version", version=f"emq (echomq-client) {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     # Listed for --help only: main() hands `serve ...` to the server package before parsing.
@@ -156,10 +191,16 @@ def _parser() -> argparse.ArgumentParser:
     failed.add_argument("--offset", type=int, help="skip this many")
 
     retry = commands.add_parser(
-        "retry", parents=[common], help="send dead-lettered jobs (all, or these) back to waiting"
+        "retry",
+        parents=[common, asks],
+        help="send dead-lettered jobs back to waiting: these ids, or EVERY dead letter without ids",
+        description="Sends the dead-lettered jobs given back to waiting, attempts reset; ids that "
+        "were not retried (no such job, or not dead-lettered) are named, with exit status 1. "
+        "Without ids it re-queues EVERY dead-lettered job of the queue: on a terminal it says how "
+        "many and asks first; without one it refuses unless --yes.",
     )
     retry.add_argument("queue")
-    retry.add_argument("ids", nargs="*")
+    retry.add_argument("ids", nargs="*", type=_ids, metavar="ID", help="job ids (or ID,ID,...)")
 
     for action in ("pause", "resume"):
         paused = commands.add_parser(
@@ -168,7 +209,12 @@ def _parser() -> argparse.ArgumentParser:
         paused.add_argument("queue")
 
     delete_queue = commands.add_parser(
-        "delete-queue", parents=[common], help="delete a queue with all its jobs and keys"
+        "delete-queue",
+        parents=[common, asks],
+        help="delete a queue with all its jobs, schedules and keys",
+        description="Deletes the queue and everything in it. On a terminal it shows what that is "
+        "(jobs per state, schedules) and asks first; without one it refuses unless --yes. An "
+        "unknown queue is an error.",
     )
     delete_queue.add_argument("queue")
     delete_queue.add_argument(
@@ -191,6 +237,17 @@ def _parser() -> argparse.ArgumentParser:
     groups = commands.add_parser("groups", parents=[common], help="a queue's groups, by name")
     groups.add_argument("queue")
     _schedules.add_parsers(commands, common)
+
+    delete = commands.add_parser(
+        "delete",
+        parents=[common],
+        help="delete these jobs (not leased ones)",
+        description="Deletes each job given (waiting, delayed, completed, failed or cancelled; a "
+        "leased one is refused). The ids that could not be deleted are named, with exit status 1.",
+    )
+    delete.add_argument("queue")
+    delete.add_argument("ids", nargs="+", type=_ids, metavar="ID", help="job ids (or ID,ID,...)")
+    _lookups.add_parsers(commands, common, _comma_list)
 
     job = commands.add_parser("job", parents=[common], help="show one job")
     job.add_argument("queue")
@@ -243,7 +300,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     events.add_argument("queue")
     events.add_argument(
-        "--type", action="append", choices=EVENT_TYPES, metavar="TYPE", help="only this type (repeatable)"
+        "--type",
+        action="append",
+        type=_comma_list(EVENT_TYPES),
+        metavar="TYPE[,TYPE...]",
+        help=f"only these types (repeatable, or comma-separated): {', '.join(EVENT_TYPES)}",
     )
     events.add_argument("--job", help="only this job's events")
     events.add_argument(
@@ -290,6 +351,26 @@ def _parser() -> argparse.ArgumentParser:
         help="SIGTERM to SIGKILL delay when a command must stop (default %(default)s)",
     )
     return parser
+
+
+def _comma_list(allowed: Sequence[str]) -> Callable[[str], list[str]]:
+    """An option's value as the API takes it: one item, or several separated by commas."""
+
+    def parse(text: str) -> list[str]:
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        unknown = [item for item in items if item not in allowed]
+        if unknown or not items:
+            raise argparse.ArgumentTypeError(
+                f"{', '.join(unknown) or repr(text)}: not one of {', '.join(allowed)}"
+            )
+        return items
+
+    return parse
+
+
+def _ids(text: str) -> list[str]:
+    """Job ids: one, or several separated by commas (an id never holds a comma)."""
+    return [item for item in text.split(",") if item]
 
 
 def _count_or_none(low: int) -> Callable[[str], object]:
@@ -353,6 +434,59 @@ def _fail(message: str, code: int) -> NoReturn:
     raise SystemExit(code)
 
 
+def _auth_problem(error: EchoMQError, token: Optional[str]) -> str:
+    """A 401/403 in the CLI's terms: where its token comes from, not the HTTP header."""
+    head = f"{error.status} {error.code}"
+    if isinstance(error, Unauthorized) and token:
+        return f"{head}: the token given (--token or $EMQ_TOKEN) is not accepted"
+    if isinstance(error, Unauthorized):
+        return f"{head}: this service needs a token: pass --token TOKEN or set $EMQ_TOKEN"
+    return f"{head}: {error.detail or error.title} (the token of --token or $EMQ_TOKEN)"
+
+
+def _run(args: argparse.Namespace, command: list[str]) -> int:
+    url = default_url(args.url)
+    try:
+        if args.command == "work":
+            from echomq.cli._work import cmd_work  # asyncio and subprocesses: only for `work`
+
+            return cmd_work(args, command)
+        with Client(url, token=args.token) as client:
+            try:
+                return ALL_COMMANDS[args.command](args, client)
+            except JobNotFound:
+                if getattr(args, "id", None) is None:
+                    raise
+                raise missing_job(client, args.queue, args.id) from None
+    except (UsageError, CannotAsk) as error:
+        _fail(str(error), EXIT_USAGE)
+    except ConnectionFailed as error:
+        doing = "cannot reach" if not error.sent else "no answer from"
+        _fail(f"{doing} EchoMQ at {_site(url)}: {error.reason}", EXIT_FAILED)
+    except (Unauthorized, Forbidden) as error:
+        _fail(_auth_problem(error, args.token), EXIT_FAILED)
+    except (EchoMQError, Failed, NotConfirmed, OSError) as error:
+        _fail(str(error), EXIT_FAILED)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _site(url: str) -> str:
+    """The base URL without what a user may have put in it that should not be printed."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: its reader is gone, and the interpreter's last flush at exit
+    must not fail (and print a traceback) again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (redirected in-process): nothing flushes it
+        pass
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["serve"]:
@@ -362,18 +496,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         split = argv.index("--")
         argv, command = argv[:split], argv[split + 1 :]
     args = _parser().parse_args(argv)
+    show_times_in_utc(args.utc)
     try:
-        if args.command == "work":
-            from echomq.cli._work import cmd_work  # asyncio and subprocesses: only for `work`
-
-            return cmd_work(args, command)
-        with Client(args.url, token=args.token) as client:
-            return ALL_COMMANDS[args.command](args, client)
-    except UsageError as error:
-        _fail(str(error), EXIT_USAGE)
-    except ConnectionFailed as error:
-        _fail(f"no answer from the service ({error})", EXIT_FAILED)
-    except (EchoMQError, Failed, OSError) as error:
-        _fail(str(error), EXIT_FAILED)
-    except KeyboardInterrupt:
-        return 130
+        status = _run(args, command)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit
+    except BrokenPipeError:
+        # `emq jobs q | head -1`: the reader has what it wanted; as for cat or grep, not an error.
+        _quiet_stdout()
+        return EXIT_OK
+    return status

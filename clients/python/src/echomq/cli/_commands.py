@@ -12,15 +12,17 @@ from typing import IO, Any, Optional
 
 import msgspec
 
-from echomq.cli._output import Progress, duration, now_ms, print_json, summary, table, when
+from echomq.cli._confirm import confirm
+from echomq.cli._output import NULL, Progress, cell, duration, now_ms, print_json, summary, table, when
 from echomq.client import Client
-from echomq.errors import EchoMQError
-from echomq.models import Event, Job, NewJob
+from echomq.errors import EchoMQError, JobActive, JobNotFound
+from echomq.models import Event, Job, NewJob, QueueInfo
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PENDING = 0, 1, 2, 3
 MAX_BATCH = 1000
 MAX_PAGE = 1000  # jobs per page of the job listing
 JOB_OPTIONS = ("name", "priority", "delay_ms", "max_attempts", "group")
+STATES = ("waiting", "delayed", "active", "completed", "failed", "cancelled")
 
 
 NONE = object()  # `emq settings --max-in-flight none`: clear the setting
@@ -32,6 +34,34 @@ class UsageError(Exception):
 
 class Failed(Exception):
     """A command that could not be done: exit status 1."""
+
+
+def known_queue(client: Client, queue: str) -> Optional[QueueInfo]:
+    """The queue's view if it exists: it holds jobs or is paused, or the service lists it (from
+    its first enqueue, settings, pause or schedule until it is deleted). The listing is read
+    only for an empty queue, so a queue with jobs costs one call."""
+    view = client.queue(queue)
+    if view.paused or any(getattr(view.counts, state) for state in STATES):
+        return view
+    return next((known for known in client.queues() if known.name == queue), None)
+
+
+def no_queue(queue: str) -> Failed:
+    return Failed(f"no queue {queue} (emq stats lists the queues)")
+
+
+def require_queue(client: Client, queue: str) -> QueueInfo:
+    view = known_queue(client, queue)
+    if view is None:
+        raise no_queue(queue)
+    return view
+
+
+def missing_job(client: Client, queue: str, job_id: str) -> Failed:
+    """What to say when the service answered job_not_found: the queue or the job is unknown."""
+    if known_queue(client, queue) is None:
+        return no_queue(queue)
+    return Failed(f"no job {job_id} in queue {queue}")
 
 
 def parse_json(text: str, where: str) -> Any:
@@ -142,7 +172,7 @@ def _enqueue_file(args: argparse.Namespace, client: Client) -> int:
 
 def cmd_stats(args: argparse.Namespace, client: Client) -> int:
     if args.queue:
-        views = [client.queue(args.queue)]
+        views = [require_queue(client, args.queue)]
         answer: Any = views[0].to_dict()
     else:
         views = client.queues()
@@ -153,17 +183,18 @@ def cmd_stats(args: argparse.Namespace, client: Client) -> int:
     if not views:
         print("no queues")
         return EXIT_OK
-    states = ("waiting", "delayed", "active", "completed", "failed", "cancelled")
     rows = [
-        [view.name, "yes" if view.paused else "no", *(getattr(view.counts, state) for state in states)]
+        [view.name, "yes" if view.paused else "no", *(getattr(view.counts, state) for state in STATES)]
         for view in sorted(views, key=lambda view: view.name)
     ]
-    table(["QUEUE", "PAUSED", *(state.upper() for state in states)], rows)
+    table(["QUEUE", "PAUSED", *(state.upper() for state in STATES)], rows)
     return EXIT_OK
 
 
 def cmd_ledger(args: argparse.Namespace, client: Client) -> int:
     jobs = client.ledger(args.queue, worker=args.worker or None, limit=args.limit or None)
+    if not jobs:
+        require_queue(client, args.queue)
     if args.json:
         print_json({"jobs": [job.to_dict() for job in jobs]})
         return EXIT_OK
@@ -195,6 +226,8 @@ def cmd_ledger(args: argparse.Namespace, client: Client) -> int:
 
 def cmd_workers(args: argparse.Namespace, client: Client) -> int:
     holdings = client.workers(args.queue)
+    if not holdings:
+        require_queue(client, args.queue)
     if args.json:
         print_json({"workers": [holding.to_dict() for holding in holdings]})
         return EXIT_OK
@@ -234,6 +267,8 @@ def cmd_quiet(args: argparse.Namespace, client: Client) -> int:
 
 def cmd_failed(args: argparse.Namespace, client: Client) -> int:
     page = client.failed(args.queue, limit=args.limit, offset=args.offset)
+    if not page.total:
+        require_queue(client, args.queue)
     if args.json:
         print_json(page.to_dict())
         return EXIT_OK
@@ -252,14 +287,43 @@ def cmd_failed(args: argparse.Namespace, client: Client) -> int:
 
 
 def cmd_retry(args: argparse.Namespace, client: Client) -> int:
-    retried = client.retry_failed(args.queue, args.ids or None)
+    """Listed ids: those, and which were not retried (exit 1). No ids: every dead letter, once
+    the operator confirmed how many that is."""
+    ids = [job_id for listed in args.ids for job_id in listed]
+    if ids:
+        retried = client.retry_failed(args.queue, ids)
+    elif _confirm_retry_all(args, client):
+        retried = client.retry_failed(args.queue, None)
+    else:
+        retried = []
     if args.json:
         print_json({"retried": retried})
     elif retried:
         print(f"retried {len(retried)} job(s): {' '.join(retried)}")
-    else:
-        print("nothing to retry" + (" (none of those ids is dead-lettered)" if args.ids else ""))
+    elif not ids:
+        print("nothing to retry")
+    left = [job_id for job_id in dict.fromkeys(ids) if job_id not in set(retried)]
+    if left:
+        raise Failed("not retried: " + ", ".join(_not_retried(client, args.queue, job_id) for job_id in left))
     return EXIT_OK
+
+
+def _confirm_retry_all(args: argparse.Namespace, client: Client) -> bool:
+    """Whether there is anything to retry; when there is, the operator confirmed it."""
+    total = client.failed(args.queue, limit=1).total
+    if not total:
+        require_queue(client, args.queue)
+        return False
+    confirm(f"re-queue every dead-lettered job of {args.queue}: {total} job(s), attempts reset", yes=args.yes)
+    return True
+
+
+def _not_retried(client: Client, queue: str, job_id: str) -> str:
+    try:
+        state = client.get_job(queue, job_id).state
+    except JobNotFound:
+        return f"{job_id} (no such job)"
+    return f"{job_id} ({state}, not dead-lettered)"
 
 
 def cmd_pause(args: argparse.Namespace, client: Client) -> int:
@@ -285,6 +349,8 @@ def cmd_settings(args: argparse.Namespace, client: Client) -> int:
     """Show the settings; with options, read them, change the ones given, write them all back."""
     current = client.get_settings(args.queue)
     fields = current.to_dict()
+    if not any(getattr(args, name) is not None for name in (*SETTING_OPTIONS, "rate", "events")):
+        require_queue(client, args.queue)  # a PUT may configure a queue before its first job
     changes = {name: getattr(args, name) for name in SETTING_OPTIONS if getattr(args, name) is not None}
     if args.rate is not None:
         changes["rate_limit"] = args.rate
@@ -327,6 +393,8 @@ def cmd_groups(args: argparse.Namespace, client: Client) -> int:
         cursor = page.next_cursor
         if cursor is None:
             break
+    if not rows:
+        require_queue(client, args.queue)
     if args.json:
         print_json({"groups": [row.to_dict() for row in rows]})
         return EXIT_OK
@@ -334,22 +402,59 @@ def cmd_groups(args: argparse.Namespace, client: Client) -> int:
         print(f"no groups in {args.queue}")
         return EXIT_OK
 
-    def cap(value: Optional[int]) -> str:
-        return "-" if value is None else str(value)
-
     table(
         ["GROUP", "WAITING", "ACTIVE", "CAP", "OWN CAP"],
-        [[g.group, g.waiting, g.active, cap(g.effective_max_in_flight), cap(g.max_in_flight)] for g in rows],
+        [[g.group, g.waiting, g.active, g.effective_max_in_flight, g.max_in_flight] for g in rows],
     )
     return EXIT_OK
 
 
 def cmd_delete_queue(args: argparse.Namespace, client: Client) -> int:
+    view = require_queue(client, args.queue)
+    active = view.counts.active
+    if active and not args.force:  # the service would refuse too (job_active): ask nothing
+        raise Failed(
+            f"queue {args.queue} has {active} job(s) in flight (job_active): wait for them, or "
+            "add --force (their workers' calls then fail)"
+        )
+    confirm(f"delete queue {args.queue}: {_contents(client, view)}", yes=args.yes)
     client.delete_queue(args.queue, force=args.force)
     if args.json:
         print_json({"deleted": args.queue})
     else:
         print(f"queue {args.queue} deleted")
+    return EXIT_OK
+
+
+def _contents(client: Client, view: QueueInfo) -> str:
+    """What deleting a queue takes with it: ``12 waiting, 3 active, 2 schedules (paused)``."""
+    parts = [f"{getattr(view.counts, state)} {state}" for state in STATES if getattr(view.counts, state)]
+    schedules = len(client.list_schedules(view.name))
+    if schedules:
+        parts.append(f"{schedules} schedule(s)")
+    return (", ".join(parts) or "no jobs") + (" (paused)" if view.paused else "")
+
+
+def cmd_delete(args: argparse.Namespace, client: Client) -> int:
+    """Delete the jobs named (explicit ids: no question asked); say which could not be."""
+    deleted: list[str] = []
+    refused: dict[str, str] = {}
+    for job_id in dict.fromkeys(job_id for listed in args.ids for job_id in listed):
+        try:
+            client.delete_job(args.queue, job_id)
+            deleted.append(job_id)
+        except JobNotFound:
+            refused[job_id] = "no such job"
+        except JobActive:
+            refused[job_id] = "leased (active): cancel it, or let its worker finish"
+    if refused and not deleted and known_queue(client, args.queue) is None:
+        raise no_queue(args.queue)
+    if args.json:
+        print_json({"deleted": deleted, "not_deleted": refused})
+    elif deleted:
+        print(f"deleted {len(deleted)} job(s) of {args.queue}: {' '.join(deleted)}")
+    if refused:
+        raise Failed("not deleted: " + ", ".join(f"{job_id} ({why})" for job_id, why in refused.items()))
     return EXIT_OK
 
 
@@ -359,14 +464,15 @@ def cmd_job(args: argparse.Namespace, client: Client) -> int:
         print_json(job.to_dict())
         return EXIT_OK
     shown = job.to_dict()
-    for key in ("id", "queue", "name", "state", "attempt", "max_attempts", "priority", "worker"):
-        print(f"{key + ':':14}{shown.get(key)}")
+    for key in ("id", "queue", "name", "state", "attempt", "max_attempts", "priority", "group", "worker"):
+        print(f"{key + ':':14}{cell(shown.get(key))}")
     print(f"{'created:':14}{when(job.created_at)}")
     print(f"{'updated:':14}{when(job.updated_at)}")
     if job.lease_expires_at:
         print(f"{'lease left:':14}{duration(job.lease_expires_at - now_ms())}")
-    print(f"{'payload:':14}{json.dumps(job.payload, ensure_ascii=False)}")
-    print(f"{'result:':14}{json.dumps(job.result, ensure_ascii=False)}")
+    print(f"{'finished:':14}{when(job.finished_at)}")
+    print(f"{'payload:':14}{json_text(job.payload)}")
+    print(f"{'result:':14}{json_text(job.result)}")
     if job.error:
         print("error:")
         print(job.error)
@@ -385,6 +491,8 @@ def cmd_jobs(args: argparse.Namespace, client: Client) -> int:
         cursor = page.next_cursor
         if cursor is None or len(jobs) >= args.limit:
             break
+    if not jobs:
+        require_queue(client, args.queue)
     if args.json:
         print_json({"jobs": [job.to_dict() for job in jobs], "next_cursor": cursor})
         return EXIT_OK
@@ -395,11 +503,11 @@ def cmd_jobs(args: argparse.Namespace, client: Client) -> int:
     rows = [
         [
             job.id,
-            job.name or "-",
+            job.name,
             f"{job.attempt}/{job.max_attempts}",
             when(job.finished_at or job.updated_at),
         ]
-        + ([summary(job.error, 48)] if with_error else [])
+        + ([summary(job.error, 48) or None] if with_error else [])
         for job in jobs
     ]
     table(["JOB", "NAME", "ATTEMPTS", "UPDATED", *(["ERROR"] if with_error else [])], rows)
@@ -426,7 +534,7 @@ def cmd_wait(args: argparse.Namespace, client: Client) -> int:
     if args.json:
         print_json(job.to_dict())
     elif job.state == "completed":
-        print(f"job {job.id} completed: {json.dumps(job.result, ensure_ascii=False)}")
+        print(f"job {job.id} completed: {json_text(job.result)}")
     elif job.state in ("failed", "cancelled"):
         print(f"job {job.id} {job.state}: {summary(job.error)}")
     else:
@@ -434,6 +542,11 @@ def cmd_wait(args: argparse.Namespace, client: Client) -> int:
     if job.state == "completed":
         return EXIT_OK
     return EXIT_FAILED if job.state in ("failed", "cancelled") else EXIT_PENDING
+
+
+def json_text(value: Any) -> str:
+    """A JSON value in text: compact JSON, and ``-`` for null."""
+    return NULL if value is None else json.dumps(value, ensure_ascii=False)
 
 
 _EVENT_DETAILS = ("state", "worker", "attempt", "reason", "after", "oldest")
@@ -447,12 +560,13 @@ def event_line(event: Event) -> str:
         details.append(f"progress={json.dumps(event.progress, ensure_ascii=False)}")
     if event.error:
         details.append(f"error={summary(event.error, 60)!r}")
-    head = [str(event.event_id or "-"), when(event.at), event.type, event.id or "-"]
+    head = [cell(event.event_id), when(event.at), event.type, cell(event.id)]
     return "  ".join(head + details)
 
 
 def cmd_events(args: argparse.Namespace, client: Client) -> int:
-    for event in client.events(args.queue, after=args.after, types=args.type, job=args.job):
+    types = [kind for listed in args.type for kind in listed] if args.type else None
+    for event in client.events(args.queue, after=args.after, types=types, job=args.job):
         if args.json:
             print_json({k: v for k, v in event.to_dict().items() if v is not None})
         else:
@@ -472,6 +586,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Client], int]] = {
     "pause": cmd_pause,
     "resume": cmd_pause,
     "delete-queue": cmd_delete_queue,
+    "delete": cmd_delete,
     "settings": cmd_settings,
     "group": cmd_group,
     "groups": cmd_groups,

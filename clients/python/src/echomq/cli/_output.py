@@ -1,4 +1,5 @@
-"""How `emq` prints: JSON lines for scripts, aligned tables, durations, a progress bar."""
+"""How `emq` prints: JSON lines for scripts, aligned tables, durations, times with their zone,
+a progress bar. In text, a JSON null reads ``-``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Optional, TextIO
 
 
@@ -14,9 +15,23 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
 
+NULL = "-"  # how a JSON null (a time not set, no worker...) reads in text
+_zone: Optional[timezone] = None  # None: this machine's local time; `--utc` sets UTC
+
+
+def show_times_in_utc(utc: bool) -> None:
+    global _zone
+    _zone = timezone.utc if utc else None
+
+
+def cell(value: Any) -> str:
+    """A value as text: ``-`` for None (never Python's ``None``)."""
+    return NULL if value is None else str(value)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: Optional[TextIO] = None) -> None:
     out = out or sys.stdout
-    cells = [[str(cell) for cell in row] for row in rows]
+    cells = [[cell(value) for value in row] for row in rows]
     widths = [
         max(len(h), *(len(row[i]) for row in cells)) if cells else len(h) for i, h in enumerate(headers)
     ]
@@ -38,9 +53,15 @@ def duration(ms: float) -> str:
 
 
 def when(epoch_ms: Optional[int]) -> str:
+    """``2026-12-03 09:12:44 CET``: local time (UTC with ``--utc``), always with its zone."""
     if epoch_ms is None:
-        return "-"
-    return datetime.fromtimestamp(epoch_ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        return NULL
+    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc).astimezone(_zone)
+    zone = moment.strftime("%Z")
+    if not zone or zone[0] in "+-":  # a zone without a name: its offset, as ISO 8601 writes it
+        zone = moment.strftime("%z")
+        zone = zone[:3] + ":" + zone[3:]
+    return moment.strftime("%Y-%m-%d %H:%M:%S ") + zone
 
 
 def now_ms() -> float:
@@ -54,7 +75,10 @@ def summary(text: Optional[str], width: int = 72) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     if not lines:
         return ""
-    line = lines[0] if len(lines) == 1 or lines[-1] in lines[0] else f"{lines[0]}: {lines[-1]}"
+    # A traceback ends with its exception again, module-qualified (pkg.errors.Error: text):
+    # that says nothing more than the first line.
+    first, last = lines[0], lines[-1]
+    line = first if first in last or last in first else f"{first}: {last}"
     return line if len(line) <= width else line[: width - 1] + "…"
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from echomq.cli._commands import EXIT_OK, UsageError, parse_json
+from echomq.cli._commands import EXIT_OK, UsageError, parse_json, require_queue
 from echomq.cli._output import duration, now_ms, print_json, table, when
 from echomq.client import Client
 from echomq.models import Schedule, ScheduleJob
@@ -173,6 +173,8 @@ def cmd_schedule(args: argparse.Namespace, client: Client) -> int:
 
 def cmd_schedules(args: argparse.Namespace, client: Client) -> int:
     views = client.list_schedules(args.queue)
+    if not views:
+        require_queue(client, args.queue)
     if args.json:
         print_json({"schedules": [view.to_dict() for view in views]})
         return EXIT_OK

@@ -13,10 +13,12 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Optional
 
 from echomq.cli._commands import EXIT_FAILED, EXIT_OK, UsageError
@@ -187,9 +189,27 @@ class RunCommand:
             await waiting
 
 
+def check_runnable(program: str) -> None:
+    """Refuse, before anything is leased, a program the OS could not start: each job would fail
+    (exit 127) until it reached the dead letter. Looked up as exec does: a name with a slash is
+    a path, any other name is searched in PATH."""
+    if shutil.which(program) is not None:
+        return
+    if os.sep not in program:
+        why = "not found in PATH (or not executable there)"
+    elif not Path(program).exists():
+        why = "no such file"
+    elif Path(program).is_dir():
+        why = "a directory"
+    else:
+        why = "not executable (chmod +x it, or run it through its interpreter)"
+    raise UsageError(f"cannot run {program}: {why}; nothing was leased")
+
+
 def cmd_work(args: argparse.Namespace, command: list[str]) -> int:
     if not command:
         raise UsageError("give the command after --: emq work QUEUE -- COMMAND ARGS...")
+    check_runnable(command[0])
     if not 1 <= args.concurrency <= 100:
         raise UsageError("--concurrency must be 1..100")
     if not 1000 <= args.lease_ms <= 43_200_000:
@@ -198,8 +218,8 @@ def cmd_work(args: argparse.Namespace, command: list[str]) -> int:
         raise UsageError("--wait-ms must be 0..20000")
     if args.grace_s < 0 or args.kill_grace_s < 0:
         raise UsageError("--grace-s and --kill-grace-s must be 0 or more")
-    # The Worker's warnings (lease failures, lost leases) on stderr; events go to stdout.
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="emq work: %(message)s")
+    # The Worker's log (start, stop, failed jobs, lease trouble) on stderr; events go to stdout.
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="emq work: %(message)s")
     events = Events(args.json)
     worker = Worker(
         args.queue,
