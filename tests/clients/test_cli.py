@@ -41,9 +41,7 @@ class Keyboard(io.StringIO):
         return True
 
 
-def emq(
-    *args: str, url: str | None = None, check: bool = True, typed: str | None = None, **env: str
-) -> Ran:
+def emq(*args: str, url: str | None = None, check: bool = True, typed: str | None = None, **env: str) -> Ran:
     """`emq ARGS` run in this process (the one-shot commands; `work` and `serve` run as processes
     of their own below). ``url`` and ``env`` are the environment it sees; ``typed``, when given,
     is what is typed on its terminal (else stdin is no terminal, and empty)."""

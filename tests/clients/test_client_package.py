@@ -175,4 +175,6 @@ def test_the_package_installed_alone_runs_emq_and_emq_work(
 
     serve = run("serve")
     assert serve.returncode == 2
-    assert "the server is not installed (pip install echomq-http)" in serve.stderr
+    # echomq-http is not on PyPI: the hint names the checkout of this repository.
+    assert "install the server package from a checkout of the EchoMQ HTTP repository" in serve.stderr
+    assert "pip install echomq-http" not in serve.stderr

@@ -41,7 +41,13 @@ def test_python_sdk_worker_example(service_url: str, sdk: Client, queue: str) ->
     assert out.splitlines()[-1] == "stopped: 3 acked, 1 failed, 1 released"
     assert [sdk.get_job(queue, f"s{n}").result for n in range(3)] == [{"sum": 1}, {"sum": 3}, {"sum": 5}]
     bad = sdk.get_job(queue, "bad")
-    assert bad.state == "failed" and bad.error.startswith("JobError: the payload needs a list of numbers")
+    assert bad.state == "failed" and bad.error == "the payload needs a list of numbers under 'numbers'"
+    # The example configures logging: its Worker's start, failed jobs and stop on stderr.
+    assert f"working on queue {queue} at {service_url} (concurrency 3)" in err
+    assert (
+        "job bad: attempt 1 failed: the payload needs a list of numbers under 'numbers' (now failed)" in err
+    )
+    assert "stopped (" in err
     slow = sdk.get_job(queue, "slow")
     assert (slow.state, slow.attempt) == ("waiting", 1)
 
@@ -61,7 +67,10 @@ def test_emq_work_with_a_shell_script(service_url: str, sdk: Client, queue: str)
     try:
         wait_until(lambda: sdk.queue(queue).counts.completed == 2 and sdk.queue(queue).counts.failed == 1)
     finally:
-        events, _ = stop_work(worker)
+        events, err = stop_work(worker)
+    # `emq work` logs its Worker at INFO on stderr: the start with its URL, failures, the stop.
+    assert f"emq work: worker {events[0]['worker']}: working on queue {queue} at {service_url}" in err
+    assert "emq work: job bad: attempt 1 failed: exit status 65 (now failed)" in err
     assert events[-1] == {
         "event": "stopped",
         "done": 2,

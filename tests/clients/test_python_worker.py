@@ -4,9 +4,12 @@ lease cancels (async) or flags (sync) the handler and is never acked, stop() rel
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import Any
+
+import pytest
 
 from echomq import AsyncClient, JobContext, JobError, Worker
 from tests.clients.support import await_until
@@ -70,13 +73,48 @@ async def test_exceptions_fail_with_their_text_and_retry_hints(asdk: AsyncClient
     worker.stop()
     await asyncio.wait_for(task, 5)
     fatal, later, plain = [await asdk.get_job(queue, name) for name in ("fatal", "later", "plain")]
-    assert fatal.state == "failed" and fatal.error.startswith("JobError: bad input")
-    assert "Traceback" in fatal.error and len(fatal.error.encode()) <= 8192
+    assert fatal.state == "failed" and fatal.error == "bad input"  # the handler's words alone
     assert later.state == "delayed" and later.error.startswith("Throttled: slow down")
     assert plain.state in ("delayed", "waiting") and plain.error.startswith("ValueError: plain failure")
-    assert plain.attempt == 1
+    assert plain.attempt == 1 and "Traceback" in plain.error and len(plain.error.encode()) <= 8192
     unprintable = await asdk.get_job(queue, "unprintable")
     assert unprintable.state in ("delayed", "waiting") and unprintable.error.startswith("Unprintable: <str")
+
+
+async def test_the_worker_logs_its_start_failures_and_stop(
+    asdk: AsyncClient, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    def handle(job: JobContext) -> None:
+        if job.payload == "typed":
+            raise JobError("no recipient", retry=False)
+        raise ValueError("bad value")
+
+    await asdk.enqueue(queue, "typed", id="typed")
+    await asdk.enqueue(queue, "other", id="other", max_attempts=1)
+    worker = Worker(queue, handle, client=asdk, concurrency=2, worker_id="w-log", **FAST)
+    with caplog.at_level(logging.INFO, logger="echomq"):
+        task = asyncio.create_task(worker.arun())
+
+        async def both_failed() -> bool:
+            return worker.stats.failed >= 2
+
+        await await_until(both_failed)
+        worker.stop()
+        await asyncio.wait_for(task, 5)
+    lines = [(record.name, record.levelno, record.getMessage()) for record in caplog.records]
+    logged = [message for name, level, message in lines if name == "echomq.worker" and level == logging.INFO]
+    assert logged[0] == f"worker w-log: working on queue {queue} at {asdk.url} (concurrency 2)"
+    assert "job typed: attempt 1 failed: no recipient (now failed)" in logged
+    assert "job other: attempt 1 failed: ValueError: bad value (now failed)" in logged
+    assert logged[-1].startswith("worker w-log: stopped (")
+    for name, error in (("typed", "no recipient"), ("other", "ValueError: bad value")):
+        assert (await asdk.get_job(queue, name)).error.split("\n")[0] == error
+
+
+def test_the_package_logger_has_a_null_handler() -> None:
+    """A library's convention: the application decides where the log goes; nothing by default."""
+    package = logging.getLogger("echomq")
+    assert any(isinstance(handler, logging.NullHandler) for handler in package.handlers)
 
 
 async def test_heartbeats_keep_a_short_lease(asdk: AsyncClient, queue: str) -> None:

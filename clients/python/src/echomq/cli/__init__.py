@@ -465,6 +465,8 @@ def _run(args: argparse.Namespace, command: list[str]) -> int:
         _fail(f"{doing} EchoMQ at {_site(url)}: {error.reason}", EXIT_FAILED)
     except (Unauthorized, Forbidden) as error:
         _fail(_auth_problem(error, args.token), EXIT_FAILED)
+    except BrokenPipeError:
+        raise  # not a failure of the command: main() ends quietly
     except (EchoMQError, Failed, NotConfirmed, OSError) as error:
         _fail(str(error), EXIT_FAILED)
     except KeyboardInterrupt:

@@ -303,6 +303,8 @@ def cmd_retry(args: argparse.Namespace, client: Client) -> int:
     elif not ids:
         print("nothing to retry")
     left = [job_id for job_id in dict.fromkeys(ids) if job_id not in set(retried)]
+    if left and not retried and known_queue(client, args.queue) is None:
+        raise no_queue(args.queue)
     if left:
         raise Failed("not retried: " + ", ".join(_not_retried(client, args.queue, job_id) for job_id in left))
     return EXIT_OK
