@@ -19,6 +19,7 @@
     emq jobs QUEUE --state S [--limit N]       # the jobs in one state, in its order
     emq wait QUEUE ID [--timeout S]            # until the job is completed, failed or cancelled
     emq cancel QUEUE ID [--reason R]           # cancel a job (a running one: its worker stops)
+    emq promote QUEUE ID                       # run a delayed job (a delay or a retry's backoff) now
     emq events QUEUE [--type T...] [--job ID]  # follow what happens, until Ctrl-C
     emq work QUEUE -- COMMAND ARGS...          # run COMMAND for each job (an echomq.Worker)
     emq serve                                  # the service itself, when echomq-http is installed
@@ -39,7 +40,7 @@ from importlib.metadata import entry_points
 from typing import Any, NoReturn, Optional, get_args
 
 from echomq._ops import DEFAULT_URL
-from echomq.cli import _schedules
+from echomq.cli import _delayed, _schedules
 from echomq.cli._commands import COMMANDS, EXIT_FAILED, EXIT_USAGE, MAX_BATCH, NONE, Failed, UsageError
 from echomq.client import Client
 from echomq.errors import ConnectionFailed, EchoMQError
@@ -52,7 +53,7 @@ DEFAULT_KILL_GRACE_S = 5.0
 JOB_STATES = get_args(JobState)
 EVENT_TYPES = [kind for kind in get_args(EventType) if kind != "resync"]
 PLUGINS = "echomq.cli"  # entry point group: commands other packages add (the server's `serve`)
-ALL_COMMANDS = {**COMMANDS, **_schedules.COMMANDS}
+ALL_COMMANDS = {**COMMANDS, **_schedules.COMMANDS, **_delayed.COMMANDS}
 
 
 def _plugin(name: str) -> Optional[Callable[[list[str]], int]]:
@@ -191,6 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     groups = commands.add_parser("groups", parents=[common], help="a queue's groups, by name")
     groups.add_argument("queue")
     _schedules.add_parsers(commands, common)
+    _delayed.add_parsers(commands, common)
 
     job = commands.add_parser("job", parents=[common], help="show one job")
     job.add_argument("queue")

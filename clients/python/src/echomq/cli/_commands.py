@@ -12,7 +12,17 @@ from typing import IO, Any, Optional
 
 import msgspec
 
-from echomq.cli._output import Progress, duration, now_ms, print_json, summary, table, when
+from echomq.cli._output import (
+    DELAYED_HEADERS,
+    Progress,
+    delayed_cells,
+    duration,
+    now_ms,
+    print_json,
+    summary,
+    table,
+    when,
+)
 from echomq.client import Client
 from echomq.errors import EchoMQError
 from echomq.models import Event, Job, NewJob
@@ -392,6 +402,7 @@ def cmd_jobs(args: argparse.Namespace, client: Client) -> int:
         print(f"no {args.state} jobs in {args.queue}")
         return EXIT_OK
     with_error = args.state in ("failed", "cancelled")
+    delayed = args.state == "delayed"
     rows = [
         [
             job.id,
@@ -400,9 +411,11 @@ def cmd_jobs(args: argparse.Namespace, client: Client) -> int:
             when(job.finished_at or job.updated_at),
         ]
         + ([summary(job.error, 48)] if with_error else [])
+        + (delayed_cells(job.run_at, job.delay_reason) if delayed else [])
         for job in jobs
     ]
-    table(["JOB", "NAME", "ATTEMPTS", "UPDATED", *(["ERROR"] if with_error else [])], rows)
+    headers = ["JOB", "NAME", "ATTEMPTS", "UPDATED", *(["ERROR"] if with_error else [])]
+    table(headers + (DELAYED_HEADERS if delayed else []), rows)
     if cursor is not None:
         print(f"\nmore: emq jobs {args.queue} --state {args.state} --cursor {cursor}")
     return EXIT_OK
