@@ -60,9 +60,10 @@ if delay_ms == nil then
   end
 end
 if delay_ms > 0 then
-  redis.call('HSET', key, 'state', 'delayed')
-  redis.call('ZADD', DELAYED, now + delay_ms, id)
-  sweep_needed_by(now + delay_ms)
+  local run_at = now + delay_ms
+  redis.call('HSET', key, 'state', 'delayed', 'run_at', text(run_at)) -- as include/store.lua keeps it
+  redis.call('ZADD', DELAYED, run_at, id)
+  sweep_needed_by(run_at)
   return retrying('delayed')
 end
 redis.call('HSET', key, 'state', 'waiting')

@@ -17,6 +17,7 @@ class ScriptCode(IntEnum):
     NO_SESSION = -4
     SCHEDULE_NOT_FOUND = -5
     SCHEDULE_MOVED = -6  # put-schedule-11.lua: the schedule changed since it was read (not an error)
+    NOT_DELAYED = -7
 
 
 class QueueError(Exception):
@@ -47,6 +48,10 @@ class ScheduleNotFound(QueueError):
     pass
 
 
+class NotDelayed(QueueError):
+    pass
+
+
 class BackendUnavailable(QueueError):
     pass
 
@@ -61,6 +66,7 @@ _EXCEPTION_OF_CODE: dict[ScriptCode, type[QueueError]] = {
     ScriptCode.JOB_ACTIVE: JobActive,
     ScriptCode.NO_SESSION: NoSession,
     ScriptCode.SCHEDULE_NOT_FOUND: ScheduleNotFound,
+    ScriptCode.NOT_DELAYED: NotDelayed,
 }
 
 _DETAIL_OF_CODE: dict[ScriptCode, str] = {
@@ -69,6 +75,7 @@ _DETAIL_OF_CODE: dict[ScriptCode, str] = {
     ScriptCode.JOB_ACTIVE: "the job is leased; this is not allowed while it is active",
     ScriptCode.NO_SESSION: "the worker has no live session in this queue",
     ScriptCode.SCHEDULE_NOT_FOUND: "no such schedule in this queue",
+    ScriptCode.NOT_DELAYED: "the job is not delayed (only a delayed job can be promoted)",
 }
 
 
@@ -97,6 +104,7 @@ PROBLEMS: dict[type[QueueError], tuple[int, str, str]] = {
     JobActive: (409, "job_active", "Job is active"),
     NoSession: (409, "no_session", "No session"),
     ScheduleNotFound: (404, "schedule_not_found", "Schedule not found"),
+    NotDelayed: (409, "not_delayed", "Job is not delayed"),
     BodyTimeout: (408, "request_timeout", "Request body too slow"),
     BackendUnavailable: (503, "backend_unavailable", "Backend unavailable"),
 }

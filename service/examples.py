@@ -67,6 +67,8 @@ def job_view(**fields: Any) -> Example:
         "stalls": 0,
         "schedule": None,
         "finished_at": LEASED_AT + 2_480,
+        "run_at": None,
+        "delay_reason": None,
     }
     return {**job, **fields}
 
@@ -314,6 +316,7 @@ RESPONSES: dict[str, dict[int, dict[str, Example]]] = {
         }
     },
     "release": {200: {"released": example("Back in line, first", {"id": JOB_ID, "state": "waiting"})}},
+    "promote": {200: {"waiting": example("Waiting now, last in line", {"id": JOB_ID, "state": "waiting"})}},
     "getJob": {
         200: {
             "completed": example("A completed job", job_view()),
@@ -327,6 +330,18 @@ RESPONSES: dict[str, dict[int, dict[str, Example]]] = {
                     updated_at=LEASED_AT,
                     progress={"done": 40, "of": 100},
                     finished_at=None,
+                ),
+            ),
+            "delayed": example(
+                "A failed attempt waiting out its backoff",
+                job_view(
+                    state="delayed",
+                    result=None,
+                    error="SMTP 451: try again later",
+                    updated_at=LEASED_AT + 1_200,
+                    finished_at=None,
+                    run_at=LEASED_AT + 3_200,
+                    delay_reason="retry",
                 ),
             ),
         }
@@ -451,6 +466,12 @@ PROBLEMS: dict[str, Example] = {
     ),
     "no_session": problem(
         409, "no_session", "No session", "the worker has no live session in this queue: worker-7"
+    ),
+    "not_delayed": problem(
+        409,
+        "not_delayed",
+        "Job is not delayed",
+        f"the job is not delayed (only a delayed job can be promoted): {JOB_ID}",
     ),
     "payload_too_large": problem(413, "payload_too_large", "Payload too large", "Request Entity Too Large"),
     "too_many_requests": problem(

@@ -103,6 +103,7 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
         409,
         "the worker has no live session in the queue: none was started, or it lapsed or ended (no_session)",
     ),
+    "not_delayed": (409, "the job is not delayed: it is waiting, active or finished (not_delayed)"),
     "payload_too_large": (413, "the body is over EMQ_MAX_BODY_BYTES (payload_too_large)"),
     "too_many_requests": (
         429,

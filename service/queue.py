@@ -36,6 +36,7 @@ from echomq_http.schemas import (
     AckResult,
     CancelResponse,
     Counts,
+    DelayReason,
     EnqueueRequest,
     EnqueueResponse,
     FailResponse,
@@ -48,6 +49,7 @@ from echomq_http.schemas import (
     JobView,
     LeasedJob,
     LedgerEntry,
+    PromoteResponse,
     QueueSettings,
     QueueView,
     RateLimit,
@@ -187,6 +189,13 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 HISTORY_KINDS = ("enqueued", "completed", "failed", "reclaimed")  # HistoryMinute's order
 
 
+def delay_reason(attempt: int) -> DelayReason:
+    """Why a delayed job is delayed, without a field of its own: only an enqueue's delay_ms delays
+    a job that was never leased (attempt 0), and only a failed attempt's backoff one that was (a
+    lease counts an attempt; a redrive resets it but makes the job waiting)."""
+    return "retry" if attempt > 0 else "delay"
+
+
 def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
     """A job's hash (HGETALL) as the API's job view. The hash leaves out fields that hold
     their default (lua/include/common.lua), so those are filled in here."""
@@ -194,6 +203,9 @@ def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
     result = fields.get(b"result")
     progress = fields.get(b"progress")
     active = fields[b"state"] == b"active"
+    # The hash keeps run_at after the job left DELAYED (include/common.lua delayed_to_waiting).
+    delayed = fields[b"state"] == b"delayed"
+    attempt = int(fields.get(b"attempt", 0))
     created_at = int(fields[b"created_at"])
     return JobView(
         id=job_id,
@@ -203,7 +215,7 @@ def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
         payload=Raw(fields[b"payload"]),
         result=None if result is None else Raw(result),
         error=_text(fields.get(b"error")),
-        attempt=int(fields.get(b"attempt", 0)),
+        attempt=attempt,
         max_attempts=int(fields.get(b"max_attempts", limits.DEFAULT_MAX_ATTEMPTS)),
         priority=int(fields.get(b"priority", 0)),
         created_at=created_at,
@@ -216,6 +228,8 @@ def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
         stalls=int(fields.get(b"stalls", 0)),
         schedule=_text(fields.get(b"schedule")),
         finished_at=_int(fields.get(b"finished_at")),
+        run_at=_int(fields.get(b"run_at")) if delayed else None,
+        delay_reason=delay_reason(attempt) if delayed else None,
     )
 
 
@@ -770,6 +784,12 @@ class JobQueues:
             raise_for_code(reply, job_id)
         state, requested = reply
         return CancelResponse(id=job_id, state=state.decode(), cancel_requested=requested == 1)  # type: ignore[arg-type]
+
+    async def promote(self, queue: str, job_id: str) -> PromoteResponse:
+        """A delayed job becomes waiting now (lua/promote-11.lua); NotDelayed when it is in
+        another state."""
+        raise_for_code(await self._call("promote", queue, job_id, job_id=job_id), job_id)
+        return PromoteResponse(id=job_id, state="waiting")
 
     async def job_and_position(self, queue: str, job_id: str) -> tuple[JobView | None, int]:
         """The job (None when there is none) and the number of the queue's last event, read in

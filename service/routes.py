@@ -59,6 +59,7 @@ from echomq_http.schemas import (
     LeaseResponse,
     LedgerView,
     PauseResponse,
+    PromoteResponse,
     QueueList,
     QueueSettings,
     QueueView,
@@ -688,6 +689,20 @@ async def cancel(request: Request[Any, Any, State]) -> Response[bytes]:
     return json_response(await queues_of(request).cancel(queue, id, ask.reason))
 
 
+@post(
+    JOB + "/promote",
+    operation_id="promote",
+    summary="Run a delayed job now",
+    description="A delayed job (an enqueue's delay_ms, or a failed attempt waiting out its backoff) "
+    "becomes waiting at once, at the back of its priority's line (its group's line for a grouped "
+    "job), as it would have when due; long polls waiting on the queue are woken. 409 not_delayed "
+    "when the job is in another state (nothing changes). Emits promoted.",
+    opt=_opt(Action.ENQUEUE, JOBS, None, {200: PromoteResponse}, ("job_not_found", "not_delayed")),
+)
+async def promote(request: Request[Any, Any, State]) -> Response[bytes]:
+    return json_response(await queues_of(request).promote(path_queue(request), path_job_id(request)))
+
+
 _EVENT_TYPE = "(" + "|".join(sorted(EVENT_TYPES)) + ")"
 EVENT_TYPES_PATTERN = f"^{_EVENT_TYPE}(,{_EVENT_TYPE})*$"
 EVENTS_QUERY = (
@@ -736,7 +751,7 @@ def events_query(request: Request[Any, Any, State]) -> tuple[int | None, frozens
     summary="Follow the queue's events (Server-Sent Events)",
     description="A text/event-stream of what happens to the queue's jobs, in the order it happens: "
     "enqueued, leased, progress, completed, retrying, failed (dead-lettered), released, reclaimed, "
-    "cancel_requested, cancelled, deleted, and the queue's paused and resumed. Each event is "
+    "cancel_requested, cancelled, promoted, deleted, and the queue's paused and resumed. Each event is "
     "written by the same script call as the change it reports, so none is lost or out of order. "
     "Event ids are whole numbers that grow within the queue: resume after one with the "
     "Last-Event-ID header (browsers' EventSource sends it by itself) or ?after=; ?after=0 starts "
@@ -1298,6 +1313,7 @@ QUEUE_HANDLERS = [
     release,
     get_job,
     cancel,
+    promote,
     events,
     history,
     delete_job,

@@ -27,6 +27,7 @@ LeaseMs = Annotated[int, Meta(ge=limits.MIN_LEASE_MS, le=limits.MAX_LEASE_MS)]
 LeaseId = Annotated[str, Meta(min_length=1, max_length=128)]
 EpochMs = Annotated[int, Meta(description="epoch milliseconds, Redis server clock")]
 JobState = Literal["waiting", "delayed", "active", "completed", "failed", "cancelled"]
+DelayReason = Literal["delay", "retry"]
 
 # Fields that several schemas share, described once.
 JobId = Annotated[str, Meta(description="the job's id")]
@@ -643,6 +644,30 @@ class JobView(Struct):
             description="when it completed, was dead-lettered or cancelled (epoch ms, Redis clock); else null"
         ),
     ] = None
+    run_at: Annotated[
+        int | None,
+        Meta(
+            description="only while delayed: when it becomes waiting (epoch ms, Redis clock), unless "
+            "promoted sooner; else null"
+        ),
+    ] = None
+    delay_reason: Annotated[
+        DelayReason | None,
+        Meta(
+            description="only while delayed: why; delay: the enqueue's delay_ms, retry: a failed attempt's "
+            "backoff (or its retry_after_ms); else null"
+        ),
+    ] = None
+
+
+class PromoteResponse(Struct):
+    """The job is waiting now."""
+
+    id: JobId
+    state: Annotated[
+        Literal["waiting"],
+        Meta(description="waiting: at the back of its priority's line (its group's, for a grouped job)"),
+    ]
 
 
 class CancelRequest(Request):
@@ -706,6 +731,7 @@ EventType = Literal[
     "reclaimed",
     "cancel_requested",
     "cancelled",
+    "promoted",
     "deleted",
     "paused",
     "resumed",
@@ -724,8 +750,8 @@ class StreamEvent(Struct, omit_defaults=True):
             "lease_expires_at}; progress {worker, progress}; completed {worker, attempt}; retrying "
             "{attempt, state, error}; failed {attempt, reason: fail|lease_expired|stalled, error} "
             "(dead-lettered); released {worker}; reclaimed {worker, attempt}; cancel_requested; "
-            "cancelled; deleted; paused and resumed (no id); resync {after, oldest}: events after "
-            "`after` are no longer kept"
+            "cancelled; promoted (a delayed job made waiting now); deleted; paused and resumed (no id); "
+            "resync {after, oldest}: events after `after` are no longer kept"
         ),
     ]
     queue: QueueName

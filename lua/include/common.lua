@@ -17,6 +17,7 @@ local JOB_ACTIVE = -3
 local NO_SESSION = -4
 local SCHEDULE_NOT_FOUND = -5
 local SCHEDULE_MOVED = -6
+local NOT_DELAYED = -7
 
 -- Waiting jobs with priority > 0 sit in PRIO scored (MAX_PRIORITY - priority) * BAND + offset,
 -- so higher priorities come first. Within a band, jobs handed back (release, sweep) get offsets
@@ -565,6 +566,14 @@ local function cancel_job(id, key, now, reason)
   emit('cancelled', id, '')
 end
 
+-- A delayed job, out of DELAYED, joins the back of its priority's line (its group's line when it
+-- has one). job: its hash's {state, priority, group}. Its "run_at" field is left as it is: the
+-- job view shows it only while the job is delayed, and the next delay writes it anew.
+local function delayed_to_waiting(id, key, job, now)
+  redis.call('HSET', key, 'state', 'waiting', 'updated_at', now)
+  push_waiting(id, number_or(job[2], 0), false, job[3])
+end
+
 -- Move due delayed jobs to waiting; returns how many moved and how many due entries were read.
 local function promote_due(now, limit)
   local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, limit)
@@ -575,8 +584,7 @@ local function promote_due(now, limit)
     local key = job_key(id)
     local job = redis.call('HMGET', key, 'state', 'priority', 'group')
     if job[1] == 'delayed' then
-      redis.call('HSET', key, 'state', 'waiting', 'updated_at', now)
-      push_waiting(id, number_or(job[2], 0), false, job[3])
+      delayed_to_waiting(id, key, job, now)
       promoted = promoted + 1
     else
       stale_entries = stale_entries + 1

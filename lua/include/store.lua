@@ -27,11 +27,18 @@ local function store_job(id, job, payload, now, schedule, unprioritised)
   unless_default(fields, 'traceparent', job.traceparent, nil)
   unless_default(fields, 'group', job.group, nil)
   unless_default(fields, 'schedule', schedule, nil)
+  -- A delayed job's due time, its score in DELAYED, is kept in its hash too (written in the same
+  -- call, and nothing else moves a due time) so that every read of the job shows it (run_at).
+  local run_at = now + job.delay_ms
+  if state == 'delayed' then
+    fields[#fields + 1] = 'run_at'
+    fields[#fields + 1] = text(run_at)
+  end
   redis.call('HSET', key, unpack(fields))
   emit('enqueued', id, '"state":"' .. state .. '"' .. (schedule and ',"schedule":"' .. schedule .. '"' or ''))
   if state == 'delayed' then
-    redis.call('ZADD', DELAYED, now + job.delay_ms, id)
-    sweep_needed_by(now + job.delay_ms)
+    redis.call('ZADD', DELAYED, run_at, id)
+    sweep_needed_by(run_at)
   elseif unprioritised and job.priority == 0 and not job.group then
     unprioritised[#unprioritised + 1] = id
   else

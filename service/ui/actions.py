@@ -159,6 +159,15 @@ async def cancel_job(request: Request[Any, Any, State]) -> Redirect:
     return act.done(queue_url(act.queue) + f"/jobs/{quote(job_id)}", "cancelled")
 
 
+@post(QUEUE_PAGE + "/jobs/{id:str}/promote", include_in_schema=False, status_code=303)
+async def promote_job(request: Request[Any, Any, State]) -> Redirect:
+    """Run a delayed job now: the API's promote, allowed to who may enqueue."""
+    act = await acting(request, Action.ENQUEUE)
+    job_id = checked_name(request.path_params["id"], "job id")
+    await act.queues.promote(act.queue, job_id)
+    return act.done(queue_url(act.queue, "delayed"), "promoted")
+
+
 SCHEDULE = QUEUE_PAGE + "/schedules/{schedule:str}"
 
 
@@ -218,4 +227,5 @@ ACTION_HANDLERS = [
     retry_failed,
     delete_job,
     cancel_job,
+    promote_job,
 ]

@@ -122,6 +122,7 @@ NOTICES = {
     "retried": "Retried {n} job(s).",
     "deleted": "Job deleted.",
     "cancelled": "Cancellation requested.",
+    "promoted": "The job is waiting now.",
     "signed-out": "Signed out.",
     "triggered": "Schedule triggered: one job enqueued.",
     "schedule-paused": "Schedule paused.",

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -274,6 +275,32 @@ def test_jobs_cancel_and_wait(service_url: str, sdk: Client, queue: str) -> None
     sdk.ack(queue, next_job.id, next_job.lease_id, {"ok": 1})
     done = emq("wait", queue, next_job.id, url=service_url)
     assert done.stdout.strip() == f'job {next_job.id} completed: {{"ok": 1}}'
+
+
+def test_delayed_jobs_show_when_they_run_and_promote_runs_one_now(
+    service_url: str, sdk: Client, queue: str
+) -> None:
+    sdk.enqueue(queue, 1, id="later", delay_ms=3 * 3_600_000)
+    sdk.enqueue(queue, 2, id="flaky")
+    (held,) = sdk.lease(queue, "w1")
+    sdk.fail(queue, held.id, held.lease_id, "busy", retry_after_ms=5 * 3_600_000)
+    shown = emq("jobs", queue, "--state", "delayed", url=service_url).stdout.splitlines()
+    assert shown[0].split() == ["JOB", "NAME", "ATTEMPTS", "UPDATED", "RUNS", "AT", "IN", "WHY"]
+    rows = {line.split()[0]: line.split() for line in shown[1:]}
+    run_at = sdk.get_job(queue, "later").run_at
+    assert run_at is not None
+    due = datetime.fromtimestamp(run_at / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    # the due time, then its zone, how long until then and why
+    assert rows["later"][-5:-3] == due.split() and rows["later"][-2:] == ["3.0h", "delay"]
+    assert rows["flaky"][-2:] == ["5.0h", "retry"]
+
+    assert emq("promote", queue, "later", url=service_url).stdout.strip() == "job later is waiting now"
+    assert sdk.get_job(queue, "later").state == "waiting"
+    assert emq_json("promote", queue, "flaky", url=service_url) == {"id": "flaky", "state": "waiting"}
+    refused = emq("promote", queue, "later", url=service_url, check=False)
+    assert refused.returncode == 1 and "not delayed" in refused.stderr
+    missing = emq("promote", queue, "nope", url=service_url, check=False)
+    assert missing.returncode == 1 and "no job nope in queue" in missing.stderr
 
 
 def test_events_tails_the_feed(service_url: str, sdk: Client, queue: str) -> None:

@@ -36,7 +36,9 @@ from echomq import (
     LeaseLost,
     LeaseNext,
     NewJob,
+    NotDelayed,
     NotFound,
+    Promoted,
     RetryPolicy,
     Unauthorized,
 )
@@ -144,6 +146,32 @@ async def test_async_client_covers_the_api(asdk: AsyncClient, queue: str) -> Non
     assert (await asdk.openapi())["openapi"].startswith("3.1")
 
 
+def test_a_delayed_job_shows_when_it_runs_and_is_promoted(sdk: Client, queue: str) -> None:
+    sdk.enqueue(queue, 1, id="later", delay_ms=3_600_000)
+    job = sdk.get_job(queue, "later")
+    assert (job.state, job.delay_reason) == ("delayed", "delay")
+    assert job.run_at == job.created_at + 3_600_000
+    [listed] = sdk.list_jobs(queue, "delayed").jobs
+    assert (listed.run_at, listed.delay_reason) == (job.run_at, "delay")
+    assert sdk.promote(queue, "later") == Promoted(id="later", state="waiting")
+    job = sdk.get_job(queue, "later")
+    assert (job.state, job.run_at, job.delay_reason) == ("waiting", None, None)
+    with pytest.raises(NotDelayed) as not_delayed:
+        sdk.promote(queue, "later")
+    assert (not_delayed.value.status, not_delayed.value.code) == (409, "not_delayed")
+    with pytest.raises(JobNotFound):
+        sdk.promote(queue, "missing")
+
+
+async def test_async_client_promotes_a_retry_waiting_out_its_backoff(asdk: AsyncClient, queue: str) -> None:
+    await asdk.enqueue(queue, 1, id="flaky")
+    (job,) = await asdk.lease(queue, "w1")
+    await asdk.fail(queue, "flaky", job.lease_id, "busy", retry_after_ms=3_600_000)
+    assert (await asdk.get_job(queue, "flaky")).delay_reason == "retry"
+    assert (await asdk.promote(queue, "flaky")).state == "waiting"
+    assert [leased.attempt for leased in await asdk.lease(queue, "w1")] == [2]
+
+
 def test_problem_codes_become_exceptions(sdk: Client, queue: str, service_url: str) -> None:
     with pytest.raises(InvalidRequest) as invalid:
         sdk.enqueue("no spaces allowed", 1)
@@ -211,6 +239,7 @@ METHOD_OF_OPERATION = {
     "listFailed": "failed",
     "listJobs": "list_jobs",
     "cancel": "cancel",
+    "promote": "promote",
     "events": "events",
     "history": "history",
     "redriveFailed": "retry_failed",

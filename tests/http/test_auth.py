@@ -42,6 +42,7 @@ ENDPOINTS = [
     ("work", "POST", Q + "/ack", {"acks": [{"id": "j1", "lease_id": "x"}]}),
     ("work", "POST", JOB + "/fail", {"lease_id": "x", "error": "e"}),
     ("work", "POST", JOB + "/release", {"lease_id": "x"}),
+    ("enqueue", "POST", JOB + "/promote", None),
     ("read", "GET", JOB, None),
     ("read", "GET", "/v1/queues", None),
     ("read", "GET", Q, None),

@@ -48,6 +48,7 @@ CONTRACT = {
     ("get", "/v1/queues/{queue}/groups"),
     ("get", "/v1/queues/{queue}/events"),  # v1.1
     ("post", "/v1/queues/{queue}/jobs/{id}/cancel"),  # v1.1
+    ("post", "/v1/queues/{queue}/jobs/{id}/promote"),
     ("get", "/v1/queues/{queue}/history"),  # v1.1
     ("get", "/v1/queues/{queue}/settings"),  # v1.1
     ("put", "/v1/queues/{queue}/settings"),  # v1.1

@@ -31,6 +31,7 @@ OPERATIONS = [
     "lease",
     "ledger",
     "list-jobs",
+    "promote",
     "put-schedule",
     "quiet",
     "redrive",

@@ -10,6 +10,8 @@ never sweeps by itself: the state machine decides when leases expire and when th
   ledger, so a lock that vanished before its deadline is only reclaimed once the deadline passes.
 - "sweep" runs the sweep script once for the queue (lua/sweep-*.lua, loaded the way the service
   loads it), as a replica's sweeper would.
+- "promote" runs a delayed job now (the back of its priority's line); any other job answers 409
+  not_delayed and a missing one 404, changing nothing.
 - "cancel" cancels any job (or a missing one): a waiting or delayed job ends cancelled at once and
   is never leased again; an active one gets cancel_requested, and its fail, release, operator
   release or expired lease then end it cancelled (an ack still completes it).
@@ -232,6 +234,14 @@ class QueueModel:
         elif job.state == "active" and not job.cancel_requested:
             job.cancel_requested, job.cancel_reason = True, reason
             self.emit(job.id, "cancel_requested")
+
+    def promote(self, job: Job) -> bool:
+        """A delayed job joins the back of its priority now; any other is left as it is."""
+        if job.state != "delayed":
+            return False
+        self._to_waiting(job, front=False)
+        self.emit(job.id, "promoted")
+        return True
 
     def fail(self, job: Job, retry: bool, retry_after_ms: int | None) -> str:
         if job.cancel_requested:  # whatever retry says
@@ -678,6 +688,27 @@ class QueueMachine(RuleBasedStateMachine):
         assert response.json() == expected, (job, response.json())
         return None
 
+    @rule(data=st.data(), missing=st.sampled_from([False, False, False, True]))
+    def promote(self, data: st.DataObject, missing: bool) -> None:
+        """Any job in any state (mostly delayed ones), or one that does not exist: 404."""
+        if missing or not self.model.jobs:
+            job_id = data.draw(st.sampled_from([*self.model.gone, "nope"]), label="missing id")
+            return assert_problem(self.post(f"/jobs/{job_id}/promote"), 404, "job_not_found")
+        delayed = self.model.in_state("delayed")
+        job = (
+            data.draw(st.sampled_from(delayed))
+            if delayed and data.draw(st.booleans())
+            else self.draw_job(data)
+        )
+        before = self.view(job.id)
+        response = self.post(f"/jobs/{job.id}/promote")
+        if not self.model.promote(job):
+            assert_problem(response, 409, "not_delayed")
+            return job_view_unchanged(before, self.view(job.id))
+        assert response.status_code == 200, response.text
+        assert response.json() == {"id": job.id, "state": "waiting"}
+        return None
+
     @precondition(lambda self: self.has("failed"))
     @rule(data=st.data(), listed=st.booleans())
     def redrive(self, data: st.DataObject, listed: bool) -> None:
@@ -733,6 +764,10 @@ class QueueMachine(RuleBasedStateMachine):
             flags = (view["cancel_requested"], view["stalls"])
             assert flags == (job.cancel_requested, job.stalls), (job, view)
             assert (view["finished_at"] is not None) is (job.state in FINISHED), (job, view)
+            # Only a delayed job has a due time; a leased one was delayed by a retry's backoff.
+            assert (view["run_at"] is not None) is (job.state == "delayed"), (job, view)
+            reason = ("retry" if job.attempt else "delay") if job.state == "delayed" else None
+            assert view["delay_reason"] == reason, (job, view)
             if job.state == "cancelled":
                 assert view["error"] == (job.cancel_reason or "cancelled"), (job, view)
         for job_id in self.model.gone:

@@ -14,6 +14,7 @@ from redis.cluster import RedisCluster
 from echomq_http.config import Settings
 from echomq_http.keys import keys_of
 from echomq_http.ui import pages
+from echomq_http.ui.render import iso, timestamp
 from tests.conftest import CLUSTER, TEST_SWEEP_INTERVAL_MS
 from tests.server import running_service
 from tests.ui.conftest import ADMIN, ONLY_OURS, PRODUCER, WORKER, csrf_of, signed_in
@@ -170,6 +171,40 @@ def test_retry_one_selected_or_all_and_delete(api, admin, name):
     answer = post(admin, f"/ui/queues/{name}/retry", page, all="1")
     assert answer.headers["location"].endswith("notice=retried&n=2")
     assert api.get(f"/v1/queues/{name}").json()["counts"]["failed"] == 0
+
+
+def test_the_delayed_tab_shows_when_and_why_and_run_now_makes_a_job_waiting(api, ui_url, admin, name):
+    enqueue(api, name, "later", delay_ms=3_600_000)
+    enqueue(api, name, "flaky")
+    job = lease(api, name, "w1")
+    failed = {"lease_id": job["lease_id"], "error": "busy", "retry_after_ms": 7_200_000}
+    assert api.post(f"/v1/queues/{name}/jobs/flaky/fail", json=failed).json()["state"] == "delayed"
+    page = f"/ui/queues/{name}/delayed"
+    tab = admin.get(page).text
+    run_at = api.get(f"/v1/queues/{name}/jobs/later").json()["run_at"]
+    assert f'<time datetime="{iso(run_at)}">{timestamp(run_at)}</time>' in tab and "UTC" in tab
+    assert "(in 59 min" in tab and "(in 1 h 59 min" in tab
+    assert tab.count('class="badge reason-retry"') == 1 and tab.count('class="badge reason-delay"') == 1
+    assert tab.count(">Run now<") == 2
+
+    answer = post(admin, f"/ui/queues/{name}/jobs/later/promote", page, back=page)
+    assert answer.status_code == 303 and answer.headers["location"] == f"{page}?notice=promoted"
+    assert api.get(f"/v1/queues/{name}/jobs/later").json()["state"] == "waiting"
+    assert "The job is waiting now." in admin.get(answer.headers["location"]).text
+    job_page = f"/ui/queues/{name}/jobs/flaky"
+    assert ">Run now<" in admin.get(job_page).text and "reason-retry" in admin.get(job_page).text
+    assert post(admin, f"/ui/queues/{name}/jobs/flaky/promote", job_page, back=job_page).status_code == 303
+    assert api.get(f"/v1/queues/{name}/jobs/flaky").json()["state"] == "waiting"
+    assert ">Run now<" not in admin.get(job_page).text
+    # Not delayed any more: refused, nothing changes.
+    assert post(admin, f"/ui/queues/{name}/jobs/flaky/promote", job_page).status_code == 409
+    enqueue(api, name, "again", delay_ms=3_600_000)
+    with signed_in(ui_url, PRODUCER) as producer:
+        assert ">Run now<" in producer.get(page).text
+    with signed_in(ui_url, WORKER) as worker:
+        assert ">Run now<" not in worker.get(page).text
+        assert post(worker, f"/ui/queues/{name}/jobs/again/promote", page).status_code == 403
+    assert api.get(f"/v1/queues/{name}/jobs/again").json()["state"] == "delayed"
 
 
 def test_declare_a_worker_dead_and_quiet_one(api, admin, name):

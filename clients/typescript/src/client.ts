@@ -26,6 +26,7 @@ export type AckManyResponse = Schemas["AckManyResponse"];
 export type FailResponse = Schemas["FailResponse"];
 export type ReleaseResponse = Schemas["ReleaseResponse"];
 export type CancelResponse = Schemas["CancelResponse"];
+export type PromoteResponse = Schemas["PromoteResponse"];
 export type JobView = Schemas["JobView"];
 export type QueueView = Schemas["QueueView"];
 export type Counts = Schemas["Counts"];
@@ -274,6 +275,13 @@ export class Client {
       body: reason === undefined ? {} : { reason },
       idempotent: true,
     });
+  }
+
+  /** Run a delayed job now (an enqueue's delay_ms, or a failed attempt's backoff): it is waiting
+   * at once, at the back of its priority. NotDelayed (409) when the job is in another state, so
+   * not retried: a repeat after a lost answer would say not_delayed. */
+  promote(queue: string, id: string): Promise<PromoteResponse> {
+    return this.call("post", "/v1/queues/{queue}/jobs/{id}/promote", { path: { queue, id }, idempotent: false });
   }
 
   /** Fail an attempt: retried after the job's backoff (or `retry_after_ms`) while attempts are

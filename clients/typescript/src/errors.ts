@@ -87,6 +87,10 @@ export class LeaseLost extends APIError {
 export class JobActive extends APIError {
   override name = "JobActive";
 }
+/** 409 not_delayed: only a delayed job can be promoted; this one is in another state. */
+export class NotDelayed extends APIError {
+  override name = "NotDelayed";
+}
 /** 408 request_timeout: the request body did not arrive in time. */
 export class RequestTimeout extends APIError {
   override name = "RequestTimeout";
@@ -115,6 +119,7 @@ export const ERRORS_BY_CODE: Readonly<Record<string, APIErrorClass>> = {
   schedule_not_found: ScheduleNotFound,
   lease_lost: LeaseLost,
   job_active: JobActive,
+  not_delayed: NotDelayed,
   request_timeout: RequestTimeout,
   payload_too_large: PayloadTooLarge,
   too_many_requests: TooManyRequests,

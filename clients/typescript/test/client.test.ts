@@ -10,6 +10,7 @@ import {
   JobNotFound,
   LeaseLost,
   NO_RETRIES,
+  NotDelayed,
   NotFound,
   type LeasedJob,
 } from "echomq";
@@ -140,6 +141,19 @@ test("fail: retried while attempts are left, dead-lettered with retry false; rel
   assert.equal(third?.attempt, 2); // the release did not count as a delivery
   assert.deepEqual(await client.retryFailed(queue, ["d"]), ["d"]);
   assert.equal((await client.job(queue, "d")).state, "waiting");
+});
+
+test("a delayed job shows when it runs and why; promote makes it waiting now", async () => {
+  const queue = freshQueue();
+  await client.enqueue(queue, { payload: 1, id: "later", delay_ms: 3_600_000 });
+  const delayed = await client.job(queue, "later");
+  assert.deepEqual([delayed.state, delayed.delay_reason], ["delayed", "delay"]);
+  assert.equal(delayed.run_at, delayed.created_at + 3_600_000);
+  assert.deepEqual(await client.promote(queue, "later"), { id: "later", state: "waiting" });
+  const waiting = await client.job(queue, "later");
+  assert.deepEqual([waiting.state, waiting.run_at, waiting.delay_reason], ["waiting", null, null]);
+  await assert.rejects(client.promote(queue, "later"), (error: unknown) => error instanceof NotDelayed && error.status === 409);
+  await assert.rejects(client.promote(queue, "nope"), JobNotFound);
 });
 
 test("settings, group caps and the group listing", async () => {

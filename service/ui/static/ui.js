@@ -8,7 +8,7 @@
   "use strict";
   var MERGE_MS = 300;
   var TYPES = ["enqueued", "leased", "progress", "completed", "retrying", "failed", "released", "reclaimed",
-    "cancel_requested", "cancelled", "deleted", "paused", "resumed", "resync", "changed"];
+    "cancel_requested", "cancelled", "promoted", "deleted", "paused", "resumed", "resync", "changed"];
   var body = document.body;
   var feedUrl = body.getAttribute("data-feed");
   var source = null;

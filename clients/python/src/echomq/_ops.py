@@ -184,6 +184,7 @@ _read_paused = reader(m.Paused)
 _read_group_limit = reader(m.GroupLimit)
 _read_group_page = reader(m.GroupPage)
 _read_cancelled = reader(m.Cancelled)
+_read_promoted = reader(m.Promoted)
 _read_history = _field(m._History, "minutes")
 _read_schedule = reader(m.Schedule)
 _read_schedules = _field(m._Schedules, "schedules")
@@ -459,6 +460,11 @@ def cancel(queue: str, job_id: str, reason: Optional[str]) -> Op[m.Cancelled]:
         idempotent=True,
         body=_body({"reason": reason}),
     )
+
+
+def promote(queue: str, job_id: str) -> Op[m.Promoted]:
+    # Not repeated: a second promote of a job promoted by the first answers not_delayed.
+    return Op("POST", f"{_job(queue, job_id)}/promote", _read_promoted, idempotent=False)
 
 
 def history(queue: str, minutes: Optional[int]) -> Op[list[m.HistoryMinute]]:

@@ -351,6 +351,11 @@ class Client(_Base):
         or release then ends it cancelled (an ack still completes it). Idempotent."""
         return self._call(_ops.cancel(queue, id, reason))
 
+    def promote(self, queue: str, id: str) -> m.Promoted:
+        """Run a delayed job now (an enqueue's delay, or a retry's backoff): it is waiting at
+        once, at the back of its priority. ``NotDelayed`` when it is in another state."""
+        return self._call(_ops.promote(queue, id))
+
     def delete_job(self, queue: str, id: str) -> None:
         return self._call(_ops.delete_job(queue, id))
 
@@ -772,6 +777,9 @@ class AsyncClient(_Base):
 
     async def cancel(self, queue: str, id: str, *, reason: Optional[str] = None) -> m.Cancelled:
         return await self._call(_ops.cancel(queue, id, reason))
+
+    async def promote(self, queue: str, id: str) -> m.Promoted:
+        return await self._call(_ops.promote(queue, id))
 
     async def delete_job(self, queue: str, id: str) -> None:
         return await self._call(_ops.delete_job(queue, id))

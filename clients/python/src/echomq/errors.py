@@ -91,6 +91,10 @@ class NoSession(APIError):
     """409 no_session: the worker has no live session in the queue."""
 
 
+class NotDelayed(APIError):
+    """409 not_delayed: only a delayed job can be promoted; this one is in another state."""
+
+
 class RequestTimeout(APIError):
     """408 request_timeout: the request body did not arrive in time."""
 
@@ -118,6 +122,7 @@ ERRORS_BY_CODE: dict[str, type[APIError]] = {
     "lease_lost": LeaseLost,
     "job_active": JobActive,
     "no_session": NoSession,
+    "not_delayed": NotDelayed,
     "request_timeout": RequestTimeout,
     "payload_too_large": PayloadTooLarge,
     "too_many_requests": TooManyRequests,

@@ -12,6 +12,7 @@ from typing import Any, Literal, Optional
 import msgspec
 
 JobState = Literal["waiting", "delayed", "active", "completed", "failed", "cancelled"]
+DelayReason = Literal["delay", "retry"]  # an enqueue's delay_ms, or a failed attempt's backoff
 BackoffType = Literal["fixed", "exponential"]
 Overlap = Literal["allow", "skip"]
 
@@ -205,6 +206,8 @@ class Job(_Model):
     stalls: int = 0
     schedule: Optional[str] = None
     finished_at: Optional[int] = None  # completed, failed or cancelled at
+    run_at: Optional[int] = None  # only while delayed: when it becomes waiting (epoch ms)
+    delay_reason: Optional[DelayReason] = None  # only while delayed: why
 
 
 class Schedule(_Model, kw_only=True):
@@ -333,6 +336,13 @@ class JobPage(_Model):
     next_cursor: Optional[str]
 
 
+class Promoted(_Model):
+    """Answer to a promote: the delayed job is waiting now."""
+
+    id: str
+    state: Literal["waiting"]
+
+
 class Cancelled(_Model):
     """Answer to a cancel: the job's state now (``cancelled`` at once unless it was active;
     an active job stays active with ``cancel_requested`` until its worker fails or acks it)."""
@@ -363,6 +373,7 @@ EventType = Literal[
     "reclaimed",
     "cancel_requested",
     "cancelled",
+    "promoted",
     "deleted",
     "paused",
     "resumed",

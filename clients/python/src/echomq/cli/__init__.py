@@ -23,6 +23,7 @@
     emq history QUEUE [--minutes N]            # enqueued, completed, failed, reclaimed per minute
     emq wait QUEUE ID [--timeout S]            # until the job is completed, failed or cancelled
     emq cancel QUEUE ID [--reason R]           # cancel a job (a running one: its worker stops)
+    emq promote QUEUE ID                       # run a delayed job (a delay or a retry's backoff) now
     emq events QUEUE [--type T...] [--job ID]  # follow what happens, until Ctrl-C
     emq work QUEUE -- COMMAND ARGS...          # run COMMAND for each job (an echomq.Worker)
     emq serve                                  # the service itself, when echomq-http is installed
@@ -48,7 +49,7 @@ from typing import Any, NoReturn, Optional, get_args
 
 from echomq import __version__
 from echomq._ops import DEFAULT_URL, default_url
-from echomq.cli import _lookups, _schedules
+from echomq.cli import _delayed, _lookups, _schedules
 from echomq.cli._commands import (
     COMMANDS,
     EXIT_FAILED,
@@ -73,7 +74,7 @@ DEFAULT_KILL_GRACE_S = 5.0
 JOB_STATES = get_args(JobState)
 EVENT_TYPES = [kind for kind in get_args(EventType) if kind != "resync"]
 PLUGINS = "echomq.cli"  # entry point group: commands other packages add (the server's `serve`)
-ALL_COMMANDS = {**COMMANDS, **_schedules.COMMANDS, **_lookups.COMMANDS}
+ALL_COMMANDS = {**COMMANDS, **_schedules.COMMANDS, **_lookups.COMMANDS, **_delayed.COMMANDS}
 # The server is not on PyPI: it is installed from a checkout of this repository.
 SERVER_HINT = (
     "the server is not installed: install the server package from a checkout of the EchoMQ HTTP "
@@ -237,6 +238,7 @@ def _parser() -> argparse.ArgumentParser:
     groups = commands.add_parser("groups", parents=[common], help="a queue's groups, by name")
     groups.add_argument("queue")
     _schedules.add_parsers(commands, common)
+    _delayed.add_parsers(commands, common)
 
     delete = commands.add_parser(
         "delete",

@@ -13,7 +13,19 @@ from typing import IO, Any, Optional
 import msgspec
 
 from echomq.cli._confirm import confirm
-from echomq.cli._output import NULL, Progress, cell, duration, now_ms, print_json, summary, table, when
+from echomq.cli._output import (
+    DELAYED_HEADERS,
+    NULL,
+    Progress,
+    cell,
+    delayed_cells,
+    duration,
+    now_ms,
+    print_json,
+    summary,
+    table,
+    when,
+)
 from echomq.client import Client
 from echomq.errors import EchoMQError, JobActive, JobNotFound
 from echomq.models import Event, Job, NewJob, QueueInfo
@@ -502,6 +514,7 @@ def cmd_jobs(args: argparse.Namespace, client: Client) -> int:
         print(f"no {args.state} jobs in {args.queue}")
         return EXIT_OK
     with_error = args.state in ("failed", "cancelled")
+    delayed = args.state == "delayed"
     rows = [
         [
             job.id,
@@ -510,9 +523,11 @@ def cmd_jobs(args: argparse.Namespace, client: Client) -> int:
             when(job.finished_at or job.updated_at),
         ]
         + ([summary(job.error, 48) or None] if with_error else [])
+        + (delayed_cells(job.run_at, job.delay_reason) if delayed else [])
         for job in jobs
     ]
-    table(["JOB", "NAME", "ATTEMPTS", "UPDATED", *(["ERROR"] if with_error else [])], rows)
+    headers = ["JOB", "NAME", "ATTEMPTS", "UPDATED", *(["ERROR"] if with_error else [])]
+    table(headers + (DELAYED_HEADERS if delayed else []), rows)
     if cursor is not None:
         print(f"\nmore: emq jobs {args.queue} --state {args.state} --cursor {cursor}")
     return EXIT_OK

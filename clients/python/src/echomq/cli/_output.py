@@ -64,6 +64,18 @@ def when(epoch_ms: Optional[int]) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S ") + zone
 
 
+DELAYED_HEADERS = ["RUNS AT", "IN", "WHY"]
+
+
+def delayed_cells(run_at: Optional[int], reason: Optional[str]) -> list[str]:
+    """A delayed job's due time, how long until then, and why it waits (delay: its enqueue's
+    delay, retry: a failed attempt's backoff)."""
+    if run_at is None:
+        return [NULL, NULL, reason or NULL]
+    left_ms = run_at - now_ms()
+    return [when(run_at), duration(left_ms) if left_ms > 0 else "due", reason or NULL]
+
+
 def now_ms() -> float:
     # The service's times come from the Redis server's clock; this machine's clock is assumed
     # close to it (NTP). Lease times left are estimates to that precision.
