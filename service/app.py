@@ -19,6 +19,7 @@ from litestar import Litestar, Request, Response, get
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from litestar.plugins.opentelemetry import OpenTelemetryConfig, OpenTelemetryPlugin
+from litestar.response import Redirect
 from litestar.types import ASGIApp, Receive, Scope, Send
 from opentelemetry.metrics import NoOpMeterProvider
 from redis.asyncio.cluster import RedisCluster
@@ -45,6 +46,7 @@ from echomq_http.scripts import WriteNotConfirmed
 from echomq_http.sweeper import Sweeper
 from echomq_http.telemetry import Telemetry, http_metrics_middleware
 from echomq_http.ui import template_config, ui_handlers
+from echomq_http.ui.pages import UI
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +300,11 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
                 await replica.stop()  # after the sweep and the requests: their last counts too
             telemetry.shutdown()
 
+    @get("/", include_in_schema=False)
+    async def front_door() -> Redirect:
+        # Public, as the dashboard's own page is: it asks for a token itself when one is needed.
+        return Redirect(UI, status_code=307)
+
     @get("/healthz", include_in_schema=False)
     async def healthz() -> Response[bytes]:
         return json_response(Health(status="ok"))
@@ -330,6 +337,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
     app = Litestar(
         route_handlers=[
             *QUEUE_HANDLERS,
+            front_door,
             healthz,
             readyz,
             metrics_text,

@@ -5,7 +5,9 @@ there: the unix socket, the password file, the pidfile, the AOF and the log.
 The server runs in its own session so that a Ctrl-C to the launcher's terminal
 does not kill it before the service has shut down.  A server orphaned by a
 SIGKILLed launcher is adopted on the next start (or killed, if it hangs), so
-two servers never write the same AOF.
+two servers never write the same AOF.  start() takes whatever server answers on
+the dir's socket: the caller makes sure no live launcher still owns it (the
+launcher holds echomq_http.launcher.DataDirLock first).
 """
 
 from __future__ import annotations

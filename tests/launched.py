@@ -51,20 +51,42 @@ class LaunchedService:
         return self.process.wait(STOP_TIMEOUT_S)
 
 
-@contextlib.contextmanager
-def launched_service(redis_url: str, log_path: Path, **settings: str) -> Iterator[LaunchedService]:
-    """One worker process serving on a free loopback port with Redis at redis_url; settings are
-    more environment variables (EMQ_MAX_CONNECTIONS="16"). Killed at the end if still running."""
-    port = free_port()
+def launcher_env(**settings: str) -> dict[str, str]:
+    """This environment without its EMQ_* settings, one worker process on loopback, and settings."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("EMQ_")}
-    env.update(EMQ_REDIS_URL=redis_url, EMQ_WORKERS="1", HOST="127.0.0.1", PORT=str(port), **settings)
+    env.update(EMQ_WORKERS="1", HOST="127.0.0.1", **settings)
+    return env
+
+
+@contextlib.contextmanager
+def launched(
+    log_path: Path, port: int | None = None, stop_with: signal.Signals = signal.SIGKILL, **settings: str
+) -> Iterator[LaunchedService]:
+    """`python -m echomq_http` serving on port (a free one by default) with settings as more
+    environment variables (EMQ_DATA_DIR="...", EMQ_MAX_CONNECTIONS="16"). Sent stop_with at the
+    end if still running (SIGTERM: it stops the embedded Valkey it started), killed if it hangs."""
+    port = free_port() if port is None else port
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "echomq_http"], env=env, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "echomq_http"],
+            env=launcher_env(PORT=str(port), **settings),
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     try:
         yield LaunchedService(process, f"http://127.0.0.1:{port}", log_path)
     finally:
         if process.poll() is None:
-            process.kill()
-            process.wait()
+            process.send_signal(stop_with)
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@contextlib.contextmanager
+def launched_service(redis_url: str, log_path: Path, **settings: str) -> Iterator[LaunchedService]:
+    """One worker process serving on a free loopback port with Redis at redis_url."""
+    with launched(log_path, EMQ_REDIS_URL=redis_url, **settings) as service:
+        yield service

@@ -300,6 +300,14 @@ def test_bad_input_is_a_4xx_never_a_500(api, admin, name):
 # --- sign-in, cookies, CSRF, roles ----------------------------------------------------------------
 
 
+def test_the_front_door_leads_to_the_dashboard_without_a_token(ui_url):
+    with httpx.Client(base_url=ui_url) as anonymous:
+        answer = anonymous.get("/")
+        assert answer.status_code == 307 and answer.headers["location"] == "/ui"
+        # The dashboard asks for the token itself.
+        assert anonymous.get("/", follow_redirects=True).url.path == "/ui/sign-in"
+
+
 def test_without_a_cookie_pages_send_to_sign_in_and_actions_are_refused(ui_url, name):
     with httpx.Client(base_url=ui_url, headers={"Origin": ui_url}) as anonymous:
         answer = anonymous.get(f"/ui/queues/{name}/active")
