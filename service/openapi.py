@@ -4,7 +4,9 @@ Each handler's ``opt`` (set in echomq_http.routes) names its tag, request body, 
 codes and query parameters, and its ``description`` says what it does; schemas come from msgspec
 (JSON Schema 2020-12, as OpenAPI 3.1 uses) with the Structs' field descriptions and docstrings;
 examples come from echomq_http.examples. ``python -m echomq_http.openapi`` prints the document that
-openapi/openapi.json holds.
+openapi/openapi.json holds. It must stay clean under `redocly lint` and compile as orval and
+@hey-api/openapi-ts generate it (tests/generators): a schema is never named `<operationId>Result`,
+orval's name for an operation's answer.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterable
+from importlib.metadata import version
 from typing import Any
 
 import msgspec
@@ -22,10 +25,16 @@ from echomq_http.auth import ALLOWED, Action, Role
 from echomq_http.schemas import NAME_RULE, Health, Problem
 
 TITLE = "EchoMQ HTTP"
-API_VERSION = "1.1.0-dev"  # the v1.1 additions in part: events, cancel, listing, history so far
+# The document describes the API this package serves, so it carries the package's version.
+API_VERSION = version("echomq-http")
+LICENSE = {"name": "MIT", "identifier": "MIT"}
+# Relative: the service that serves the document (/docs sends its requests there); generated
+# clients take the service's address at run time anyway.
+SERVERS = [{"url": "/", "description": "the service that serves this document"}]
 _PATH_PARAM = re.compile(r"\{(\w+):\w+\}")
 _REF = "#/components/schemas/{name}"
 BEARER = [{"bearer": []}]  # checked only when tokens are configured (EMQ_AUTH_TOKENS)
+OPEN: list[dict[str, list[str]]] = []  # overrides the document's BEARER: no token, ever
 
 DESCRIPTION = f"""\
 A reliable job queue on Redis over REST/JSON. Producers enqueue jobs; workers lease them, keep
@@ -282,11 +291,13 @@ def build_document(handlers: Iterable[HTTPRouteHandler], service_paths: dict[str
     _, components = msgspec.json.schema_components(dict.fromkeys(structs), ref_template=_REF)
     return {
         "openapi": "3.1.0",
-        "info": {"title": TITLE, "version": API_VERSION, "description": DESCRIPTION},
+        "info": {"title": TITLE, "version": API_VERSION, "description": DESCRIPTION, "license": LICENSE},
+        "servers": SERVERS,
+        "security": BEARER,  # what an operation says nothing of needs; the open ones say OPEN
         "tags": TAGS,
         "paths": paths,  # in the order of the handlers: the order a reader meets them
         "components": {
-            "schemas": dict(sorted(components.items())),
+            "schemas": {name: _without_empty_any_of(schema) for name, schema in sorted(components.items())},
             "securitySchemes": {
                 "bearer": {
                     "type": "http",
@@ -299,6 +310,21 @@ def build_document(handlers: Iterable[HTTPRouteHandler], service_paths: dict[str
     }
 
 
+def _without_empty_any_of(node: Any) -> Any:
+    """The schema with every anyOf that has an empty branch dropped. msgspec writes `Raw | None` as
+    anyOf [{}, null], but {} alone already matches any JSON value, null too (OpenAPI 3.1), and
+    linters flag the anyOf as illogical."""
+    if isinstance(node, list):
+        return [_without_empty_any_of(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    return {
+        key: _without_empty_any_of(value)
+        for key, value in node.items()
+        if not (key == "anyOf" and {} in value)
+    }
+
+
 SERVICE_PATHS: dict[str, Any] = {
     "/healthz": {
         "get": {
@@ -307,6 +333,7 @@ SERVICE_PATHS: dict[str, Any] = {
             "summary": "The process is running",
             "description": "Answers 200 while the process runs, without asking Redis (a liveness "
             "probe). Auth: none.",
+            "security": OPEN,
             "responses": {"200": _json(Health, "Alive", {"ok": examples.example("Alive", {"status": "ok"})})},
         }
     },
@@ -317,6 +344,7 @@ SERVICE_PATHS: dict[str, Any] = {
             "summary": "Redis answers",
             "description": "Answers 200 when Redis answers a PING, else 503 backend_unavailable (a "
             "readiness probe). Auth: none.",
+            "security": OPEN,
             "responses": {
                 "200": _json(Health, "Ready", {"ready": examples.example("Ready", {"status": "ready"})}),
                 **_problems(["backend_unavailable"]),
@@ -346,6 +374,7 @@ SERVICE_PATHS: dict[str, Any] = {
             "summary": "This document",
             "description": "This OpenAPI 3.1 document, as openapi/openapi.json in the repository holds "
             "it. Interactive documentation of it is served at /docs. Auth: none.",
+            "security": OPEN,
             "responses": {
                 "200": {
                     "description": "OpenAPI 3.1 document",

@@ -33,7 +33,7 @@ from echomq_http.errors import JobActive, ScriptCode, problem_code_of, raise_for
 from echomq_http.keys import QUEUE_REGISTRY, QueueKeys, keys_of
 from echomq_http.schemas import (
     AckItem,
-    AckResult,
+    AckItemResult,
     CancelResponse,
     Counts,
     DelayReason,
@@ -43,8 +43,8 @@ from echomq_http.schemas import (
     GroupLimitResponse,
     GroupView,
     HeartbeatItem,
+    HeartbeatItemResult,
     HeartbeatResponse,
-    HeartbeatResult,
     HistoryMinute,
     JobView,
     LeasedJob,
@@ -134,11 +134,11 @@ def _ack_args(acks: Sequence[tuple[str, str, Raw | UnsetType]]) -> tuple[bytes, 
 NextLease = tuple[str, int, int, str | None]
 
 
-def _ack_results(acks: Sequence[AckItem], codes: Sequence[int]) -> list[AckResult]:
+def _ack_results(acks: Sequence[AckItem], codes: Sequence[int]) -> list[AckItemResult]:
     return [
-        AckResult(id=ack.id, ok=True, state="completed")
+        AckItemResult(id=ack.id, ok=True, state="completed")
         if code > 0
-        else AckResult(id=ack.id, ok=False, code=problem_code_of(code))  # type: ignore[arg-type]
+        else AckItemResult(id=ack.id, ok=False, code=problem_code_of(code))  # type: ignore[arg-type]
         for ack, code in zip(acks, codes, strict=True)
     ]
 
@@ -602,12 +602,12 @@ class JobQueues:
             id=job_id, lease_id=lease_id, lease_expires_at=expires_at, cancel_requested=cancel == 1
         )
 
-    async def heartbeat_many(self, queue: str, leases: Sequence[HeartbeatItem]) -> list[HeartbeatResult]:
+    async def heartbeat_many(self, queue: str, leases: Sequence[HeartbeatItem]) -> list[HeartbeatItemResult]:
         renewals = await self._renewals(
             queue, [(item.id, item.lease_id, item.lease_ms, item.progress) for item in leases]
         )
         return [
-            HeartbeatResult(
+            HeartbeatItemResult(
                 id=item.id,
                 ok=True,
                 lease_id=item.lease_id,
@@ -615,7 +615,7 @@ class JobQueues:
                 cancel_requested=cancel == 1,
             )
             if code > 0
-            else HeartbeatResult(id=item.id, ok=False, code=problem_code_of(code))  # type: ignore[arg-type]
+            else HeartbeatItemResult(id=item.id, ok=False, code=problem_code_of(code))  # type: ignore[arg-type]
             for item, (code, expires_at, cancel) in zip(leases, renewals, strict=True)
         ]
 
@@ -638,7 +638,7 @@ class JobQueues:
         (code,) = await self._ack_codes(queue, [(job_id, lease_id, result)], job_id=job_id)
         raise_for_code(code, job_id)
 
-    async def ack(self, queue: str, acks: Sequence[AckItem]) -> list[AckResult]:
+    async def ack(self, queue: str, acks: Sequence[AckItem]) -> list[AckItemResult]:
         codes = await self._ack_codes(queue, [(ack.id, ack.lease_id, ack.result) for ack in acks])
         return _ack_results(acks, codes)
 
@@ -654,7 +654,7 @@ class JobQueues:
 
     async def ack_and_lease(
         self, queue: str, acks: Sequence[AckItem], next_lease: NextLease
-    ) -> tuple[list[AckResult], Leases]:
+    ) -> tuple[list[AckItemResult], Leases]:
         """ack, then a lease whatever the acks' codes, in one script call."""
         codes, leases = await self._ack_and_lease(
             queue, [(ack.id, ack.lease_id, ack.result) for ack in acks], next_lease, only_if_all_taken=False

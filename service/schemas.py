@@ -426,7 +426,7 @@ class HeartbeatManyRequest(Request):
     ]
 
 
-class HeartbeatResult(Struct, omit_defaults=True):
+class HeartbeatItemResult(Struct, omit_defaults=True):
     """ok: the lease was renewed (lease_id, lease_expires_at, cancel_requested); else code."""
 
     id: Annotated[str, Meta(description="the job's id, as sent")]
@@ -447,7 +447,7 @@ class HeartbeatResult(Struct, omit_defaults=True):
 class HeartbeatManyResponse(Struct):
     """What became of each lease."""
 
-    results: Annotated[list[HeartbeatResult], Meta(description="one per lease, in the order sent")]
+    results: Annotated[list[HeartbeatItemResult], Meta(description="one per lease, in the order sent")]
 
 
 class AckRequest(Request):
@@ -496,7 +496,7 @@ class AckManyRequest(Request):
     lease_next: LeaseNext = None
 
 
-class AckResult(Struct, omit_defaults=True):
+class AckItemResult(Struct, omit_defaults=True):
     """One ack's outcome: ok with state completed, or not ok with a code."""
 
     id: Annotated[str, Meta(description="the job's id, as sent")]
@@ -511,7 +511,7 @@ class AckResult(Struct, omit_defaults=True):
 class AckManyResponse(Struct):
     """What became of each ack (and, with lease_next, the jobs leased after them)."""
 
-    results: Annotated[list[AckResult], Meta(description="one per ack, in the order sent")]
+    results: Annotated[list[AckItemResult], Meta(description="one per ack, in the order sent")]
     jobs: NextJobs | UnsetType = UNSET
     retry_after_ms: RetryAfterMs = UNSET
 
