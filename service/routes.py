@@ -255,6 +255,13 @@ def grant_of(request: Request[Any, Any, State]) -> Grant | None:
     return request.state.get("grant")
 
 
+def worker_owner(request: Request[Any, Any, State]) -> str:
+    """The id a worker name is claimed and checked with (README, Security, "Worker names"): the
+    token's, "" without tokens or for an admin token (no check, no claim)."""
+    grant = grant_of(request)
+    return "" if grant is None else grant.worker_owner
+
+
 def queues_of(request: Request[Any, Any, State]) -> JobQueues:
     return request.app.state.queues  # type: ignore[no-any-return]
 
@@ -402,11 +409,12 @@ async def lease_jobs(
 
     # One request id for every try of a long poll: a re-sent try answers what an earlier one leased.
     request_id = request_id or ask.request_id or new_request_id()
+    owner = worker_owner(request)
 
     async def lease_now() -> Leases:
         nonlocal tried_at
         tried_at = loop.time()
-        return await queues.lease_answer(queue, ask.worker, ask.lease_ms, ask.max_jobs, request_id)
+        return await queues.lease_answer(queue, ask.worker, ask.lease_ms, ask.max_jobs, request_id, owner)
 
     if ask.wait_ms <= 0:
         return await lease_now()
@@ -452,7 +460,9 @@ async def heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
     beat = await read_body(request, HeartbeatRequest)
     return json_response(
-        await queues_of(request).heartbeat(queue, id, beat.lease_id, beat.lease_ms, beat.progress)
+        await queues_of(request).heartbeat(
+            queue, id, beat.lease_id, beat.lease_ms, beat.progress, owner=worker_owner(request)
+        )
     )
 
 
@@ -470,7 +480,9 @@ async def heartbeat_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     batch = await read_body(request, HeartbeatManyRequest)
     return json_response(
-        HeartbeatManyResponse(results=await queues_of(request).heartbeat_many(queue, batch.leases))
+        HeartbeatManyResponse(
+            results=await queues_of(request).heartbeat_many(queue, batch.leases, worker_owner(request))
+        )
     )
 
 
@@ -505,7 +517,9 @@ async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
         await queues.ack_one(queue, id, done.lease_id, done.result)
         return json_response(AckResponse(id=id, state="completed"))
     lease = next_lease(ask)
-    leases = await queues.ack_one_and_lease(queue, id, done.lease_id, done.result, lease)
+    leases = await queues.ack_one_and_lease(
+        queue, id, done.lease_id, done.result, lease, owner=worker_owner(request)
+    )
     leases = await lease_later(request, queue, ask, lease, leases)
     return json_response(
         AckResponse(id=id, state="completed", jobs=leases.jobs, retry_after_ms=retry_after(leases))
@@ -530,7 +544,7 @@ async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
     if ask is None:
         return json_response(AckManyResponse(results=await queues.ack(queue, batch.acks)))
     lease = next_lease(ask)
-    results, leases = await queues.ack_and_lease(queue, batch.acks, lease)
+    results, leases = await queues.ack_and_lease(queue, batch.acks, lease, worker_owner(request))
     leases = await lease_later(request, queue, ask, lease, leases)
     return json_response(
         AckManyResponse(results=results, jobs=leases.jobs, retry_after_ms=retry_after(leases))
@@ -1064,7 +1078,9 @@ WORKER = Q + "/workers/{worker:str}"
 async def session_heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, worker = path_queue(request), path_name(request, "worker", "worker")
     ask = await read_body(request, SessionHeartbeatRequest, optional=True)
-    return json_response(await queues_of(request).session_heartbeat(queue, worker, ask.ttl_ms, ask.info))
+    return json_response(
+        await queues_of(request).session_heartbeat(queue, worker, ask.ttl_ms, ask.info, worker_owner(request))
+    )
 
 
 @post(
@@ -1095,7 +1111,8 @@ async def quiet_worker(request: Request[Any, Any, State]) -> Response[bytes]:
 )
 async def end_session(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, worker = path_queue(request), path_name(request, "worker", "worker")
-    return json_response(WorkerReleaseResponse(released=await queues_of(request).end_session(queue, worker)))
+    released = await queues_of(request).end_session(queue, worker, worker_owner(request))
+    return json_response(WorkerReleaseResponse(released=released))
 
 
 @post(
