@@ -382,7 +382,10 @@ async def enqueue_many(request: Request[Any, Any, State]) -> Response[bytes]:
     "the service shuts down, and jobs leased just as the client hung up are given back unspent. "
     "Retries: with request_id, the same call within 5 minutes leases nothing new and answers the "
     "jobs the first one leased and still holds; without it, a retried call can lease other jobs "
-    "while the first call's jobs wait out their lease.",
+    "while the first call's jobs wait out their lease. With tokens, a worker name belongs to the "
+    "token that uses it first, as long as its leases or session last: another worker token's "
+    "lease in that name (a retry of its request_id included) answers 403 forbidden; an admin "
+    "token may act for any worker.",
     opt=_opt(Action.WORK, WORKING, LeaseRequest, {200: LeaseResponse}, ("too_many_requests",)),
 )
 async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
@@ -451,7 +454,8 @@ async def _watch_hang_up(request: Request[Any, Any, State], client_gone: asyncio
     "leased with); the lease id stays. Each call renews again, so a repeated call is harmless. "
     "409 lease_lost once the lease has expired, even before the sweep reclaimed the job, or when "
     "the job was released, reclaimed or finished: stop working on it, as it may go to another "
-    "worker.",
+    "worker. 403 forbidden when the job's worker name belongs to another token (lease ids "
+    "alone do not make a token the worker's).",
     opt=_opt(
         Action.WORK, WORKING, HeartbeatRequest, {200: HeartbeatResponse}, ("job_not_found", "lease_lost")
     ),
@@ -473,7 +477,8 @@ async def heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
     description="Each lease is renewed as its own heartbeat would renew it (by lease_ms, else by "
     "its own length), or reported lost (lease_lost, job_not_found) without failing the others. "
     "The results come in the order of the leases sent, and the status is 200 whatever they say. "
-    "For a worker holding many jobs: one call instead of one per job.",
+    "For a worker holding many jobs: one call instead of one per job. A lease of a worker whose "
+    "name belongs to another token is not renewed (code forbidden).",
     opt=_opt(Action.WORK, WORKING, HeartbeatManyRequest, {200: HeartbeatManyResponse}),
 )
 async def heartbeat_many(request: Request[Any, Any, State]) -> Response[bytes]:
@@ -500,7 +505,8 @@ LEASE_NEXT_ERRORS = ("too_many_requests",)
     "409 lease_lost when the lease expired or the job was released or reclaimed: the job may be "
     "delivered again (at least once). With lease_next, the ack is applied first and answered as "
     "without it; then the lease request in lease_next runs, and its jobs are added to the answer. "
-    "An ack that fails (404, 409) leases nothing.",
+    "An ack that fails (404, 409) leases nothing. 403 forbidden, nothing acked, when lease_next's "
+    "worker name belongs to another token.",
     opt=_opt(
         Action.WORK,
         WORKING,
@@ -534,7 +540,8 @@ async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
     "same way), each refused on its own (lease_lost, job_not_found) without failing the others. "
     "The results come in the order of the acks sent, and the status is 200 whatever they say. With "
     "lease_next, the lease request in it runs after the whole batch, whatever each ack's result, "
-    "and its jobs are added to the answer.",
+    "and its jobs are added to the answer; 403 forbidden, nothing acked, when its worker name "
+    "belongs to another token.",
     opt=_opt(Action.WORK, WORKING, AckManyRequest, {200: AckManyResponse}, LEASE_NEXT_ERRORS),
 )
 async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
@@ -1070,7 +1077,8 @@ WORKER = Q + "/workers/{worker:str}"
     "leases after the lapse is not taken by it. Renewing keeps the session's state: the answer "
     "says quiet when an operator quieted the worker (stop leasing, finish the jobs held). A "
     "heartbeat after a lapse starts a new session. Leases of a worker without a session behave "
-    "as before. Safe to repeat.",
+    "as before. Safe to repeat. With tokens, 403 forbidden when the worker name belongs to "
+    "another token (it does while that token's leases or session last).",
     opt=_opt(
         Action.WORK, WORKING, SessionHeartbeatRequest, {200: SessionHeartbeatResponse}, body_optional=True
     ),
@@ -1105,7 +1113,9 @@ async def quiet_worker(request: Request[Any, Any, State]) -> Response[bytes]:
     description="A clean shutdown: ends the worker's session and gives every job it holds in the "
     "queue back to the front of waiting, the attempt not counted, oldest lease first in line. "
     "Those leases are lost. Answers the ids given back; a repeat gives back nothing more. Runs in "
-    "bounded steps; leases made after the call began are left.",
+    "bounded steps; leases made after the call began are left. With tokens, 403 forbidden when "
+    "the worker name belongs to another token; once the worker holds nothing, its name is free "
+    "for any token.",
     status_code=200,
     opt=_opt(Action.WORK, WORKING, None, {200: WorkerReleaseResponse}),
 )

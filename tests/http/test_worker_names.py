@@ -178,9 +178,8 @@ async def test_an_admin_may_act_for_any_worker(http: httpx.AsyncClient, queue: s
     assert (await session(http, queue, "admin")).status_code == 200
     replayed = await lease(http, queue, "admin", request_id="r-1")
     assert [j["lease_id"] for j in replayed.json()["jobs"]] == [job["lease_id"]]
-    beat = await http.post(
-        f"/v1/queues/{queue}/jobs/{job['id']}/heartbeat", json={"lease_id": job["lease_id"]}, headers=as_("admin")
-    )
+    path = f"/v1/queues/{queue}/jobs/{job['id']}/heartbeat"
+    beat = await http.post(path, json={"lease_id": job["lease_id"]}, headers=as_("admin"))
     assert beat.status_code == 200, beat.text
     assert len((await lease(http, queue, "admin")).json()["jobs"]) == 1
     ended = await http.delete(f"/v1/queues/{queue}/workers/{VICTIM}", headers=as_("admin"))
