@@ -8,14 +8,19 @@
 --             lease script's ARGV[2..7])
 -- ARGV[9]     "1": lease only if every ack was taken (a single ack that fails leases nothing);
 --             "0": lease whatever the acks' codes (ack-many)
--- ARGV[10..]  each ack's result as raw JSON, in the same order as ARGV[2]; "" = no result
+-- ARGV[10]    the calling token's id, "" for none: as the lease script's ARGV[8], checked before
+--             the acks
+-- ARGV[11..]  each ack's result as raw JSON, in the same order as ARGV[2]; "" = no result
 -- Returns     the ack script's reply (2 entries per ack), then the lease script's reply (stale,
---             retry_after_ms, 10 entries per job), or nothing more when it did not lease
+--             retry_after_ms, 10 entries per job), or nothing more when it did not lease;
+--             {WORKER_OWNED} (-8) alone when the worker name belongs to another token: no ack
+--             taken, nothing leased
 -- @include common
 -- @include ack
 -- @include lease
+if not claim_worker(ARGV[3], ARGV[10], tonumber(ARGV[4])) then return {WORKER_OWNED} end
 local now = now_ms()
-local reply = ack_jobs(cjson.decode(ARGV[2]), 10, now)
+local reply = ack_jobs(cjson.decode(ARGV[2]), 11, now)
 if ARGV[9] == '1' then
   for i = 1, #reply, 2 do
     if reply[i] <= 0 then return finish(reply, now) end

@@ -1,8 +1,8 @@
 -- Delete a whole queue, one bounded step at a time: each step deletes up to `step` jobs with
 -- their keys (jobs in flight first, with their locks, then waiting ones, group by group (a
 -- group's waiting jobs, then its own keys), delayed, completed and failed ones, schedules), then the
--- workers' held sets and sessions; the step that finds nothing left deletes the queue's own
--- keys and its entry in the due index. Without force, the first step refuses a
+-- workers' held sets, sessions and owner records; the step that finds nothing left deletes the
+-- queue's own keys and its entry in the due index. Without force, the first step refuses a
 -- queue with jobs in its ledger; once begun, the deletion takes whatever it finds (a job leased
 -- meanwhile is gone for its worker, whose later calls answer "job not found").
 -- KEYS[1..11] the queue's keys (see include/common.lua); deletes every one of them but WAKE, the
@@ -65,8 +65,14 @@ local schedule_names = take_from_zset(SCHEDULES)
 for _, name in ipairs(schedule_names) do redis.call('DEL', schedule_key(name)) end
 budget = budget - #schedule_names
 if budget > 0 then
-  for _, worker in ipairs(redis.call('SPOP', WORKERS, budget)) do redis.call('DEL', held_key(worker)) end
-  for _, worker in ipairs(take_from_zset(SESSIONS)) do redis.call('DEL', session_key(worker)) end
+  -- A worker's name is freed with its held set or session (an owner record of a worker with
+  -- neither lapses by its TTL).
+  for _, worker in ipairs(redis.call('SPOP', WORKERS, budget)) do
+    redis.call('DEL', held_key(worker), owner_key(worker))
+  end
+  for _, worker in ipairs(take_from_zset(SESSIONS)) do
+    redis.call('DEL', session_key(worker), owner_key(worker))
+  end
 end
 for _, key in ipairs({ACTIVE, PRIO, WAIT, g.GROUPS, DELAYED, COMPLETED, FAILED, CANCELLED, SCHEDULES, WORKERS, SESSIONS}) do
   if redis.call('EXISTS', key) == 1 then return 0 end

@@ -7,15 +7,35 @@
 -- ARGV[2]     JSON array of [id, lease_id, lease_ms, progress] entries (at most 1000: the API's
 --             batch limit); lease_ms 0 = the lease's own length; progress: JSON text to store on
 --             the job (and emit as a progress event), "" = none
+-- ARGV[3]     the calling token's id, "" or absent for none (tokens off, or an admin): a lease
+--             of a worker whose name belongs to another token is not renewed (include/common.lua
+--             claim_worker); the name of each worker renewed for is claimed or kept for its
+--             lease's length more, so that it lasts while the worker's leases do
 -- Returns     flat array, 3 entries per lease, in order: code (1 renewed, -1 job not found,
---             -2 lease lost), for code 1 the new lease_expires_at (ms) else 0, and 1 when the
---             job's cancellation was requested else 0
+--             -2 lease lost, -8 the worker name belongs to another token), for code 1 the new
+--             lease_expires_at (ms) else 0, and 1 when the job's cancellation was requested
+--             else 0
 -- @include common
 local leases = cjson.decode(ARGV[2])
+local owner = ARGV[3] or ''
 local now = now_ms()
 local now_text = text(now)
 local deadlines = {} -- ZADD arguments: score, id, ...
 local earliest = nil -- the soonest new expiry: when the sweep may have work
+
+-- Whether the caller may renew a lease of `worker` for lease_ms; the name's claim is made to
+-- last that long once per worker and length (a batch renews many jobs of one worker).
+local claimed_ms = {} -- worker -> the longest lease_ms claimed for, or false: another token's
+local function may_renew_for(worker, lease_ms)
+  if owner == '' then return true end
+  local claimed = claimed_ms[worker]
+  if claimed == false then return false end
+  if claimed == nil or claimed < lease_ms then
+    claimed = claim_worker(worker, owner, lease_ms) and lease_ms
+    claimed_ms[worker] = claimed
+  end
+  return claimed ~= false
+end
 
 -- One lease: its code and new expiry (0 when it is not renewed).
 local function renew(id, lease_id, lease_ms, progress)
@@ -24,6 +44,7 @@ local function renew(id, lease_id, lease_ms, progress)
   if not job[1] then return JOB_NOT_FOUND, 0, 0 end
   if not holds_lease(id, lease_id, job[2]) then return LEASE_LOST, 0, 0 end
   if lease_ms == 0 then lease_ms = tonumber(job[3]) end
+  if not may_renew_for(job[2], lease_ms) then return WORKER_OWNED, 0, 0 end
   local expires_at = now + lease_ms
   local expires_text = text(expires_at)
   redis.call('PEXPIRE', lock_key(id), text(lease_ms))

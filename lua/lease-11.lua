@@ -17,6 +17,10 @@
 -- ARGV[5]     lease ids: max_jobs random tokens of @LEASE_ID_CHARS@ characters, concatenated
 -- ARGV[6]     request id (never contains ":" or a space)
 -- ARGV[7]     how long the request's record is kept (ms)
+-- ARGV[8]     the calling token's id, "" or absent for none (tokens off, or an admin): the worker
+--             name must not belong to another token (include/common.lua claim_worker), checked
+--             before anything else (a replay of the request included); the name is then claimed
+--             or kept for lease_ms more
 -- Flow control (include/lease.lua flow_room): the queue's max_in_flight and rate_limit settings
 -- (META) cap how many jobs a call leases; the rate's log is the key PREFIX .. "@RATE_NAME@".
 -- Returns     {stale, retry_after_ms, then 10 entries per leased job: id, name (nil when it has
@@ -30,7 +34,10 @@
 --             lapsed_fence), so the lapse leaves this lease alone. The fence comes from one counter per queue
 --             (META "fence"), so it grows with every lease of a job, never goes back even when an
 --             id is reused, and orders leases. Emits leased per job.
+--             {WORKER_OWNED} (-8) alone when the worker name belongs to another token: nothing
+--             done.
 -- @include common
 -- @include lease
+if not claim_worker(ARGV[2], ARGV[8] or '', tonumber(ARGV[3])) then return {WORKER_OWNED} end
 local now = now_ms()
 return finish(lease_jobs(ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], now), now)

@@ -15,12 +15,18 @@
 -- ARGV[5]     ledger offset: where this step's window starts (0, or the previous step's answer)
 -- ARGV[6]     "1": the first step also ends the worker's session (deletes its session hash and
 --             its entry in the sessions ZSET, derived from the prefix); absent or "0": no
+-- ARGV[7]     the calling token's id, "" or absent for none (tokens off, or an admin): nothing
+--             is done when the worker name belongs to another token (include/common.lua
+--             claim_worker)
 -- A job whose cancellation was requested ends cancelled instead (not among the released).
+-- The last step frees the worker's name (deletes its owner record, derived from the prefix)
+-- when the worker is left with no job and no session: another token may use it from then on.
 -- Emits released or cancelled.
 -- Returns     {bound, more (1 when jobs are left), stale, offset, released ids, oldest lease
---             first}
+--             first}, or {WORKER_OWNED} (-8) when the worker name belongs to another token
 -- @include common
 local worker, step, offset = ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5])
+if owned_by_another(worker, ARGV[7] or '') then return {WORKER_OWNED} end
 local held = held_key(worker)
 local bound = ARGV[3]
 if bound == '' then
@@ -81,6 +87,9 @@ if #gone > 0 then
   if redis.call('ZCARD', held) == 0 then redis.call('SREM', WORKERS, worker) end
 end
 wake_waiters(#released)
+if more == 0 and redis.call('EXISTS', held, session_key(worker)) == 0 then
+  redis.call('DEL', owner_key(worker))
+end
 local reply = {bound, more, stale_entries, reached_end and 0 or offset + scanned - #cut}
 for i = #released, 1, -1 do reply[#reply + 1] = released[i] end
 return finish(reply, now)

@@ -11,9 +11,14 @@
 -- ARGV[2]     worker name
 -- ARGV[3]     ttl_ms: the session lapses this many ms from now unless renewed
 -- ARGV[4]     info: a JSON object's text, or "" to keep the stored one (none on a new session)
--- Returns     {session_expires_at (epoch ms), state "running"|"quiet"}. No codes, no events.
+-- ARGV[5]     the calling token's id, "" or absent for none (tokens off, or an admin): the worker
+--             name must not belong to another token (include/common.lua claim_worker); it is
+--             then claimed or kept for ttl_ms more
+-- Returns     {session_expires_at (epoch ms), state "running"|"quiet"}, or {WORKER_OWNED} (-8)
+--             when the worker name belongs to another token (nothing done). No events.
 -- @include common
 local worker, ttl_ms, info = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+if not claim_worker(worker, ARGV[5] or '', ttl_ms) then return {WORKER_OWNED} end
 local now = now_ms()
 local key = session_key(worker)
 local session = redis.call('HMGET', key, 'state', 'expires_at', 'lapsed_fence')

@@ -16,6 +16,7 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 
 from echomq_http.config import ConfigError
+from echomq_http.limits import TOKEN_ID_CHARS
 
 
 class Action(StrEnum):
@@ -60,6 +61,18 @@ class Grant:
 
     def covers(self, queue: str) -> bool:
         return self.patterns is None or any(fnmatchcase(queue, pattern) for pattern in self.patterns)
+
+    @property
+    def token_id(self) -> str:
+        """A short, stable id of the token, for the records that say which token owns what
+        (a worker name: lua/include/common.lua claim_worker); never the token itself."""
+        return self.digest.hex()[:TOKEN_ID_CHARS]
+
+    @property
+    def worker_owner(self) -> str:
+        """Who the token acts as for a worker name: its id, or "" for an admin, who may act for
+        any worker and claims none."""
+        return "" if self.role is Role.ADMIN else self.token_id
 
 
 def parse_entry(entry: str) -> Grant:

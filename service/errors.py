@@ -18,6 +18,7 @@ class ScriptCode(IntEnum):
     SCHEDULE_NOT_FOUND = -5
     SCHEDULE_MOVED = -6  # put-schedule-11.lua: the schedule changed since it was read (not an error)
     NOT_DELAYED = -7
+    WORKER_OWNED = -8  # the worker name belongs to another token (README, Security, "Worker names")
 
 
 class QueueError(Exception):
@@ -52,6 +53,10 @@ class NotDelayed(QueueError):
     pass
 
 
+class WorkerOwned(QueueError):
+    pass
+
+
 class BackendUnavailable(QueueError):
     pass
 
@@ -67,6 +72,7 @@ _EXCEPTION_OF_CODE: dict[ScriptCode, type[QueueError]] = {
     ScriptCode.NO_SESSION: NoSession,
     ScriptCode.SCHEDULE_NOT_FOUND: ScheduleNotFound,
     ScriptCode.NOT_DELAYED: NotDelayed,
+    ScriptCode.WORKER_OWNED: WorkerOwned,
 }
 
 _DETAIL_OF_CODE: dict[ScriptCode, str] = {
@@ -76,6 +82,7 @@ _DETAIL_OF_CODE: dict[ScriptCode, str] = {
     ScriptCode.NO_SESSION: "the worker has no live session in this queue",
     ScriptCode.SCHEDULE_NOT_FOUND: "no such schedule in this queue",
     ScriptCode.NOT_DELAYED: "the job is not delayed (only a delayed job can be promoted)",
+    ScriptCode.WORKER_OWNED: "this worker name belongs to another token while its leases or session last",
 }
 
 
@@ -105,6 +112,7 @@ PROBLEMS: dict[type[QueueError], tuple[int, str, str]] = {
     NoSession: (409, "no_session", "No session"),
     ScheduleNotFound: (404, "schedule_not_found", "Schedule not found"),
     NotDelayed: (409, "not_delayed", "Job is not delayed"),
+    WorkerOwned: (403, "forbidden", "Forbidden"),
     BodyTimeout: (408, "request_timeout", "Request body too slow"),
     BackendUnavailable: (503, "backend_unavailable", "Backend unavailable"),
 }

@@ -6,8 +6,8 @@ slot (the braces are the hash tag). Queue-level keys have one segment after that
 never contain ``:``, so no job or worker key can ever equal a queue-level key, and the
 distinct suffixes keep job and worker keys apart. Scripts derive per-job keys from the
 prefix with the same suffixes (``JOB_SUFFIX``, ``LOCK_SUFFIX``, ``HELD_SUFFIX``,
-``SESSION_SUFFIX``, ``REQUEST_SUFFIX``, ``SCHEDULE_SUFFIX``), which the script loader fills in
-instead of spelling them again in Lua.
+``SESSION_SUFFIX``, ``OWNER_SUFFIX``, ``REQUEST_SUFFIX``, ``SCHEDULE_SUFFIX``), which the script
+loader fills in instead of spelling them again in Lua.
 
 The due index (a ZSET of queue names by the time their next sweep has work to do) is written by
 the scripts, so on a Cluster it must share each queue's slot: there it is one key per slot,
@@ -31,6 +31,9 @@ HELD_SUFFIX = ":held"  # ZSET: id -> fence of the jobs a worker holds (so: by le
 # HASH: a worker's session on the queue: state ("running"|"quiet"), started_at, last_seen_at,
 # expires_at, ttl_ms, info (JSON object text); lapsed_fence while a lapse is being swept
 SESSION_SUFFIX = ":session"
+# STRING "<token id>" with a PX TTL: the token a worker name belongs to while it may hold leases
+# or a session it made (lua/include/common.lua claim_worker; README, Security, "Worker names")
+OWNER_SUFFIX = ":owner"
 # STRING "<id> <lease_id> ..." with a PX TTL: what one lease request leased, under
 # "<worker>:<request_id>:req" (three segments: never a job's or a worker's key)
 REQUEST_SUFFIX = ":req"
@@ -134,6 +137,9 @@ class QueueKeys:
 
     def session(self, worker: str) -> str:
         return self.prefix + worker + SESSION_SUFFIX
+
+    def owner(self, worker: str) -> str:
+        return self.prefix + worker + OWNER_SUFFIX
 
     def request(self, worker: str, request_id: str) -> str:
         return self.prefix + worker + ":" + request_id + REQUEST_SUFFIX

@@ -37,6 +37,10 @@ MAX_CURSOR_CHARS = 1024  # a job listing's cursor: its ids are names (at most 12
 
 LEASE_ID_BYTES = 16  # 128 random bits
 LEASE_ID_CHARS = LEASE_ID_BYTES * 2  # hex
+# A worker name's owner record (keys.OWNER_SUFFIX) outlives the longest lease or session its
+# token refreshed it for by this much: past the lease's end the sweep may still be reclaiming.
+WORKER_OWNER_GRACE_MS = 10_000
+TOKEN_ID_CHARS = 16  # a token's id, as an owner record keeps it: this much of its SHA-256, in hex
 GENERATED_ID_BYTES = 12  # server-chosen job ids: 96 random bits, 24 hex characters
 
 MAX_NAME_CHARS = 128

@@ -91,7 +91,11 @@ TAG_NAMES = frozenset(tag["name"] for tag in TAGS)
 PROBLEM_CODES: dict[str, tuple[int, str]] = {
     "invalid_request": (400, "malformed or out-of-range input (invalid_request); nothing was changed"),
     "unauthorized": (401, "tokens are configured and the bearer token is missing or unknown (unauthorized)"),
-    "forbidden": (403, "the token's role may not do this, or it does not cover the queue (forbidden)"),
+    "forbidden": (
+        403,
+        "the token's role may not do this, or it does not cover the queue, or the worker name belongs "
+        "to another token while that token's leases or session last (forbidden)",
+    ),
     "job_not_found": (
         404,
         "no such job in the queue: never enqueued, deleted, or past its retention (job_not_found)",

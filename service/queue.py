@@ -116,12 +116,19 @@ def new_request_id() -> str:
 
 
 def _lease_args(worker: str, lease_ms: int, max_jobs: int, request_id: str) -> tuple[object, ...]:
-    """The lease script's arguments after the prefix: an internal request id's record is kept
-    briefly (it only guards a re-sent call), a client's for CLIENT_REQUEST_TTL_MS."""
+    """The lease script's arguments after the prefix, up to the owner: an internal request id's
+    record is kept briefly (it only guards a re-sent call), a client's for CLIENT_REQUEST_TTL_MS."""
     internal = request_id.startswith(INTERNAL_REQUEST_PREFIX)
     ttl_ms = INTERNAL_REQUEST_TTL_MS if internal else CLIENT_REQUEST_TTL_MS
     lease_ids = os.urandom(limits.LEASE_ID_BYTES * max_jobs).hex()
     return (worker, lease_ms, max_jobs, lease_ids, request_id, ttl_ms)
+
+
+def _refused(reply: list[Any], worker: str) -> None:
+    """A script that acts for a worker answers its code alone when the worker name belongs to
+    another token (lua/include/common.lua claim_worker): raised here."""
+    if len(reply) == 1:
+        raise_for_code(reply[0], worker)
 
 
 def _ack_args(acks: Sequence[tuple[str, str, Raw | UnsetType]]) -> tuple[bytes, list[bytes]]:
@@ -495,21 +502,29 @@ class JobQueues:
         return (await self.lease_answer(queue, worker, lease_ms, max_jobs, request_id)).jobs
 
     async def lease_answer(
-        self, queue: str, worker: str, lease_ms: int, max_jobs: int, request_id: str | None = None
+        self,
+        queue: str,
+        worker: str,
+        lease_ms: int,
+        max_jobs: int,
+        request_id: str | None = None,
+        owner: str = "",
     ) -> Leases:
         """Lease up to max_jobs (fewer when the queue's max_in_flight or rate_limit hold it back).
         Every call carries a request id (the client's, else a new one):
         the same call re-sent after a timeout answers the jobs the first run leased instead of
         leasing more (lua/lease-11.lua). In durable mode, jobs whose lease no replica confirmed
-        are given straight back (unspent) before the 503 reaches the client."""
+        are given straight back (unspent) before the 503 reaches the client. owner: the calling
+        token's id ("" for none): WorkerOwned when the worker name belongs to another token."""
         request_id = request_id or new_request_id()
         args = _lease_args(worker, lease_ms, max_jobs, request_id)
         try:
-            reply = await self._call("lease", queue, *args)
+            reply = await self._call("lease", queue, *args, owner)
         except WriteNotConfirmed as unconfirmed:
             if isinstance(unconfirmed.reply, list):
                 await self._give_back_unconfirmed(queue, unconfirmed.reply, worker, request_id)
             raise
+        _refused(reply, worker)
         leases = self._leased_jobs(queue, reply)
         self.telemetry.record_leased(queue, len(leases.jobs))
         return leases
@@ -519,7 +534,8 @@ class JobQueues:
     ) -> None:
         """Durable mode: jobs leased by a write no replica confirmed go straight back, unspent
         (unless a retry of the request got them meanwhile), and the request is forgotten."""
-        jobs = self._leased_jobs(queue, lease_reply).jobs if lease_reply else []
+        # A reply of one entry is a refusal (_refused): nothing was leased.
+        jobs = self._leased_jobs(queue, lease_reply).jobs if len(lease_reply) > 1 else []
         with contextlib.suppress(WriteNotConfirmed):
             await self.give_back(queue, jobs, worker, request_id)
 
@@ -531,10 +547,12 @@ class JobQueues:
         *,
         only_if_all_taken: bool,
         job_id: str | None = None,
+        owner: str = "",
     ) -> tuple[list[int], Leases | None]:
         """Acks, then a lease (worker, lease_ms, max_jobs, request_id), in one script call
         (lua/ack-lease-11.lua): each ack's code, and the jobs leased (None when it did not lease:
-        only_if_all_taken and an ack was refused)."""
+        only_if_all_taken and an ack was refused). WorkerOwned, nothing acked, when the lease's
+        worker name belongs to another token than owner's."""
         pairs, results = _ack_args(acks)
         worker, lease_ms, max_jobs, request_id = next_lease
         request_id = request_id or new_request_id()
@@ -542,11 +560,14 @@ class JobQueues:
         condition = b"1" if only_if_all_taken else b"0"
         split = len(acks) * _ACK_REPLY_FIELDS
         try:
-            reply = await self._call("ack-lease", queue, pairs, *lease, condition, *results, job_id=job_id)
+            reply = await self._call(
+                "ack-lease", queue, pairs, *lease, condition, owner, *results, job_id=job_id
+            )
         except WriteNotConfirmed as unconfirmed:
-            if isinstance(unconfirmed.reply, list):
+            if isinstance(unconfirmed.reply, list) and len(unconfirmed.reply) > split:
                 await self._give_back_unconfirmed(queue, unconfirmed.reply[split:], worker, request_id)
             raise
+        _refused(reply, worker)
         codes = self._completed(queue, reply[:split])
         if len(reply) == split:
             return codes, None
@@ -580,31 +601,40 @@ class JobQueues:
         queue: str,
         leases: Sequence[tuple[str, str, int | None, Raw | UnsetType]],
         job_id: str | None = None,
+        owner: str = "",
     ) -> list[tuple[int, int, int]]:
         """(code, new lease_expires_at, cancel requested) per (id, lease id, lease_ms, progress)
-        given, in order."""
+        given, in order; owner: the calling token's id ("" for none)."""
         entries = [
             (lease_job, lease_id, lease_ms or 0, _compact(progress))
             for lease_job, lease_id, lease_ms, progress in leases
         ]
-        reply = await self._call("heartbeat", queue, _encode(entries), job_id=job_id)
+        reply = await self._call("heartbeat", queue, _encode(entries), owner, job_id=job_id)
         step = _HEARTBEAT_REPLY_FIELDS
         return list(zip(reply[::step], reply[1::step], reply[2::step], strict=True))
 
     async def heartbeat(
-        self, queue: str, job_id: str, lease_id: str, lease_ms: int | None, progress: Raw | UnsetType = UNSET
+        self,
+        queue: str,
+        job_id: str,
+        lease_id: str,
+        lease_ms: int | None,
+        progress: Raw | UnsetType = UNSET,
+        owner: str = "",
     ) -> HeartbeatResponse:
         ((code, expires_at, cancel),) = await self._renewals(
-            queue, [(job_id, lease_id, lease_ms, progress)], job_id=job_id
+            queue, [(job_id, lease_id, lease_ms, progress)], job_id=job_id, owner=owner
         )
         raise_for_code(code, job_id)
         return HeartbeatResponse(
             id=job_id, lease_id=lease_id, lease_expires_at=expires_at, cancel_requested=cancel == 1
         )
 
-    async def heartbeat_many(self, queue: str, leases: Sequence[HeartbeatItem]) -> list[HeartbeatItemResult]:
+    async def heartbeat_many(
+        self, queue: str, leases: Sequence[HeartbeatItem], owner: str = ""
+    ) -> list[HeartbeatItemResult]:
         renewals = await self._renewals(
-            queue, [(item.id, item.lease_id, item.lease_ms, item.progress) for item in leases]
+            queue, [(item.id, item.lease_id, item.lease_ms, item.progress) for item in leases], owner=owner
         )
         return [
             HeartbeatItemResult(
@@ -643,21 +673,36 @@ class JobQueues:
         return _ack_results(acks, codes)
 
     async def ack_one_and_lease(
-        self, queue: str, job_id: str, lease_id: str, result: Raw | UnsetType, next_lease: NextLease
+        self,
+        queue: str,
+        job_id: str,
+        lease_id: str,
+        result: Raw | UnsetType,
+        next_lease: NextLease,
+        owner: str = "",
     ) -> Leases:
         """ack_one, then (only if the ack was taken) a lease, in one script call."""
         (code,), leases = await self._ack_and_lease(
-            queue, [(job_id, lease_id, result)], next_lease, only_if_all_taken=True, job_id=job_id
+            queue,
+            [(job_id, lease_id, result)],
+            next_lease,
+            only_if_all_taken=True,
+            job_id=job_id,
+            owner=owner,
         )
         raise_for_code(code, job_id)
         return leases or Leases([])
 
     async def ack_and_lease(
-        self, queue: str, acks: Sequence[AckItem], next_lease: NextLease
+        self, queue: str, acks: Sequence[AckItem], next_lease: NextLease, owner: str = ""
     ) -> tuple[list[AckItemResult], Leases]:
         """ack, then a lease whatever the acks' codes, in one script call."""
         codes, leases = await self._ack_and_lease(
-            queue, [(ack.id, ack.lease_id, ack.result) for ack in acks], next_lease, only_if_all_taken=False
+            queue,
+            [(ack.id, ack.lease_id, ack.result) for ack in acks],
+            next_lease,
+            only_if_all_taken=False,
+            owner=owner,
         )
         return _ack_results(acks, codes), leases or Leases([])
 
@@ -692,18 +737,23 @@ class JobQueues:
             pairs = _encode([(job.id, job.lease_id) for job in jobs])
             await self._call("release", queue, pairs, worker, request_id)
 
-    async def release_worker(self, queue: str, worker: str, end_session: bool = False) -> list[str]:
+    async def release_worker(
+        self, queue: str, worker: str, end_session: bool = False, owner: str = ""
+    ) -> list[str]:
         """Every job the worker holds back to waiting, oldest lease first in line: bounded steps
         from the newest lease to the oldest, up to the fence of the first step's time. With
-        end_session, the first step also ends the worker's session (a clean shutdown)."""
+        end_session, the first step also ends the worker's session (a clean shutdown). owner:
+        the calling token's id ("" for none): WorkerOwned when the name is another token's."""
         steps: list[list[str]] = []
         bound: bytes | str = ""
         offset = 0
         ending = "1" if end_session else "0"
         while True:
-            bound, more, stale, offset, *released = await self._call(
-                "release-worker", queue, worker, bound, RELEASE_STEP, offset, ending
+            reply = await self._call(
+                "release-worker", queue, worker, bound, RELEASE_STEP, offset, ending, owner
             )
+            _refused(reply, worker)
+            bound, more, stale, offset, *released = reply
             self.telemetry.record_stale(queue, stale)
             steps.append([job_id.decode() for job_id in released])
             if not more:
@@ -711,19 +761,22 @@ class JobQueues:
         return [job_id for step in reversed(steps) for job_id in step]
 
     async def session_heartbeat(
-        self, queue: str, worker: str, ttl_ms: int, info: Raw | UnsetType
+        self, queue: str, worker: str, ttl_ms: int, info: Raw | UnsetType, owner: str = ""
     ) -> SessionHeartbeatResponse:
-        """Start or renew the worker's session (lua/session-11.lua)."""
-        expires_at, state = await self._call("session", queue, worker, ttl_ms, _compact(info))
+        """Start or renew the worker's session (lua/session-11.lua); owner: the calling token's
+        id ("" for none): WorkerOwned when the worker name belongs to another token."""
+        reply = await self._call("session", queue, worker, ttl_ms, _compact(info), owner)
+        _refused(reply, worker)
+        expires_at, state = reply
         return SessionHeartbeatResponse(worker=worker, session_expires_at=expires_at, state=state.decode())
 
     async def quiet(self, queue: str, worker: str) -> None:
         """The worker's live session turns quiet; NoSession when it has none."""
         raise_for_code(await self._call("quiet", queue, worker), worker)
 
-    async def end_session(self, queue: str, worker: str) -> list[str]:
+    async def end_session(self, queue: str, worker: str, owner: str = "") -> list[str]:
         """End the worker's session and give back every job it holds, unspent."""
-        return await self.release_worker(queue, worker, end_session=True)
+        return await self.release_worker(queue, worker, end_session=True, owner=owner)
 
     async def delete(self, queue: str, job_id: str) -> None:
         raise_for_code(await self._call("delete", queue, job_id, job_id=job_id), job_id)

@@ -255,6 +255,13 @@ def grant_of(request: Request[Any, Any, State]) -> Grant | None:
     return request.state.get("grant")
 
 
+def worker_owner(request: Request[Any, Any, State]) -> str:
+    """The id a worker name is claimed and checked with (README, Security, "Worker names"): the
+    token's, "" without tokens or for an admin token (no check, no claim)."""
+    grant = grant_of(request)
+    return "" if grant is None else grant.worker_owner
+
+
 def queues_of(request: Request[Any, Any, State]) -> JobQueues:
     return request.app.state.queues  # type: ignore[no-any-return]
 
@@ -375,7 +382,10 @@ async def enqueue_many(request: Request[Any, Any, State]) -> Response[bytes]:
     "the service shuts down, and jobs leased just as the client hung up are given back unspent. "
     "Retries: with request_id, the same call within 5 minutes leases nothing new and answers the "
     "jobs the first one leased and still holds; without it, a retried call can lease other jobs "
-    "while the first call's jobs wait out their lease.",
+    "while the first call's jobs wait out their lease. With tokens, a worker name belongs to the "
+    "token that uses it first, as long as its leases or session last: another worker token's "
+    "lease in that name (a retry of its request_id included) answers 403 forbidden; an admin "
+    "token may act for any worker.",
     opt=_opt(Action.WORK, WORKING, LeaseRequest, {200: LeaseResponse}, ("too_many_requests",)),
 )
 async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
@@ -402,11 +412,12 @@ async def lease_jobs(
 
     # One request id for every try of a long poll: a re-sent try answers what an earlier one leased.
     request_id = request_id or ask.request_id or new_request_id()
+    owner = worker_owner(request)
 
     async def lease_now() -> Leases:
         nonlocal tried_at
         tried_at = loop.time()
-        return await queues.lease_answer(queue, ask.worker, ask.lease_ms, ask.max_jobs, request_id)
+        return await queues.lease_answer(queue, ask.worker, ask.lease_ms, ask.max_jobs, request_id, owner)
 
     if ask.wait_ms <= 0:
         return await lease_now()
@@ -443,7 +454,8 @@ async def _watch_hang_up(request: Request[Any, Any, State], client_gone: asyncio
     "leased with); the lease id stays. Each call renews again, so a repeated call is harmless. "
     "409 lease_lost once the lease has expired, even before the sweep reclaimed the job, or when "
     "the job was released, reclaimed or finished: stop working on it, as it may go to another "
-    "worker.",
+    "worker. 403 forbidden when the job's worker name belongs to another token (lease ids "
+    "alone do not make a token the worker's).",
     opt=_opt(
         Action.WORK, WORKING, HeartbeatRequest, {200: HeartbeatResponse}, ("job_not_found", "lease_lost")
     ),
@@ -452,7 +464,9 @@ async def heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
     beat = await read_body(request, HeartbeatRequest)
     return json_response(
-        await queues_of(request).heartbeat(queue, id, beat.lease_id, beat.lease_ms, beat.progress)
+        await queues_of(request).heartbeat(
+            queue, id, beat.lease_id, beat.lease_ms, beat.progress, owner=worker_owner(request)
+        )
     )
 
 
@@ -463,14 +477,17 @@ async def heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
     description="Each lease is renewed as its own heartbeat would renew it (by lease_ms, else by "
     "its own length), or reported lost (lease_lost, job_not_found) without failing the others. "
     "The results come in the order of the leases sent, and the status is 200 whatever they say. "
-    "For a worker holding many jobs: one call instead of one per job.",
+    "For a worker holding many jobs: one call instead of one per job. A lease of a worker whose "
+    "name belongs to another token is not renewed (code forbidden).",
     opt=_opt(Action.WORK, WORKING, HeartbeatManyRequest, {200: HeartbeatManyResponse}),
 )
 async def heartbeat_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     batch = await read_body(request, HeartbeatManyRequest)
     return json_response(
-        HeartbeatManyResponse(results=await queues_of(request).heartbeat_many(queue, batch.leases))
+        HeartbeatManyResponse(
+            results=await queues_of(request).heartbeat_many(queue, batch.leases, worker_owner(request))
+        )
     )
 
 
@@ -488,7 +505,8 @@ LEASE_NEXT_ERRORS = ("too_many_requests",)
     "409 lease_lost when the lease expired or the job was released or reclaimed: the job may be "
     "delivered again (at least once). With lease_next, the ack is applied first and answered as "
     "without it; then the lease request in lease_next runs, and its jobs are added to the answer. "
-    "An ack that fails (404, 409) leases nothing.",
+    "An ack that fails (404, 409) leases nothing. 403 forbidden, nothing acked, when lease_next's "
+    "worker name belongs to another token.",
     opt=_opt(
         Action.WORK,
         WORKING,
@@ -505,7 +523,9 @@ async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
         await queues.ack_one(queue, id, done.lease_id, done.result)
         return json_response(AckResponse(id=id, state="completed"))
     lease = next_lease(ask)
-    leases = await queues.ack_one_and_lease(queue, id, done.lease_id, done.result, lease)
+    leases = await queues.ack_one_and_lease(
+        queue, id, done.lease_id, done.result, lease, owner=worker_owner(request)
+    )
     leases = await lease_later(request, queue, ask, lease, leases)
     return json_response(
         AckResponse(id=id, state="completed", jobs=leases.jobs, retry_after_ms=retry_after(leases))
@@ -520,7 +540,8 @@ async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
     "same way), each refused on its own (lease_lost, job_not_found) without failing the others. "
     "The results come in the order of the acks sent, and the status is 200 whatever they say. With "
     "lease_next, the lease request in it runs after the whole batch, whatever each ack's result, "
-    "and its jobs are added to the answer.",
+    "and its jobs are added to the answer; 403 forbidden, nothing acked, when its worker name "
+    "belongs to another token.",
     opt=_opt(Action.WORK, WORKING, AckManyRequest, {200: AckManyResponse}, LEASE_NEXT_ERRORS),
 )
 async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
@@ -530,7 +551,7 @@ async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
     if ask is None:
         return json_response(AckManyResponse(results=await queues.ack(queue, batch.acks)))
     lease = next_lease(ask)
-    results, leases = await queues.ack_and_lease(queue, batch.acks, lease)
+    results, leases = await queues.ack_and_lease(queue, batch.acks, lease, worker_owner(request))
     leases = await lease_later(request, queue, ask, lease, leases)
     return json_response(
         AckManyResponse(results=results, jobs=leases.jobs, retry_after_ms=retry_after(leases))
@@ -1056,7 +1077,8 @@ WORKER = Q + "/workers/{worker:str}"
     "leases after the lapse is not taken by it. Renewing keeps the session's state: the answer "
     "says quiet when an operator quieted the worker (stop leasing, finish the jobs held). A "
     "heartbeat after a lapse starts a new session. Leases of a worker without a session behave "
-    "as before. Safe to repeat.",
+    "as before. Safe to repeat. With tokens, 403 forbidden when the worker name belongs to "
+    "another token (it does while that token's leases or session last).",
     opt=_opt(
         Action.WORK, WORKING, SessionHeartbeatRequest, {200: SessionHeartbeatResponse}, body_optional=True
     ),
@@ -1064,7 +1086,9 @@ WORKER = Q + "/workers/{worker:str}"
 async def session_heartbeat(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, worker = path_queue(request), path_name(request, "worker", "worker")
     ask = await read_body(request, SessionHeartbeatRequest, optional=True)
-    return json_response(await queues_of(request).session_heartbeat(queue, worker, ask.ttl_ms, ask.info))
+    return json_response(
+        await queues_of(request).session_heartbeat(queue, worker, ask.ttl_ms, ask.info, worker_owner(request))
+    )
 
 
 @post(
@@ -1089,13 +1113,16 @@ async def quiet_worker(request: Request[Any, Any, State]) -> Response[bytes]:
     description="A clean shutdown: ends the worker's session and gives every job it holds in the "
     "queue back to the front of waiting, the attempt not counted, oldest lease first in line. "
     "Those leases are lost. Answers the ids given back; a repeat gives back nothing more. Runs in "
-    "bounded steps; leases made after the call began are left.",
+    "bounded steps; leases made after the call began are left. With tokens, 403 forbidden when "
+    "the worker name belongs to another token; once the worker holds nothing, its name is free "
+    "for any token.",
     status_code=200,
     opt=_opt(Action.WORK, WORKING, None, {200: WorkerReleaseResponse}),
 )
 async def end_session(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, worker = path_queue(request), path_name(request, "worker", "worker")
-    return json_response(WorkerReleaseResponse(released=await queues_of(request).end_session(queue, worker)))
+    released = await queues_of(request).end_session(queue, worker, worker_owner(request))
+    return json_response(WorkerReleaseResponse(released=released))
 
 
 @post(

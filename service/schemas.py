@@ -70,6 +70,14 @@ ItemCode = Annotated[
         "the job was released, reclaimed or finished under another lease) or job_not_found"
     ),
 ]
+HeartbeatItemCode = Annotated[
+    Literal["lease_lost", "job_not_found", "forbidden"] | None,
+    Meta(
+        description="only when not ok: lease_lost (not the job's current, unexpired lease: it expired, or "
+        "the job was released, reclaimed or finished under another lease), job_not_found, or forbidden "
+        "(the job's worker name belongs to another token: README, Security, Worker names)"
+    ),
+]
 MaxAttemptsOut = Annotated[int, Meta(description="attempts allowed before the job is dead-lettered")]
 
 
@@ -441,7 +449,7 @@ class HeartbeatItemResult(Struct, omit_defaults=True):
             description="only when ok: the job's cancellation was requested (stop, then fail or release it)"
         ),
     ] = None
-    code: ItemCode = None
+    code: HeartbeatItemCode = None
 
 
 class HeartbeatManyResponse(Struct):

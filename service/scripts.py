@@ -52,6 +52,7 @@ PLACEHOLDERS: Mapping[str, str] = {
     "HELD_SUFFIX": keys.HELD_SUFFIX,
     "REQUEST_SUFFIX": keys.REQUEST_SUFFIX,
     "SESSION_SUFFIX": keys.SESSION_SUFFIX,
+    "OWNER_SUFFIX": keys.OWNER_SUFFIX,
     "SESSIONS_NAME": keys.SESSIONS_NAME,
     "EVENTS_NAME": keys.EVENTS_NAME,
     "HISTORY_NAME": keys.HISTORY_NAME,
@@ -68,6 +69,7 @@ PLACEHOLDERS: Mapping[str, str] = {
     "QUEUE_NAME_START": str(len(keys.queue_prefix("")) - 1),  # where the name starts in the prefix
     "MAX_PRIORITY": str(limits.MAX_PRIORITY),
     "LEASE_ID_CHARS": str(limits.LEASE_ID_CHARS),
+    "WORKER_OWNER_GRACE_MS": str(limits.WORKER_OWNER_GRACE_MS),
     "MAX_EXPONENTIAL_BACKOFF_MS": str(limits.MAX_EXPONENTIAL_BACKOFF_MS),
     "DEFAULT_MAX_ATTEMPTS": str(limits.DEFAULT_MAX_ATTEMPTS),
     "DEFAULT_BACKOFF_MS": str(limits.DEFAULT_BACKOFF_MS),

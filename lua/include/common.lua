@@ -18,6 +18,7 @@ local NO_SESSION = -4
 local SCHEDULE_NOT_FOUND = -5
 local SCHEDULE_MOVED = -6
 local NOT_DELAYED = -7
+local WORKER_OWNED = -8
 
 -- Waiting jobs with priority > 0 sit in PRIO scored (MAX_PRIORITY - priority) * BAND + offset,
 -- so higher priorities come first. Within a band, jobs handed back (release, sweep) get offsets
@@ -71,6 +72,35 @@ local function session_key(worker) return PREFIX .. worker .. '@SESSION_SUFFIX@'
 -- Live sessions by when they lapse, and lapses not yet swept (scored when they became due): the
 -- sweep finds lapsed sessions with one ZRANGEBYSCORE, never a scan of the workers.
 local SESSIONS = PREFIX .. '@SESSIONS_NAME@'
+-- A worker name's owner record: the id of the token the name belongs to, with a PX TTL.
+local function owner_key(worker) return PREFIX .. worker .. '@OWNER_SUFFIX@' end
+local WORKER_OWNER_GRACE_MS = @WORKER_OWNER_GRACE_MS@
+-- A worker name belongs to the token that uses it first (README, Security, "Worker names"). Its
+-- owner record lasts as long as any lease or session the token made for it, plus
+-- WORKER_OWNER_GRACE_MS: every lease, job heartbeat and session heartbeat of the token makes it
+-- last at least keep_ms (the lease's or session's length) more, so that no other token can take
+-- the name while its jobs or session are alive; then the name is free again. owner: the calling
+-- token's id, "" when tokens are off or the caller is an admin (nothing checked, nothing
+-- claimed). Returns false when the name belongs to another token, else true (claimed or kept).
+local function claim_worker(worker, owner, keep_ms)
+  if owner == '' then return true end
+  local key, ttl_ms = owner_key(worker), keep_ms + WORKER_OWNER_GRACE_MS
+  local current = redis.call('GET', key)
+  if not current then
+    redis.call('SET', key, owner, 'PX', text(ttl_ms))
+  elseif current ~= owner then
+    return false
+  elseif redis.call('PTTL', key) < ttl_ms then
+    redis.call('PEXPIRE', key, text(ttl_ms))
+  end
+  return true
+end
+-- For a call that acts for the worker without making it hold anything (ending its session).
+local function owned_by_another(worker, owner)
+  if owner == '' then return false end
+  local current = redis.call('GET', owner_key(worker))
+  return current ~= false and current ~= owner
+end
 local function request_key(worker, request_id) return PREFIX .. worker .. ':' .. request_id .. '@REQUEST_SUFFIX@' end
 -- A request's record is marked (its first character) once a retry has been answered from it, so
 -- that the service's give-back of the first answer's jobs (lease.lua, release-11.lua) leaves

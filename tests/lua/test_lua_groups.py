@@ -187,7 +187,7 @@ async def ack_path(q, job):
 
 async def ack_lease_path(q, job):
     pairs = json.dumps([[job.id, job.lease_id]])
-    reply = await q.call("ack-lease", pairs, "w2", 30_000, 1, random_lease_ids(1), "rq", 60_000, "1", b"")
+    reply = await q.call("ack-lease", pairs, "w2", 30_000, 1, random_lease_ids(1), "rq", 60_000, "1", "", b"")
     assert reply[0] == 1
     assert decoded(reply[4]) == "a-1"  # the group room is used by the same call
 

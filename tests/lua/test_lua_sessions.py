@@ -140,6 +140,7 @@ async def test_a_quiet_worker_acks_but_lease_next_leases_nothing(q):
         "r-next",
         60_000,
         "1",
+        "",
         b"",
     )
     assert reply[0] == 1  # acked

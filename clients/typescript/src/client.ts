@@ -217,7 +217,7 @@ export class Client {
   }
 
   /** Renew up to 1000 leases in one call: a result per lease, in order (ok, or code lease_lost /
-   * job_not_found). */
+   * job_not_found / forbidden: the job's worker name belongs to another token). */
   async heartbeatMany(
     queue: string,
     leases: HeartbeatItem[],

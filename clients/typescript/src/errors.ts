@@ -62,7 +62,8 @@ export class InvalidRequest extends APIError {
 export class Unauthorized extends APIError {
   override name = "Unauthorized";
 }
-/** 403 forbidden: the token lacks the role or the queue. */
+/** 403 forbidden: the token lacks the role or the queue, or the worker name belongs to another
+ * token while its leases or session last. */
 export class Forbidden extends APIError {
   override name = "Forbidden";
 }

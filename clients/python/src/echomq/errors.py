@@ -63,7 +63,8 @@ class Unauthorized(APIError):
 
 
 class Forbidden(APIError):
-    """403 forbidden: the token lacks the role or the queue."""
+    """403 forbidden: the token lacks the role or the queue, or the worker name belongs to
+    another token while its leases or session last."""
 
 
 class NotFound(APIError):

@@ -129,7 +129,8 @@ class Heartbeat(_Model):
 
 class HeartbeatOutcome(_Model):
     """One answer of heartbeat-many: ``ok`` with the renewed lease (``lease_expires_at``), or not
-    ok with ``code`` (``lease_lost`` or ``job_not_found``)."""
+    ok with ``code`` (``lease_lost``, ``job_not_found``, or ``forbidden``: the job's worker name
+    belongs to another token)."""
 
     id: str
     ok: bool
