@@ -20,7 +20,7 @@ from echomq_http.auth import Authenticator
 from echomq_http.cli import apply_arguments
 from echomq_http.config import METRICS_DIR_VARIABLE, ConfigError, Settings
 from echomq_http.embedded import EmbeddedValkey
-from echomq_http.http_protocol import JoinedWritesProtocol
+from echomq_http.http_protocol import http_protocol
 from echomq_http.launcher import CannotStart, DataDirLock, check_port, startup_line
 from echomq_http.telemetry import JsonLogFormatter
 
@@ -130,11 +130,11 @@ def run_uvicorn(settings: Settings) -> None:
             log_level="info",
             # JSON: uvicorn's loggers go through ours (no log_config of its own).
             log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
-            # uvicorn answers 503 once its open connections reach the limit, counting the one
-            # asking: one more than the cap serves cap connections and refuses the next.
-            limit_concurrency=settings.max_connections + 1,
             access_log=settings.access_log,  # a line per request costs ~10% of the CPU per request
-            http=JoinedWritesProtocol,  # a response in one send() (service/http_protocol.py)
+            # A response in one send(), and the connection limits: head timeout and caps, idle
+            # timeout, idle connections reclaimed at EMQ_MAX_CONNECTIONS (service/http_protocol.py).
+            # Not uvicorn's limit_concurrency: it counts idle connections as busy ones.
+            http=http_protocol(settings),  # type: ignore[arg-type]
         )
     finally:
         if metrics_dir is not None:

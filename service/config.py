@@ -27,6 +27,10 @@ DEFAULT_REDIS_POOL_SIZE = 64
 DEFAULT_REDIS_TIMEOUT_S = 5.0
 DEFAULT_BODY_TIMEOUT_S = 30
 DEFAULT_MAX_CONNECTIONS = 4096
+DEFAULT_HEADER_TIMEOUT_S = 10  # a request line and headers must arrive within this
+DEFAULT_KEEPALIVE_TIMEOUT_S = 60  # longer than clients keep idle connections, so they close first
+DEFAULT_MAX_HEADER_BYTES = 16 * 1024  # a request line and headers, as received
+DEFAULT_MAX_HEADERS = 100
 DEFAULT_WAIT_TIMEOUT_MS = 1000
 # Not a setting: the launcher names a directory of its own to its worker processes with it.
 METRICS_DIR_VARIABLE = "EMQ_METRICS_DIR"
@@ -129,7 +133,11 @@ class Settings:
     redis_pool_size: int = DEFAULT_REDIS_POOL_SIZE
     redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S  # a request body must arrive within this
-    max_connections: int = DEFAULT_MAX_CONNECTIONS  # HTTP connections per process; beyond: 503
+    max_connections: int = DEFAULT_MAX_CONNECTIONS  # HTTP connections per process (idle ones reclaimed)
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S  # a request's head must arrive within this
+    keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S  # an idle connection is closed after this
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES  # a request's head, at most (431 above)
+    max_headers: int = DEFAULT_MAX_HEADERS  # header fields in a request, at most (431 above)
     auth_entries: tuple[str, ...] = ()  # "ROLE:TOKEN[:PATTERN|...]"; none = auth off
     allow_insecure: bool = False  # serve without tokens on a non-loopback address
     log_format: str = "text"  # "json": one JSON object per line, with trace ids
@@ -177,6 +185,10 @@ class Settings:
             redis_pool_size=integer("EMQ_REDIS_POOL_SIZE", DEFAULT_REDIS_POOL_SIZE, 2),
             body_timeout_s=integer("EMQ_BODY_TIMEOUT_S", DEFAULT_BODY_TIMEOUT_S, 1),
             max_connections=integer("EMQ_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, 16),
+            header_timeout_s=integer("EMQ_HEADER_TIMEOUT_S", DEFAULT_HEADER_TIMEOUT_S, 1),
+            keepalive_timeout_s=integer("EMQ_KEEPALIVE_TIMEOUT_S", DEFAULT_KEEPALIVE_TIMEOUT_S, 1),
+            max_header_bytes=integer("EMQ_MAX_HEADER_BYTES", DEFAULT_MAX_HEADER_BYTES, 1024),
+            max_headers=integer("EMQ_MAX_HEADERS", DEFAULT_MAX_HEADERS, 16),
             workers=integer("EMQ_WORKERS", DEFAULT_WORKERS, 1),
             access_log=env.get("EMQ_ACCESS_LOG", "").strip().lower() in ("1", "true", "yes"),
             wait_replicas=integer("EMQ_WAIT_REPLICAS", 0, 0),

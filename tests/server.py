@@ -13,7 +13,7 @@ import uvicorn
 
 from echomq_http.app import create_app
 from echomq_http.config import Settings
-from echomq_http.http_protocol import JoinedWritesProtocol
+from echomq_http.http_protocol import http_protocol
 from echomq_http.telemetry import Telemetry
 
 START_TIMEOUT_S = 15.0
@@ -29,7 +29,7 @@ def running_service(settings: Settings, telemetry: Telemetry | None = None) -> I
         port=0,
         log_level="warning",
         lifespan="on",
-        http=JoinedWritesProtocol,  # the protocol `emq serve` runs
+        http=http_protocol(settings),  # type: ignore[arg-type]  # as `emq serve` runs it
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="emq-test-server", daemon=True)

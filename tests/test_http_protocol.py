@@ -13,7 +13,7 @@ from uvicorn import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from echomq_http.http_protocol import JoinedWrites, JoinedWritesProtocol
+from echomq_http.http_protocol import HttpLimits, JoinedWrites, JoinedWritesProtocol
 
 REQUEST = b"GET /x HTTP/1.1\r\nHost: test\r\n\r\n"
 
@@ -135,3 +135,67 @@ async def test_writelines_and_write_eof_keep_the_order_of_what_was_written() -> 
     assert transport.writes == []  # nothing before the end of this turn
     joined.write_eof()
     assert transport.writes == [b"abc"] and transport.eof
+
+
+LIMITS = HttpLimits(
+    max_connections=2, header_timeout_s=10, keepalive_timeout_s=60, max_header_bytes=1024, max_headers=10
+)
+
+
+def connected(app: Any, server_state: ServerState) -> tuple[JoinedWritesProtocol, RecordingTransport]:
+    config = Config(app, lifespan="off", log_level="warning")
+    protocol = JoinedWritesProtocol(config, server_state, app_state={}, limits=LIMITS)
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+async def test_over_the_cap_the_longest_idle_connection_is_closed_never_a_busy_one() -> None:
+    never_answers = asyncio.Event()
+
+    async def slow(scope: Any, receive: Any, send: Any) -> None:
+        await never_answers.wait()
+
+    state = ServerState()
+    busy, busy_transport = connected(slow, state)
+    busy.data_received(REQUEST)
+    _, oldest_idle = connected(slow, state)
+    _, newer_idle = connected(slow, state)  # one over the cap: the oldest idle one goes
+    assert oldest_idle.closed and not busy_transport.closed and not newer_idle.closed
+    _, newest = connected(slow, state)
+    assert newer_idle.closed and not busy_transport.closed and not newest.closed
+    never_answers.set()
+
+
+async def test_a_head_and_a_big_body_in_one_read_are_within_the_header_cap() -> None:
+    received: list[bytes] = []
+
+    async def reads_the_body(scope: Any, receive: Any, send: Any) -> None:
+        message = await receive()
+        received.append(message["body"])
+        await small_answer(scope, receive, send)
+
+    body = b"x" * (LIMITS.max_header_bytes * 10)
+    request = b"POST /x HTTP/1.1\r\nHost: test\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    protocol, transport = connected(reads_the_body, ServerState())
+    protocol.data_received(request)
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        if transport.writes:
+            break
+    assert b"".join(transport.writes).startswith(b"HTTP/1.1 200 OK\r\n")
+    assert received == [body]
+
+
+async def test_a_pipelined_head_is_counted_from_its_own_first_byte() -> None:
+    """Two requests in one read, each under the cap, together over it: both are answered."""
+    field = b"X-Fill: " + b"a" * (LIMITS.max_header_bytes - 100) + b"\r\n"
+    one = b"GET /x HTTP/1.1\r\nHost: test\r\n" + field + b"\r\n"
+    protocol, transport = connected(small_answer, ServerState())
+    protocol.data_received(one + one)
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        if b"".join(transport.writes).count(b"200 OK") == 2:
+            break
+    assert b"".join(transport.writes).count(b"HTTP/1.1 200 OK") == 2
+    assert not transport.closed

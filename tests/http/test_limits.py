@@ -91,6 +91,7 @@ async def test_batches_are_limited(client: httpx.AsyncClient, queue: str) -> Non
 CONNECTION_CAP = 16  # the least EMQ_MAX_CONNECTIONS takes
 HEALTH_REQUEST = b"GET /healthz HTTP/1.1\r\nHost: emq\r\n\r\n"
 RECOVERY_DEADLINE_S = 30.0
+LONG_POLL_MS = 5000  # long enough for all of them to be waiting at once
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,15 +104,7 @@ class Answer:
 def ask_health(connection: socket.socket) -> Answer:
     """One request on a kept-alive connection, and its whole answer."""
     connection.sendall(HEALTH_REQUEST)
-    received = b""
-    while b"\r\n\r\n" not in received:
-        received += _more(connection)
-    head, _, body = received.partition(b"\r\n\r\n")
-    status, *lines = head.split(b"\r\n")
-    headers = {name.lower(): value.strip() for name, _, value in (line.partition(b":") for line in lines)}
-    while len(body) < int(headers[b"content-length"]):
-        body += _more(connection)
-    return Answer(status, headers, body)
+    return read_answer(connection)
 
 
 def _more(connection: socket.socket) -> bytes:
@@ -124,8 +117,31 @@ def served(answer: Answer) -> bool:
     return answer.status == b"HTTP/1.1 200 OK" and answer.body == b'{"status":"ok"}'
 
 
+def long_poll_request(queue: str, wait_ms: int) -> bytes:
+    body = b'{"worker": "w1", "wait_ms": %d}' % wait_ms
+    return (
+        b"POST /v1/queues/%s/lease HTTP/1.1\r\nHost: emq\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (queue.encode(), len(body), body)
+    )
+
+
+def read_answer(connection: socket.socket) -> Answer:
+    """A whole answer (with a Content-Length) to the one request the connection sent."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += _more(connection)
+    head, _, body = received.partition(b"\r\n\r\n")
+    status, *lines = head.split(b"\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(b":") for line in lines)}
+    while len(body) < int(headers[b"content-length"]):
+        body += _more(connection)
+    return Answer(status, headers, body)
+
+
 @pytest.mark.timeout(120)
-def test_connections_beyond_the_cap_get_503_until_others_close(redis_url: str, tmp_path: Path) -> None:
+def test_idle_connections_make_room_and_busy_ones_beyond_the_cap_get_503(
+    redis_url: str, tmp_path: Path, queue: str
+) -> None:
     cap = {"EMQ_MAX_CONNECTIONS": str(CONNECTION_CAP)}
     with (
         launched_service(redis_url, tmp_path / "service.log", **cap) as service,
@@ -137,15 +153,20 @@ def test_connections_beyond_the_cap_get_503_until_others_close(redis_url: str, t
         def connect() -> socket.socket:
             return stack.enter_context(socket.create_connection((host, int(port)), timeout=30))
 
-        # Up to the cap, every connection is served, and stays open.
-        held: list[socket.socket] = []
-        for number in range(1, CONNECTION_CAP + 1):
-            held.append(connect())
-            assert served(ask_health(held[-1])), f"connection {number} of {CONNECTION_CAP} refused"
+        # Up to the cap, every connection is served and stays open; one more is served too, and
+        # the connection idle the longest is closed to make room for it.
+        idle = [connect() for _ in range(CONNECTION_CAP)]
+        assert all(served(ask_health(connection)) for connection in idle)
+        assert served(ask_health(connect()))
+        assert idle[0].recv(1) == b""
 
-        # One more: uvicorn's 503, and the connection closed.
-        extra = connect()
-        refused = ask_health(extra)
+        # Every connection busy (long polls): one more request gets uvicorn's 503, and is closed.
+        polls = [connect() for _ in range(CONNECTION_CAP)]
+        for poll in polls:
+            poll.sendall(long_poll_request(queue, LONG_POLL_MS))
+        deadline = time.monotonic() + RECOVERY_DEADLINE_S
+        while served(refused := ask_health(extra := connect())):  # until the polls are all in
+            assert time.monotonic() < deadline, "never refused with every connection busy"
         assert refused.status == b"HTTP/1.1 503 Service Unavailable"
         assert refused.headers[b"content-type"] == b"text/plain; charset=utf-8"
         assert refused.headers[b"connection"] == b"close"
@@ -153,9 +174,6 @@ def test_connections_beyond_the_cap_get_503_until_others_close(redis_url: str, t
         assert extra.recv(1) == b""
         assert "WARNING:  Exceeded concurrency limit." in service.log()
 
-        # One of those served closes: new connections are served again, once the service saw it go.
-        held.pop().close()
-        deadline = time.monotonic() + RECOVERY_DEADLINE_S
-        while not served(ask_health(connect())):  # one refused meanwhile is closed by the service
-            assert time.monotonic() < deadline, "the service never served a new connection again"
-        assert all(served(ask_health(connection)) for connection in held)
+        # Once the polls end, their connections are idle again: new connections are served.
+        assert all(read_answer(poll).status == b"HTTP/1.1 200 OK" for poll in polls)
+        assert served(ask_health(connect()))
