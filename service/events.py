@@ -177,6 +177,7 @@ class QueueFeed:
         self.cursor = 0  # the number of the last event read
         self.started: asyncio.Future[None] | None = None
         self.idle_since: float | None = None
+        self.reader: FeedReader | None = None
 
     def deliver(self, entries: Iterable[tuple[bytes, dict[bytes, bytes]]]) -> None:
         for entry_id, fields in entries:
@@ -230,11 +231,13 @@ class FeedReader:
 
     def add(self, feed: QueueFeed) -> None:
         self.feeds[feed.keys.events] = feed
+        feed.reader = self
         self.changed.set()
 
     def remove(self, feed: QueueFeed) -> None:
         if self.feeds.get(feed.keys.events) is feed:
             del self.feeds[feed.keys.events]
+            feed.reader = None
 
     async def _run(self) -> None:
         delay_s = RETRY_MIN_S
@@ -423,8 +426,8 @@ class EventHub:
 
     def _stop_feed(self, feed: QueueFeed) -> None:
         self.forget(feed)
-        for reader in self._readers.values():
-            reader.remove(feed)
+        if feed.reader is not None:
+            feed.reader.remove(feed)
 
     async def _start(self, feed: QueueFeed) -> None:
         """The feed's cursor (the last event written so far, read on the request path, one
@@ -466,6 +469,8 @@ class EventHub:
         finally:
             feed.subscribers.discard(subscriber)
             self._count -= 1
+            if not feed.subscribers and feed.reader is not None and feed.reader.failing:
+                self._stop_feed(feed)  # its reader cannot read: no retrying for nobody
 
     async def stop(self) -> None:
         """End every feed; subscribers see it at once (their streams end)."""
