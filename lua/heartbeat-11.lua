@@ -6,7 +6,8 @@
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     JSON array of [id, lease_id, lease_ms, progress] entries (at most 1000: the API's
 --             batch limit); lease_ms 0 = the lease's own length; progress: JSON text to store on
---             the job (and emit as a progress event), "" = none
+--             the job (and emit as a progress event: up to MAX_EVENT_PROGRESS_BYTES, else the
+--             event says "progress_truncated":true instead), "" = none
 -- ARGV[3]     the calling token's id, "" or absent for none (tokens off, or an admin): a lease
 --             of a worker whose name belongs to another token is not renewed (include/common.lua
 --             claim_worker); the name of each worker renewed for is claimed or kept for its
@@ -21,6 +22,7 @@ local owner = ARGV[3] or ''
 local now = now_ms()
 local now_text = text(now)
 local deadlines = {} -- ZADD arguments: score, id, ...
+local MAX_EVENT_PROGRESS_BYTES = @MAX_EVENT_PROGRESS_BYTES@
 local earliest = nil -- the soonest new expiry: when the sweep may have work
 
 -- Whether the caller may renew a lease of `worker` for lease_ms; the name's claim is made to
@@ -50,7 +52,10 @@ local function renew(id, lease_id, lease_ms, progress)
   redis.call('PEXPIRE', lock_key(id), text(lease_ms))
   if progress and progress ~= '' then
     redis.call('HSET', key, 'lease_expires_at', expires_text, 'updated_at', now_text, 'progress', progress)
-    emit('progress', id, '"worker":"' .. job[2] .. '","progress":' .. progress)
+    -- Events stay small (every follower buffers them): a big progress stays on the job only.
+    local reported = '"progress_truncated":true'
+    if #progress <= MAX_EVENT_PROGRESS_BYTES then reported = '"progress":' .. progress end
+    emit('progress', id, '"worker":"' .. job[2] .. '",' .. reported)
   else
     redis.call('HSET', key, 'lease_expires_at', expires_text, 'updated_at', now_text)
   end

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -22,6 +23,7 @@ from litestar.plugins.opentelemetry import OpenTelemetryConfig, OpenTelemetryPlu
 from litestar.response import Redirect
 from litestar.types import ASGIApp, Receive, Scope, Send
 from opentelemetry.metrics import NoOpMeterProvider
+from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 RETRY_AFTER_S = 1
+SWEEP_CONNECTIONS = 2  # the sweep's own pool: it runs one call at a time, plus a spare
 # Redis answers these while it cannot serve writes for now: not the client's fault, retry later.
 _UNAVAILABLE_REPLIES = ("OOM", "READONLY", "MASTERDOWN", "LOADING", "BUSY", "NOREPLICAS")
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "invalid_request"}
@@ -230,6 +233,24 @@ def answer_options(app: ASGIApp) -> ASGIApp:
     return middleware
 
 
+def job_queues(
+    client: Redis | RedisCluster, settings: Settings, telemetry: Telemetry, calls: int
+) -> JobQueues:
+    return JobQueues(
+        client,
+        completed_retention_s=settings.completed_retention_s,
+        failed_retention_s=settings.failed_retention_s,
+        completed_max=settings.completed_max,
+        failed_max=settings.failed_max,
+        events_maxlen=settings.events_maxlen,
+        sweep_batch=settings.sweep_batch,
+        telemetry=telemetry,
+        max_concurrent_calls=calls,
+        confirm_replicas=settings.wait_replicas,
+        confirm_timeout_ms=settings.wait_timeout_ms,
+    )
+
+
 def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPath:
     telemetry = telemetry or Telemetry.from_env()
     document = openapi.render(openapi.document())
@@ -241,19 +262,10 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         client = await connect(settings)
         await check_server(client)
-        queues = JobQueues(
-            client,
-            completed_retention_s=settings.completed_retention_s,
-            failed_retention_s=settings.failed_retention_s,
-            completed_max=settings.completed_max,
-            failed_max=settings.failed_max,
-            events_maxlen=settings.events_maxlen,
-            sweep_batch=settings.sweep_batch,
-            telemetry=telemetry,
-            max_concurrent_calls=settings.redis_pool_size,
-            confirm_replicas=settings.wait_replicas,
-            confirm_timeout_ms=settings.wait_timeout_ms,
-        )
+        queues = job_queues(client, settings, telemetry, settings.redis_pool_size)
+        # The sweep on connections of its own: no load on the request path can make it skip.
+        sweep_client = await connect(dataclasses.replace(settings, redis_pool_size=SWEEP_CONNECTIONS))
+        sweep_queues = job_queues(sweep_client, settings, telemetry, SWEEP_CONNECTIONS)
         hub = (
             ShardedWakeHub(client, settings.max_waiters)
             if isinstance(client, RedisCluster)
@@ -264,11 +276,14 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
             client,
             max_subscribers=settings.max_waiters,
             buffer_events=settings.events_buffer,
+            buffer_bytes=settings.events_buffer_bytes,
             keepalive_s=settings.events_keepalive_ms / 1000,
+            max_queues=settings.max_followed_queues,
+            readers=settings.event_readers,
         )
         telemetry.subscribers = lambda: events.subscribed
         schedules = Schedules(queues)
-        sweeper = Sweeper(queues, schedules, settings.sweep_interval_ms)
+        sweeper = Sweeper(sweep_queues, Schedules(sweep_queues), settings.sweep_interval_ms)
         deadlines = Deadlines(settings.body_timeout_s)
         app.state.update(
             client=client,
@@ -295,7 +310,9 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
             await sweeper.stop()
             await deadlines.stop()
             await queues.aclose()
+            await sweep_queues.aclose()
             await close(client)
+            await close(sweep_client)
             if replica is not None:
                 await replica.stop()  # after the sweep and the requests: their last counts too
             telemetry.shutdown()

@@ -20,6 +20,9 @@ DEFAULT_COMPLETED_MAX = 10_000  # completed jobs kept per queue, at most
 DEFAULT_EVENTS_MAXLEN = 10_000  # events kept per queue, at least; 0 = no events
 DEFAULT_EVENTS_BUFFER = 10_000  # events a subscriber may fall behind before it is dropped
 DEFAULT_EVENTS_KEEPALIVE_MS = 15_000  # a comment on an idle event stream at least this often
+DEFAULT_EVENTS_BUFFER_BYTES = 1024 * 1024  # bytes of events a subscriber may fall behind
+DEFAULT_MAX_FOLLOWED_QUEUES = 1000  # distinct queues whose events one process follows at once
+DEFAULT_EVENT_READERS = 2  # Redis connections (per Cluster node) reading every followed queue
 DEFAULT_FAILED_MAX = 100_000  # dead-lettered jobs kept per queue, at most
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_WAITERS = 2000
@@ -128,6 +131,9 @@ class Settings:
     events_maxlen: int = DEFAULT_EVENTS_MAXLEN
     events_buffer: int = DEFAULT_EVENTS_BUFFER
     events_keepalive_ms: int = DEFAULT_EVENTS_KEEPALIVE_MS
+    events_buffer_bytes: int = DEFAULT_EVENTS_BUFFER_BYTES
+    max_followed_queues: int = DEFAULT_MAX_FOLLOWED_QUEUES
+    event_readers: int = DEFAULT_EVENT_READERS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_waiters: int = DEFAULT_MAX_WAITERS  # long-poll requests waiting at once, per process
     redis_pool_size: int = DEFAULT_REDIS_POOL_SIZE
@@ -180,6 +186,9 @@ class Settings:
             events_maxlen=integer("EMQ_EVENTS_MAXLEN", DEFAULT_EVENTS_MAXLEN, 0, 10_000_000),
             events_buffer=integer("EMQ_EVENTS_BUFFER", DEFAULT_EVENTS_BUFFER, 10),
             events_keepalive_ms=integer("EMQ_EVENTS_KEEPALIVE_MS", DEFAULT_EVENTS_KEEPALIVE_MS, 100, 15_000),
+            events_buffer_bytes=integer("EMQ_EVENTS_BUFFER_BYTES", DEFAULT_EVENTS_BUFFER_BYTES, 64 * 1024),
+            max_followed_queues=integer("EMQ_MAX_FOLLOWED_QUEUES", DEFAULT_MAX_FOLLOWED_QUEUES, 1),
+            event_readers=integer("EMQ_EVENT_READERS", DEFAULT_EVENT_READERS, 1, 64),
             max_body_bytes=integer("EMQ_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1024),
             max_waiters=integer("EMQ_MAX_WAITERS", DEFAULT_MAX_WAITERS, 1),
             redis_pool_size=integer("EMQ_REDIS_POOL_SIZE", DEFAULT_REDIS_POOL_SIZE, 2),

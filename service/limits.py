@@ -22,6 +22,9 @@ MAX_SESSION_INFO_BYTES = 4096  # a session's info, as JSON text
 MAX_BATCH = 1000  # jobs per enqueue-many, acks per ack-many, leases per heartbeat-many
 MAX_ERROR_BYTES = 8 * 1024
 MAX_PROGRESS_BYTES = 64 * 1024  # a heartbeat's progress, as JSON text
+# A progress event carries the progress only up to this size (JSON text); a larger one is sent as
+# "progress_truncated": true (the job view has it whole), so events stay small.
+MAX_EVENT_PROGRESS_BYTES = 1024
 MAX_CANCEL_REASON_BYTES = 1024
 MAX_OUTCOME_WAIT_MS = 60_000  # GET .../jobs/{id}?wait_ms
 DEFAULT_HISTORY_MINUTES = 60

@@ -236,4 +236,3 @@ class Schedules:
             if len(flat) < 3 * FIRE_BATCH:
                 break
         return SweepReport(runs_fired=fired, runs_skipped=skipped)
-

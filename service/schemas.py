@@ -749,14 +749,18 @@ EventType = Literal[
 
 class StreamEvent(Struct, omit_defaults=True):
     """One event of GET .../events (its SSE data line): what happened to a job or the queue. No
-    event carries a payload, a result or a lease id."""
+    event carries a payload, a result or a lease id, and each is small: a progress event carries
+    the progress only up to 1 KiB of JSON (else progress_truncated), a retrying or failed one
+    the error text (at most 8 KiB), the rest a few fields. So a queue's stream of
+    EMQ_EVENTS_MAXLEN events is bounded in bytes by that count times about 9 KiB."""
 
     type: Annotated[
         EventType,
         Meta(
             description="enqueued {state} (redriven: true for a redrive); leased {worker, attempt, fence, "
-            "lease_expires_at}; progress {worker, progress}; completed {worker, attempt}; retrying "
-            "{attempt, state, error}; failed {attempt, reason: fail|lease_expired|stalled, error} "
+            "lease_expires_at}; progress {worker, progress or progress_truncated}; completed "
+            "{worker, attempt}; retrying {attempt, state, error}; failed "
+            "{attempt, reason: fail|lease_expired|stalled, error} "
             "(dead-lettered); released {worker}; reclaimed {worker, attempt}; cancel_requested; "
             "cancelled; promoted (a delayed job made waiting now); deleted; paused and resumed (no id); "
             "resync {after, oldest}: events after `after` are no longer kept"
@@ -770,7 +774,17 @@ class StreamEvent(Struct, omit_defaults=True):
     attempt: Annotated[int | UnsetType, Meta(description="the attempt concerned")] = UNSET
     fence: Annotated[int | UnsetType, Meta(description="leased: the lease's fence")] = UNSET
     lease_expires_at: Annotated[int | UnsetType, Meta(description="leased: the lease's end")] = UNSET
-    progress: Annotated[Raw | UnsetType, Meta(description="progress: what the heartbeat reported")] = UNSET
+    progress: Annotated[
+        Raw | UnsetType,
+        Meta(
+            description="progress: what the heartbeat reported, when its JSON text is at most "
+            f"{limits.MAX_EVENT_PROGRESS_BYTES} bytes (else progress_truncated; the job view has it)"
+        ),
+    ] = UNSET
+    progress_truncated: Annotated[
+        bool | UnsetType,
+        Meta(description="progress: true when the progress was too large to send (read the job)"),
+    ] = UNSET
     error: Annotated[str | UnsetType | None, Meta(description="retrying, failed: the error text")] = UNSET
     reason: Annotated[
         Literal["fail", "lease_expired", "stalled"] | UnsetType, Meta(description="failed: why")

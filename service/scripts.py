@@ -73,6 +73,7 @@ PLACEHOLDERS: Mapping[str, str] = {
     "MAX_EXPONENTIAL_BACKOFF_MS": str(limits.MAX_EXPONENTIAL_BACKOFF_MS),
     "DEFAULT_MAX_ATTEMPTS": str(limits.DEFAULT_MAX_ATTEMPTS),
     "DEFAULT_BACKOFF_MS": str(limits.DEFAULT_BACKOFF_MS),
+    "MAX_EVENT_PROGRESS_BYTES": str(limits.MAX_EVENT_PROGRESS_BYTES),
     "PUBLISH": "PUBLISH",  # a Cluster's Scripts use SPUBLISH instead
     **retention_placeholders(),  # the defaults; Scripts takes the service's settings
 }

@@ -62,7 +62,7 @@ async def changed_queues(hub: EventHub, names: list[str], keepalive_s: float) ->
                 name for name, subscriber in zip(names, subscribers, strict=True) if _pending(subscriber)
             ]
             for subscriber in subscribers:
-                subscriber.buffer.clear()
+                subscriber.clear()
                 subscriber.resync = None
             if not changed:
                 yield KEEPALIVE_FRAME

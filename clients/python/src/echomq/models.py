@@ -399,6 +399,7 @@ class Event(_Model):
     fence: Optional[int] = None
     lease_expires_at: Optional[int] = None
     progress: Any = None
+    progress_truncated: Optional[bool] = None  # progress too large for an event: read the job
     error: Optional[str] = None
     reason: Optional[str] = None
     redriven: Optional[bool] = None
