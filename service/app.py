@@ -253,6 +253,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
             max_concurrent_calls=settings.redis_pool_size,
             confirm_replicas=settings.wait_replicas,
             confirm_timeout_ms=settings.wait_timeout_ms,
+            max_queues=settings.max_queues,
         )
         hub = (
             ShardedWakeHub(client, settings.max_waiters)
@@ -327,7 +328,9 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
     async def metrics_text(request: Request[Any, Any, State]) -> Response[str]:
         grant = grant_of(request)
         covers = None if grant is None or grant.patterns is None else grant.covers
-        text = await metrics.scrape(request.app.state.queues, telemetry, replica, covers)
+        text = await metrics.scrape(
+            request.app.state.queues, telemetry, replica, covers, settings.metrics_max_queues
+        )
         return Response(text, media_type=exposition.CONTENT_TYPE)
 
     @get("/openapi.json", include_in_schema=False)

@@ -18,6 +18,8 @@ class ScriptCode(IntEnum):
     SCHEDULE_NOT_FOUND = -5
     SCHEDULE_MOVED = -6  # put-schedule-11.lua: the schedule changed since it was read (not an error)
     NOT_DELAYED = -7
+    NEW_QUEUE = -8  # enqueue-11.lua: the queue has no keys yet, so it is admitted first (not an error)
+    TOO_MANY_QUEUES = -9  # admit-queue-1.lua: the registry holds EMQ_MAX_QUEUES queues already
 
 
 class QueueError(Exception):
@@ -52,6 +54,10 @@ class NotDelayed(QueueError):
     pass
 
 
+class TooManyQueues(QueueError):
+    pass
+
+
 class BackendUnavailable(QueueError):
     pass
 
@@ -67,6 +73,7 @@ _EXCEPTION_OF_CODE: dict[ScriptCode, type[QueueError]] = {
     ScriptCode.NO_SESSION: NoSession,
     ScriptCode.SCHEDULE_NOT_FOUND: ScheduleNotFound,
     ScriptCode.NOT_DELAYED: NotDelayed,
+    ScriptCode.TOO_MANY_QUEUES: TooManyQueues,
 }
 
 _DETAIL_OF_CODE: dict[ScriptCode, str] = {
@@ -76,6 +83,8 @@ _DETAIL_OF_CODE: dict[ScriptCode, str] = {
     ScriptCode.NO_SESSION: "the worker has no live session in this queue",
     ScriptCode.SCHEDULE_NOT_FOUND: "no such schedule in this queue",
     ScriptCode.NOT_DELAYED: "the job is not delayed (only a delayed job can be promoted)",
+    ScriptCode.TOO_MANY_QUEUES: "the service holds EMQ_MAX_QUEUES queues already; delete one to make "
+    "room for a new queue",
 }
 
 
@@ -105,6 +114,7 @@ PROBLEMS: dict[type[QueueError], tuple[int, str, str]] = {
     NoSession: (409, "no_session", "No session"),
     ScheduleNotFound: (404, "schedule_not_found", "Schedule not found"),
     NotDelayed: (409, "not_delayed", "Job is not delayed"),
+    TooManyQueues: (409, "too_many_queues", "Too many queues"),
     BodyTimeout: (408, "request_timeout", "Request body too slow"),
     BackendUnavailable: (503, "backend_unavailable", "Backend unavailable"),
 }
