@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Callable
 
 from echomq_http.config import DEFAULT_METRICS_MAX_QUEUES
-from echomq_http.exposition import render
+from echomq_http.exposition import render_in_steps
 from echomq_http.queue import JobQueues
 from echomq_http.replica_totals import ReplicaTotals
 from echomq_http.telemetry import QUEUES, QUEUES_LISTED, Telemetry, queue_gauges
@@ -45,4 +45,4 @@ async def scrape(
     totals = only_queues(totals, listed.__contains__)  # the counters of other queues too
     totals.gauges[QUEUES] = {(): len(known)}
     totals.gauges[QUEUES_LISTED] = {(): len(names)}
-    return render(telemetry.families, totals)
+    return await render_in_steps(telemetry.families, totals)
