@@ -10,15 +10,22 @@
 --             trace context, handed to the job's workers; a job with a group waits in its
 --             group's line (include/common.lua, groups)
 -- ARGV[3..]   the jobs' payloads as raw JSON, in the same order
+-- ARGV[#jobs + 3] optional: "new" = a queue with no keys yet is not started here: the script
+--             answers {NEW_QUEUE} and stores nothing, so that the service admits the queue to
+--             its registry first (EMQ_MAX_QUEUES, lua/admit-queue-1.lua) and calls again
+--             without it; absent, the jobs are stored either way
 --             Emits enqueued per job stored; counts them in the history.
 -- Returns     {first, then 3 entries per job: id, state ("waiting"|"delayed" or the stored job's
 --             state), created (1 = stored now, 0 = the id existed)}; first = 1 when the queue
---             had no keys before (its first job since it was created or deleted)
+--             had no keys before (its first job since it was created or deleted);
+--             or {NEW_QUEUE (-9)}: the queue had no keys and ARGV[#jobs + 3] is "new"
 -- @include common
 -- @include store
 local jobs = cjson.decode(ARGV[2])
 local now = now_ms()
-local reply = {redis.call('EXISTS', META, WAIT, PRIO, DELAYED, ACTIVE, COMPLETED, FAILED, CANCELLED) == 0 and 1 or 0}
+local first = redis.call('EXISTS', META, WAIT, PRIO, DELAYED, ACTIVE, COMPLETED, FAILED, CANCELLED) == 0
+if first and ARGV[#jobs + 3] == 'new' then return {NEW_QUEUE} end
+local reply = {first and 1 or 0}
 local leasable, created_count = 0, 0
 local unprioritised = {} -- priority 0: pushed onto WAIT in one LPUSH, in order, at the end
 for i, job in ipairs(jobs) do

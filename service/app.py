@@ -248,6 +248,7 @@ def job_queues(
         max_concurrent_calls=calls,
         confirm_replicas=settings.wait_replicas,
         confirm_timeout_ms=settings.wait_timeout_ms,
+        max_queues=settings.max_queues,
     )
 
 
@@ -344,7 +345,9 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
     async def metrics_text(request: Request[Any, Any, State]) -> Response[str]:
         grant = grant_of(request)
         covers = None if grant is None or grant.patterns is None else grant.covers
-        text = await metrics.scrape(request.app.state.queues, telemetry, replica, covers)
+        text = await metrics.scrape(
+            request.app.state.queues, telemetry, replica, covers, settings.metrics_max_queues
+        )
         return Response(text, media_type=exposition.CONTENT_TYPE)
 
     @get("/openapi.json", include_in_schema=False)

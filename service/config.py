@@ -35,6 +35,11 @@ DEFAULT_KEEPALIVE_TIMEOUT_S = 60  # longer than clients keep idle connections, s
 DEFAULT_MAX_HEADER_BYTES = 16 * 1024  # a request line and headers, as received
 DEFAULT_MAX_HEADERS = 100
 DEFAULT_WAIT_TIMEOUT_MS = 1000
+# Queues the service holds at most: every listing reads each queue's counts, so a producer that
+# names queues at will must not make every page of the dashboard and every scrape pay without end.
+DEFAULT_MAX_QUEUES = 10_000
+# Queues /metrics gives series of their own, the first by name: some 35 lines (~1.3 KB) each.
+DEFAULT_METRICS_MAX_QUEUES = 200
 # Not a setting: the launcher names a directory of its own to its worker processes with it.
 METRICS_DIR_VARIABLE = "EMQ_METRICS_DIR"
 CGROUP_MOUNT = "sys/fs/cgroup"  # below the root: /sys/fs/cgroup
@@ -151,6 +156,8 @@ class Settings:
     access_log: bool = False  # uvicorn's line per request (EMQ_ACCESS_LOG=1)
     wait_replicas: int = 0  # durable mode: each write confirmed by this many replicas (WAIT)
     wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
+    max_queues: int = DEFAULT_MAX_QUEUES  # queues the registry holds at most; a new one beyond: 409
+    metrics_max_queues: int = DEFAULT_METRICS_MAX_QUEUES  # per-queue series of /metrics
     metrics_dir: Path | None = None  # where the processes of a replica share their metrics' totals
 
     @classmethod
@@ -202,6 +209,8 @@ class Settings:
             access_log=env.get("EMQ_ACCESS_LOG", "").strip().lower() in ("1", "true", "yes"),
             wait_replicas=integer("EMQ_WAIT_REPLICAS", 0, 0),
             wait_timeout_ms=integer("EMQ_WAIT_TIMEOUT_MS", DEFAULT_WAIT_TIMEOUT_MS, 1),
+            max_queues=integer("EMQ_MAX_QUEUES", DEFAULT_MAX_QUEUES, 1),
+            metrics_max_queues=integer("EMQ_METRICS_MAX_QUEUES", DEFAULT_METRICS_MAX_QUEUES, 0),
             metrics_dir=Path(env[METRICS_DIR_VARIABLE]) if env.get(METRICS_DIR_VARIABLE) else None,
         )
 

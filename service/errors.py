@@ -19,6 +19,8 @@ class ScriptCode(IntEnum):
     SCHEDULE_MOVED = -6  # put-schedule-11.lua: the schedule changed since it was read (not an error)
     NOT_DELAYED = -7
     WORKER_OWNED = -8  # the worker name belongs to another token (README, Security, "Worker names")
+    NEW_QUEUE = -9  # enqueue-11.lua: the queue has no keys yet, so it is admitted first (not an error)
+    TOO_MANY_QUEUES = -10  # admit-queue-1.lua: the registry holds EMQ_MAX_QUEUES queues already
 
 
 class QueueError(Exception):
@@ -57,6 +59,10 @@ class WorkerOwned(QueueError):
     pass
 
 
+class TooManyQueues(QueueError):
+    pass
+
+
 class BackendUnavailable(QueueError):
     pass
 
@@ -73,6 +79,7 @@ _EXCEPTION_OF_CODE: dict[ScriptCode, type[QueueError]] = {
     ScriptCode.SCHEDULE_NOT_FOUND: ScheduleNotFound,
     ScriptCode.NOT_DELAYED: NotDelayed,
     ScriptCode.WORKER_OWNED: WorkerOwned,
+    ScriptCode.TOO_MANY_QUEUES: TooManyQueues,
 }
 
 _DETAIL_OF_CODE: dict[ScriptCode, str] = {
@@ -83,6 +90,8 @@ _DETAIL_OF_CODE: dict[ScriptCode, str] = {
     ScriptCode.SCHEDULE_NOT_FOUND: "no such schedule in this queue",
     ScriptCode.NOT_DELAYED: "the job is not delayed (only a delayed job can be promoted)",
     ScriptCode.WORKER_OWNED: "this worker name belongs to another token while its leases or session last",
+    ScriptCode.TOO_MANY_QUEUES: "the service holds EMQ_MAX_QUEUES queues already; delete one to make "
+    "room for a new queue",
 }
 
 
@@ -113,6 +122,7 @@ PROBLEMS: dict[type[QueueError], tuple[int, str, str]] = {
     ScheduleNotFound: (404, "schedule_not_found", "Schedule not found"),
     NotDelayed: (409, "not_delayed", "Job is not delayed"),
     WorkerOwned: (403, "forbidden", "Forbidden"),
+    TooManyQueues: (409, "too_many_queues", "Too many queues"),
     BodyTimeout: (408, "request_timeout", "Request body too slow"),
     BackendUnavailable: (503, "backend_unavailable", "Backend unavailable"),
 }

@@ -473,6 +473,12 @@ PROBLEMS: dict[str, Example] = {
         "Job is not delayed",
         f"the job is not delayed (only a delayed job can be promoted): {JOB_ID}",
     ),
+    "too_many_queues": problem(
+        409,
+        "too_many_queues",
+        "Too many queues",
+        "the service holds EMQ_MAX_QUEUES queues already; delete one to make room for a new queue: orders-eu",
+    ),
     "payload_too_large": problem(413, "payload_too_large", "Payload too large", "Request Entity Too Large"),
     "too_many_requests": problem(
         429, "too_many_requests", "Too many waiting requests", "2000 long-poll requests are waiting already"

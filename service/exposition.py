@@ -1,16 +1,19 @@
-"""Totals in the Prometheus text format (0.0.4): what /metrics answers."""
+"""Totals in the Prometheus text format (0.0.4): what /metrics answers, rendered in steps of a
+bounded number of series so that a big scrape never holds the event loop for long."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 from echomq_http.totals import Labels, Totals
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+SERIES_PER_STEP = 200  # series rendered between two yields to the event loop (a few ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,34 +44,49 @@ def _number(value: float) -> str:
 
 def render(families: Iterable[Family], totals: Totals) -> str:
     """Every family that has a series, in the order given; its series sorted by label."""
-    lines: list[str] = []
+    return "".join(_pieces(families, totals))
+
+
+async def render_in_steps(families: Iterable[Family], totals: Totals) -> str:
+    """What render answers, yielding to the event loop every SERIES_PER_STEP series."""
+    pieces = []
+    for count, piece in enumerate(_pieces(families, totals), 1):
+        pieces.append(piece)
+        if count % SERIES_PER_STEP == 0:
+            await asyncio.sleep(0)
+    return "".join(pieces)
+
+
+def _pieces(families: Iterable[Family], totals: Totals) -> Iterator[str]:
+    """The text a family's header, then each of its series, adds (lines ending in a newline)."""
     for family in families:
         if family.kind == "histogram":
-            lines += _histogram(family, totals)
+            yield from _histogram(family, totals)
             continue
         series = (totals.counters if family.kind == "counter" else totals.gauges).get(family.name)
         if not series:
             continue
         name = f"{family.name}_total" if family.kind == "counter" else family.name
-        lines += [f"# HELP {name} {family.description}", f"# TYPE {name} {family.kind}"]
-        lines += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in sorted(series.items())]
-    return "\n".join(lines) + "\n"
+        yield f"# HELP {name} {family.description}\n# TYPE {name} {family.kind}\n"
+        for labels, value in sorted(series.items()):
+            yield f"{name}{_labels(labels)} {_number(value)}\n"
 
 
-def _histogram(family: Family, totals: Totals) -> list[str]:
+def _histogram(family: Family, totals: Totals) -> Iterator[str]:
     series = totals.histograms.get(family.name)
     if not series:
-        return []
+        return
     name = family.name
-    lines = [f"# HELP {name} {family.description}", f"# TYPE {name} histogram"]
+    yield f"# HELP {name} {family.description}\n# TYPE {name} histogram\n"
+    les = ['le="' + _number(float(bound)) + '"' for bound in (*family.bounds, math.inf)]
     for labels, counts in sorted(series.items()):
         if len(counts.buckets) != len(family.bounds) + 1:
             continue  # not these buckets: only a snapshot written by other code could be so
+        lines = []
         cumulative = 0
-        for bound, count in zip((*family.bounds, math.inf), counts.buckets, strict=True):
+        for le, count in zip(les, counts.buckets, strict=True):
             cumulative += count
-            le = 'le="' + _number(float(bound)) + '"'
-            lines.append(f"{name}_bucket{_labels(labels, le)} {cumulative}")
-        lines.append(f"{name}_sum{_labels(labels)} {_number(float(counts.sum))}")
-        lines.append(f"{name}_count{_labels(labels)} {counts.count}")
-    return lines
+            lines.append(f"{name}_bucket{_labels(labels, le)} {cumulative}\n")
+        plain = _labels(labels)
+        lines.append(f"{name}_sum{plain} {_number(float(counts.sum))}\n{name}_count{plain} {counts.count}\n")
+        yield "".join(lines)

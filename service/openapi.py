@@ -117,6 +117,11 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
         "the worker has no live session in the queue: none was started, or it lapsed or ended (no_session)",
     ),
     "not_delayed": (409, "the job is not delayed: it is waiting, active or finished (not_delayed)"),
+    "too_many_queues": (
+        409,
+        "the queue is new and the service holds EMQ_MAX_QUEUES queues already (too_many_queues): "
+        "nothing was stored; delete a queue to make room",
+    ),
     "payload_too_large": (413, "the body is over EMQ_MAX_BODY_BYTES (payload_too_large)"),
     "too_many_requests": (
         429,

@@ -7,13 +7,14 @@ of HTTP. Payloads and results pass through as raw JSON bytes.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import dataclasses
 import itertools
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,6 @@ from msgspec import UNSET, Raw, UnsetType
 from opentelemetry.trace import SpanKind
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from echomq_http import config, cursors, limits
 from echomq_http.chunked_read import chunked, read_hashes
@@ -98,6 +97,7 @@ RELEASE_STEP = 250  # ~12 ms a step on a slow 2-core VM at 100,000 in flight (do
 REDRIVE_STEP = 1000
 DELETE_STEP = 1000
 REQUEST_SCAN_COUNT = 1000  # keys one SCAN call looks at when a deleted queue's requests are found
+NEW_QUEUE_ARG = "new"  # enqueue-11.lua: a queue with no keys yet is refused, to be admitted first
 
 
 def new_job_id() -> str:
@@ -269,12 +269,6 @@ def _outcome(reply: Any) -> dict[str, Any]:
     return {"emq.outcome": "ok"}
 
 
-def _consume(future: asyncio.Future[Any]) -> None:
-    """Retrieve a reply nobody waits for, so that asyncio does not report it as lost."""
-    if not future.cancelled():
-        future.exception()
-
-
 @dataclass(frozen=True, slots=True)
 class Leases:
     """What a lease call leased, and retry_after_ms: when the rate limit that held it back has
@@ -359,6 +353,7 @@ class JobQueues:
         completed_max: int = config.DEFAULT_COMPLETED_MAX,
         failed_max: int = config.DEFAULT_FAILED_MAX,
         events_maxlen: int = config.DEFAULT_EVENTS_MAXLEN,
+        max_queues: int = config.DEFAULT_MAX_QUEUES,
         scripts_dir: Path | None = None,
     ) -> None:
         """scripts_dir: where the Lua scripts are (default: the service's own; bench/lua_cost.py
@@ -381,6 +376,7 @@ class JobQueues:
         )
         self.sweep_batch = sweep_batch
         self.events_maxlen = events_maxlen
+        self.max_queues = max_queues
         self.due_index = DueIndex(client)
 
     async def aclose(self) -> None:
@@ -423,23 +419,26 @@ class JobQueues:
         return await self._call(operation, queue, *args)
 
     async def register(self, queue: str) -> None:
-        """List the queue in the registry (a queue configured before its first job is listed)."""
-        await self._register(queue)
+        """List the queue in the registry (a queue configured before its first job is listed);
+        TooManyQueues when it is not listed and the registry is full (EMQ_MAX_QUEUES)."""
+        await self._admit(queue)
+
+    async def _admit(self, queue: str) -> None:
+        # The registry is global (another cluster slot), so it has a script of its own, which
+        # checks the cap and lists the queue in one step: concurrent new queues cannot overshoot.
+        async with self._gate:
+            admitted = await self.scripts.call("admit-queue", (QUEUE_REGISTRY,), (queue, self.max_queues))
+        raise_for_code(admitted, queue)
 
     async def _register(self, queue: str) -> None:
-        # The registry is global (another cluster slot), so it is kept outside the scripts.
+        """List a queue that has keys again (after a deletion raced with its first job): it was
+        admitted when it was started, so the cap is not checked again."""
         async with self._gate:
             await self.client.sadd(QUEUE_REGISTRY, queue)
 
     async def enqueue(
         self, queue: str, jobs: Sequence[EnqueueRequest], traceparent: str | None = None
     ) -> list[EnqueueResponse]:
-        multiplexer = self.scripts.multiplexer
-        if multiplexer is None or self.confirm_replicas:
-            await self._register(queue)
-            registering = None
-        else:  # sent in the same write as the script call: one round trip, not two
-            registering = multiplexer.submit("SADD", QUEUE_REGISTRY, queue)
         options = [
             ScriptJob(
                 id=job.id or new_job_id(),
@@ -455,23 +454,18 @@ class JobQueues:
             for job in jobs
         ]
         payloads = [bytes(job.payload) for job in jobs]
-        try:
-            first_of_queue, *reply = await self._call("enqueue", queue, _encode(options), *payloads)
-        except BaseException:
-            if registering is not None:  # it failed the same way, or its reply does not matter now
-                registering.add_done_callback(_consume)
-            raise
-        if registering is not None:
-            try:
-                await registering
-            except (RedisConnectionError, RedisTimeoutError):
-                # Lost with the script's own reply (which the multiplexer re-sent): again, alone.
+        encoded = _encode(options)
+        # A queue that has keys is listed: one call. A new one is refused by the script (nothing
+        # stored), admitted within the cap, and then started by a second call.
+        first_of_queue, *reply = await self._call("enqueue", queue, encoded, *payloads, NEW_QUEUE_ARG)
+        if first_of_queue == ScriptCode.NEW_QUEUE:
+            await self._admit(queue)
+            first_of_queue, *reply = await self._call("enqueue", queue, encoded, *payloads)
+            if first_of_queue:
+                # Listed again now, after the script, so that a deletion of the queue that ran
+                # since its admission cannot leave it out of the registry (delete_queue checks
+                # the queue is still empty after removing its entry).
                 await self._register(queue)
-        if first_of_queue:
-            # The queue's first keys: registered again now, after the script, so that a deletion
-            # of the queue that ran just before cannot leave it out of the registry
-            # (delete_queue checks the queue is still empty after removing its entry).
-            await self._register(queue)
         answers = []
         for job, job_options, i in zip(
             jobs, options, range(0, len(reply), _ENQUEUE_REPLY_FIELDS), strict=True
@@ -912,7 +906,7 @@ class JobQueues:
     async def put_settings(self, queue: str, settings: QueueSettings) -> QueueSettings:
         """Replace the queue's settings (lua/settings-11.lua). The queue is registered: a queue
         configured before its first job is listed, as a paused one is."""
-        await self._register(queue)
+        await self._admit(queue)
         rate = settings.rate_limit
         fields = _ScriptSettings(
             max_in_flight=settings.max_in_flight,
@@ -933,7 +927,7 @@ class JobQueues:
             return bool(await self.client.hexists(self.keys(queue).meta, "events_off"))
 
     async def set_paused(self, queue: str, paused: bool) -> bool:
-        await self._register(queue)
+        await self._admit(queue)
         return await self._call("set-paused", queue, "1" if paused else "0") == 1
 
     async def redrive(self, queue: str, ids: Sequence[str] | None) -> list[str]:
@@ -981,9 +975,27 @@ class JobQueues:
         return QueueView(name=queue, paused=paused == 1, counts=Counts(*counts))
 
     async def queue_names(self) -> list[str]:
+        """Every registered queue, by name: at most EMQ_MAX_QUEUES (one SMEMBERS)."""
         async with self._gate:
             names = await self.client.smembers(QUEUE_REGISTRY)
         return sorted(name.decode() for name in names)
+
+    async def queue_page(
+        self, after: str | None, limit: int, prefix: str = "", covers: Callable[[str], bool] | None = None
+    ) -> tuple[list[str], str | None]:
+        """A page of the registered queues by name: up to `limit` names after `after` (None: from
+        the first) that start with `prefix` and that `covers` lets through (None: all), and the
+        next page's cursor (the page's last name; None on the last page). The registry is a SET
+        of at most EMQ_MAX_QUEUES names, read whole and sorted here: a few ms at the cap, and
+        what is costly (each queue's counts) is then read for one page only."""
+        names = [
+            name
+            for name in await self.queue_names()
+            if name.startswith(prefix) and (covers is None or covers(name))
+        ]
+        start = bisect.bisect_right(names, after) if after is not None else 0
+        page = names[start : start + limit]
+        return page, page[-1] if start + limit < len(names) else None
 
     async def ledger(self, queue: str, worker: str | None, offset: int, limit: int) -> list[LedgerEntry]:
         reply = await self._call("ledger", queue, offset, limit, worker or "")

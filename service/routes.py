@@ -217,6 +217,12 @@ def path_job_id(request: Request[Any, Any, State]) -> str:
     return path_name(request, "id", "job id")
 
 
+def query_name(request: Request[Any, Any, State], name: str) -> str | None:
+    """A query parameter that holds a name (or a name's start), checked as one; None: absent."""
+    raw = request.query_params.get(name)
+    return None if raw is None else checked_name(raw, f"query parameter {name}")
+
+
 def query_flag(request: Request[Any, Any, State], name: str) -> bool:
     raw = request.query_params.get(name)
     if raw is None or raw == "false":
@@ -312,6 +318,8 @@ def _opt(
     }
 
 
+# What a call that can start a queue answers when the service holds EMQ_MAX_QUEUES already.
+NEW_QUEUE_ERRORS = ("too_many_queues",)
 JOBS, WORKING, INSPECT, OPERATE = "Jobs", "Working", "Inspect", "Operate"  # echomq_http.openapi.TAGS
 SCHEDULES = "Schedules"
 Q = "/v1/queues/{queue:str}"
@@ -338,6 +346,7 @@ SCHEDULE = Q + "/schedules/{schedule:str}"
             201: (EnqueueResponse, "Stored now"),
             200: (EnqueueResponse, "A job with this id was already kept: nothing changed"),
         },
+        NEW_QUEUE_ERRORS,
     ),
 )
 async def enqueue(request: Request[Any, Any, State]) -> Response[bytes]:
@@ -356,7 +365,7 @@ async def enqueue(request: Request[Any, Any, State]) -> Response[bytes]:
     "fields, the same idempotency by id). The answer has one entry per job, in the order sent, and "
     "the status is 200 whether or not any job was stored now. A body with any invalid job is "
     "refused whole (400): nothing is stored.",
-    opt=_opt(Action.ENQUEUE, JOBS, EnqueueManyRequest, {200: EnqueueManyResponse}),
+    opt=_opt(Action.ENQUEUE, JOBS, EnqueueManyRequest, {200: EnqueueManyResponse}, NEW_QUEUE_ERRORS),
 )
 async def enqueue_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -886,20 +895,34 @@ async def delete_job(request: Request[Any, Any, State]) -> None:
     await queues_of(request).delete(queue, id)
 
 
+QUEUES_QUERY = (
+    ("limit", "integer", f"at most this many queues (default {limits.DEFAULT_PAGE})", limits.MAX_PAGE),
+    ("cursor", "string", "the next_cursor of the previous page; none for the first page", None),
+    ("prefix", "string", "only the queues whose name starts with this", None),
+)
+
+
 @get(
     "/v1/queues",
     operation_id="listQueues",
-    summary="List queues with their counts",
-    description="Lists the known queues (from a queue's first enqueue, pause or resume until it is "
-    "deleted) by name, each with its pause state and counts. A token limited to queue patterns "
-    "sees only the queues it covers.",
-    opt=_opt(Action.READ, INSPECT, None, {200: QueueList}),
+    summary="List queues with their counts, page by page",
+    description="Lists the known queues (from a queue's first enqueue, pause, resume, settings or "
+    "schedule until it is deleted) by name, each with its pause state and counts, a page at a "
+    f"time: limit of them (default {limits.DEFAULT_PAGE}, at most {limits.MAX_PAGE}); pass the "
+    "answer's next_cursor as cursor for the next page, until it is null. Following the cursors "
+    "lists every queue that stays known once. A token limited to queue patterns sees only the "
+    "queues it covers. The service holds at most EMQ_MAX_QUEUES queues.",
+    opt=_opt(Action.READ, INSPECT, None, {200: QueueList}, (), QUEUES_QUERY),
 )
 async def list_queues(request: Request[Any, Any, State]) -> Response[bytes]:
     queues, grant = queues_of(request), grant_of(request)
-    names = [name for name in await queues.queue_names() if grant is None or grant.covers(name)]
+    limit = query_int(request, "limit", limits.DEFAULT_PAGE, 1, limits.MAX_PAGE)
+    cursor, prefix = query_name(request, "cursor"), query_name(request, "prefix")
+    names, next_cursor = await queues.queue_page(
+        cursor, limit, prefix or "", None if grant is None else grant.covers
+    )
     views = await asyncio.gather(*(queues.queue_view(name) for name in names))
-    return json_response(QueueList(queues=list(views)))
+    return json_response(QueueList(queues=list(views), next_cursor=next_cursor))
 
 
 @get(
@@ -1132,7 +1155,7 @@ async def end_session(request: Request[Any, Any, State]) -> Response[bytes]:
     description="Leases from the queue answer no jobs (long polls keep waiting) until it is "
     "resumed, on every replica. Everything else goes on: enqueue, the heartbeats, acks, fails "
     "and releases of jobs already leased, and the stalled sweep. Idempotent.",
-    opt=_opt(Action.ADMIN, OPERATE, None, {200: PauseResponse}),
+    opt=_opt(Action.ADMIN, OPERATE, None, {200: PauseResponse}, NEW_QUEUE_ERRORS),
 )
 async def pause(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -1144,7 +1167,7 @@ async def pause(request: Request[Any, Any, State]) -> Response[bytes]:
     operation_id="resumeQueue",
     summary="Resume leasing from a queue",
     description="Leasing from the queue goes on, and its waiting long polls are woken. Idempotent.",
-    opt=_opt(Action.ADMIN, OPERATE, None, {200: PauseResponse}),
+    opt=_opt(Action.ADMIN, OPERATE, None, {200: PauseResponse}, NEW_QUEUE_ERRORS),
 )
 async def resume(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -1191,7 +1214,7 @@ async def get_settings(request: Request[Any, Any, State]) -> Response[bytes]:
     "scripts read the settings on every call. A cap raised or removed wakes the queue's long "
     "polls. A queue configured before its first job is listed by GET /v1/queues from then on. "
     "Idempotent: the same body again changes nothing. 400 on a value out of range.",
-    opt=_opt(Action.ADMIN, OPERATE, QueueSettings, {200: QueueSettings}),
+    opt=_opt(Action.ADMIN, OPERATE, QueueSettings, {200: QueueSettings}, NEW_QUEUE_ERRORS),
 )
 async def put_settings(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
@@ -1263,6 +1286,7 @@ def path_schedule(request: Request[Any, Any, State]) -> str:
         SCHEDULES,
         ScheduleRequest,
         {201: (ScheduleView, "Created"), 200: (ScheduleView, "Replaced")},
+        NEW_QUEUE_ERRORS,
     ),
 )
 async def put_schedule(request: Request[Any, Any, State]) -> Response[bytes]:

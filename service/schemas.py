@@ -834,15 +834,18 @@ class QueueView(Struct):
 
 
 class QueueList(Struct):
-    """The queues the token may see."""
+    """A page of the queues the token may see, by name."""
 
     queues: Annotated[
         list[QueueView],
         Meta(
-            description="every queue known (from its first enqueue, pause or resume until it is deleted) "
-            "that the token covers, by name"
+            description="the page's queues, by name: known ones (from a queue's first enqueue, pause, "
+            "resume, settings or schedule until it is deleted) that the token covers"
         ),
     ]
+    next_cursor: Annotated[
+        str | None, Meta(description="pass it as cursor for the next page; null on the last page")
+    ] = None
 
 
 class LedgerEntry(Struct):
@@ -1218,8 +1221,8 @@ class Problem(Struct):
         str,
         Meta(
             description="what went wrong, for programs: invalid_request, unauthorized, forbidden, not_found, "
-            "job_not_found, method_not_allowed, request_timeout, lease_lost, job_active, payload_too_large, "
-            "too_many_requests, headers_too_large, internal_error, backend_unavailable"
+            "job_not_found, method_not_allowed, request_timeout, lease_lost, job_active, too_many_queues, "
+            "payload_too_large, too_many_requests, headers_too_large, internal_error, backend_unavailable"
         ),
     ]
 

@@ -37,6 +37,12 @@ HELD_BUCKETS_S = (0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 43200
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
 WAITERS = "emq_long_poll_waiters"
 SUBSCRIBERS = "emq_event_subscribers"
+QUEUES = "emq_queues"  # /metrics only: read from the registry at each scrape
+QUEUES_LISTED = "emq_queues_listed"
+QUEUES_HELP = "Queues known (those the token covers)."
+QUEUES_LISTED_HELP = (
+    "Queues with series of their own in this scrape: the first EMQ_METRICS_MAX_QUEUES known, by name."
+)
 # The gauges read from Redis, the same whichever process reads them: name -> help.
 QUEUE_GAUGES = {
     "emq_queue_depth": "Jobs waiting to be leased.",
@@ -171,6 +177,8 @@ class Telemetry:
             *(Family(name, description, "gauge") for name, description in QUEUE_GAUGES.items()),
             Family(WAITERS, waiters_help, "gauge"),
             Family(SUBSCRIBERS, subscribers_help, "gauge"),
+            Family(QUEUES, QUEUES_HELP, "gauge"),
+            Family(QUEUES_LISTED, QUEUES_LISTED_HELP, "gauge"),
             *(Family(h.name, h.description, "histogram", h.bounds) for h in self.histograms),
         )
 

@@ -19,6 +19,7 @@ local SCHEDULE_NOT_FOUND = -5
 local SCHEDULE_MOVED = -6
 local NOT_DELAYED = -7
 local WORKER_OWNED = -8
+local NEW_QUEUE = -9
 
 -- Waiting jobs with priority > 0 sit in PRIO scored (MAX_PRIORITY - priority) * BAND + offset,
 -- so higher priorities come first. Within a band, jobs handed back (release, sweep) get offsets

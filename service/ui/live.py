@@ -16,11 +16,19 @@ from litestar.datastructures import State
 from litestar.response import Stream
 
 from echomq_http.events import KEEPALIVE_FRAME, SSE_RETRY_MS, EventHub, Subscriber
-from echomq_http.routes import events_of, path_queue, queues_of, sse_response, sse_stream
+from echomq_http.routes import (
+    events_of,
+    path_queue,
+    query_int,
+    query_name,
+    queues_of,
+    sse_response,
+    sse_stream,
+)
 from echomq_http.ui.access import reader_of, viewer_of
-from echomq_http.ui.pages import QUEUE_PAGE, UI
+from echomq_http.ui.pages import MAX_OVERVIEW_PAGE, OVERVIEW_PAGE, QUEUE_PAGE, UI
 
-MAX_OVERVIEW_QUEUES = 50  # the overview follows at most this many queues live
+MAX_OVERVIEW_QUEUES = 50  # the overview follows at most this many queues of its page live
 MERGE_S = 0.5  # changes within this long make one notice: a busy queue costs the page little
 STREAM_S = 60.0  # the overview stream ends after this long: the page reconnects and sees new queues
 
@@ -74,7 +82,9 @@ async def changed_queues(hub: EventHub, names: list[str], keepalive_s: float) ->
 @get(UI + "/events", include_in_schema=False)
 async def overview_events(request: Request[Any, Any, State]) -> Stream:
     viewer = viewer_of(request)
-    names = [name for name in await queues_of(request).queue_names() if viewer.sees(name)]
+    limit = query_int(request, "limit", OVERVIEW_PAGE, 1, MAX_OVERVIEW_PAGE)
+    cursor, prefix = query_name(request, "cursor"), query_name(request, "prefix")
+    names, _ = await queues_of(request).queue_page(cursor, limit, prefix or "", viewer.sees)
     hub = events_of(request)
     return await sse_stream(changed_queues(hub, names[:MAX_OVERVIEW_QUEUES], hub.keepalive_s))
 

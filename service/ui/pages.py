@@ -15,7 +15,15 @@ from echomq_http import limits
 from echomq_http.auth import Action
 from echomq_http.errors import InvalidRequest, JobNotFound
 from echomq_http.queue import SEARCH_STATES, JobQueues
-from echomq_http.routes import JOB_STATES, checked_name, path_queue, query_int, queues_of, schedules_of
+from echomq_http.routes import (
+    JOB_STATES,
+    checked_name,
+    path_queue,
+    query_int,
+    query_name,
+    queues_of,
+    schedules_of,
+)
 from echomq_http.schemas import JobView, is_name
 from echomq_http.ui.access import Viewer, reader_of, viewer_of
 from echomq_http.ui.overview import summaries
@@ -28,6 +36,10 @@ LIST_TABS = tuple(state for state in JOB_STATES if state != "active")  # cursor-
 TABS = (*JOB_STATES, "workers", "schedules", "settings")
 LIVE_TABS = frozenset({*JOB_STATES, "workers"})  # the tabs the feed refreshes
 DEFAULT_PAGE = 50
+# Queues per page of the overview: each costs a few reads (echomq_http.ui.overview), so a page
+# answers in a bounded time however many queues there are (live.py follows up to 50 of them).
+OVERVIEW_PAGE = 50
+MAX_OVERVIEW_PAGE = 200
 SEARCH_BUDGET = 1000  # entries one step of the search reads (one script call)
 SEARCH_MATCHES = 50  # a step stops early at this many matches
 LEASE_SOON_MS = 5000  # a lease this close to its end shows red
@@ -50,9 +62,27 @@ async def collect(chunks: Any) -> list[JobView]:
 async def overview(request: Request[Any, Any, State]) -> Template:
     viewer = viewer_of(request)
     queues = queues_of(request)
-    names = [name for name in await queues.queue_names() if viewer.sees(name)]
+    limit = query_int(request, "limit", OVERVIEW_PAGE, 1, MAX_OVERVIEW_PAGE)
+    cursor, prefix = query_name(request, "cursor"), query_name(request, "prefix")
+    names, next_cursor = await queues.queue_page(cursor, limit, prefix or "", viewer.sees)
     rows, now_ms = await asyncio.gather(summaries(queues, names), queues.server_time_ms())
-    context = {"title": "Queues", "viewer": viewer, "rows": rows, "now_ms": now_ms, "feed": UI + "/events"}
+    # The feed follows this page's queues: it takes the same cursor, prefix and limit.
+    here = "&".join(
+        f"{name}={quote(value)}"
+        for name, value in (("limit", str(limit)), ("cursor", cursor), ("prefix", prefix))
+        if value is not None
+    )
+    context = {
+        "title": "Queues",
+        "viewer": viewer,
+        "rows": rows,
+        "now_ms": now_ms,
+        "feed": f"{UI}/events?{here}",
+        "limit": limit,
+        "cursor": cursor,
+        "prefix": prefix,
+        "next_cursor": next_cursor,
+    }
     return page(request, "overview.html", context, regions=("queues",))
 
 

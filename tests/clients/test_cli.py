@@ -117,6 +117,8 @@ def test_enqueue_stats_pause_resume(service_url: str, queue: str) -> None:
         "CANCELLED",
     ]
     assert [queue, "no", "2", "1", "0", "0", "0", "0"] in [line.split() for line in table]
+    only = emq_json("stats", "--prefix", queue, url=service_url)
+    assert [view["name"] for view in only["queues"]] == [queue]  # type: ignore[index]
     assert emq("pause", queue, url=service_url).stdout.strip() == f"queue {queue} paused"
     assert emq_json("stats", queue, url=service_url)["paused"] is True
     assert emq_json("resume", queue, url=service_url) == {"name": queue, "paused": False}

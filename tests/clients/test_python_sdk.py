@@ -39,6 +39,7 @@ from echomq import (
     NotDelayed,
     NotFound,
     Promoted,
+    QueuePage,
     RetryPolicy,
     Unauthorized,
 )
@@ -146,6 +147,33 @@ async def test_async_client_covers_the_api(asdk: AsyncClient, queue: str) -> Non
     assert (await asdk.openapi())["openapi"].startswith("3.1")
 
 
+def test_queues_come_page_by_page_and_queues_follows_every_page(sdk: Client, queue: str) -> None:
+    names = [f"{queue}-{n}" for n in range(3)]
+    try:
+        for name in names:
+            sdk.enqueue(name, 1)
+        first = sdk.list_queues(limit=2, prefix=queue)
+        assert isinstance(first, QueuePage) and [view.name for view in first.queues] == names[:2]
+        rest = sdk.list_queues(limit=2, prefix=queue, cursor=first.next_cursor)
+        assert [view.name for view in rest.queues] == names[2:] and rest.next_cursor is None
+        assert [view.name for view in sdk.queues(prefix=queue)] == names
+    finally:
+        for name in names:
+            sdk.delete_queue(name)
+
+
+async def test_the_async_client_follows_every_page_of_queues(asdk: AsyncClient, queue: str) -> None:
+    names = [f"{queue}-{n}" for n in range(3)]
+    try:
+        for name in names:
+            await asdk.enqueue(name, 1)
+        assert [view.name for view in (await asdk.list_queues(limit=1, prefix=queue)).queues] == names[:1]
+        assert [view.name for view in await asdk.queues(prefix=queue)] == names
+    finally:
+        for name in names:
+            await asdk.delete_queue(name)
+
+
 def test_a_delayed_job_shows_when_it_runs_and_is_promoted(sdk: Client, queue: str) -> None:
     sdk.enqueue(queue, 1, id="later", delay_ms=3_600_000)
     job = sdk.get_job(queue, "later")
@@ -220,7 +248,7 @@ METHOD_OF_OPERATION = {
     "readyz": "readyz",
     "metrics": "metrics",
     "openapi": "openapi",
-    "listQueues": "queues",
+    "listQueues": "list_queues",
     "getQueue": "queue",
     "enqueue": "enqueue",
     "enqueueMany": "enqueue_many",
@@ -261,7 +289,8 @@ METHOD_OF_OPERATION = {
 }
 # Methods built on an operation's method: wait loops over get_job's wait_ms; lease_answer is
 # lease answered whole (with retry_after_ms: the Worker's).
-HELPERS = {"wait", "lease_answer"}
+# queues follows list_queues to its last page.
+HELPERS = {"wait", "lease_answer", "queues"}
 
 
 def test_sync_and_async_clients_have_the_same_methods() -> None:

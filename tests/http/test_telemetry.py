@@ -68,7 +68,10 @@ async def test_requests_and_script_calls_are_spans(
         created = await enqueue(http, queue, {"n": 1})  # no traceparent: the request's own trace is kept
         job = await lease_one(http, queue)
     spans = exporter.get_finished_spans()
-    script = next(s for s in spans if s.name == "emq enqueue")
+    # A new queue's first enqueue is refused by the script (nothing stored), admitted to the
+    # registry, then stored by a second call.
+    refused, script = (s for s in spans if s.name == "emq enqueue")
+    assert refused.attributes["emq.outcome"] == "new_queue" and refused.parent == script.parent
     assert script.attributes["emq.queue"] == queue and script.attributes["emq.outcome"] == "ok"
     request = next(s for s in spans if s.context.span_id == script.parent.span_id)
     assert "POST" in request.name

@@ -39,6 +39,7 @@ export type QuietResponse = Schemas["QuietResponse"];
 export type QueueSettings = Schemas["QueueSettings"];
 export type GroupLimitResponse = Schemas["GroupLimitResponse"];
 export type GroupPage = Schemas["GroupPage"];
+export type QueueList = Schemas["QueueList"];
 export type ScheduleRequest = Schemas["ScheduleRequest"];
 export type ScheduleJob = Schemas["ScheduleJob"];
 export type ScheduleView = Schemas["ScheduleView"];
@@ -137,6 +138,7 @@ export const VERSION = "0.1.0";
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 const seg = encodeURIComponent;
+const QUEUES_PER_PAGE = 1000; // the most per page of GET /v1/queues: the fewest calls
 
 export class Client {
   readonly url: string;
@@ -328,9 +330,25 @@ export class Client {
     return (await this.queue(queue)).counts;
   }
 
-  /** Every queue the service knows. */
-  async queues(): Promise<QueueView[]> {
-    return (await this.call("get", "/v1/queues", { path: undefined, idempotent: true })).queues;
+  /**
+   * Every queue the service knows (whose name starts with `prefix`), by name: the pages of
+   * `listQueues` followed to the last (the service holds at most EMQ_MAX_QUEUES).
+   */
+  async queues(options: { prefix?: string } = {}): Promise<QueueView[]> {
+    const found: QueueView[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await this.listQueues({ ...options, limit: QUEUES_PER_PAGE, cursor });
+      found.push(...page.queues);
+      cursor = page.next_cursor ?? undefined;
+    } while (cursor !== undefined);
+    return found;
+  }
+
+  /** A page of the queues by name; pass `next_cursor` as `cursor` for the next (null on the last). */
+  listQueues(options: { limit?: number; cursor?: string; prefix?: string } = {}): Promise<QueueList> {
+    const query = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
+    return this.call("get", "/v1/queues", { path: undefined, query, idempotent: true });
   }
 
   /** Dead-lettered jobs, newest first. */

@@ -92,6 +92,10 @@ export class JobActive extends APIError {
 export class NotDelayed extends APIError {
   override name = "NotDelayed";
 }
+/** 409 too_many_queues: the queue is new and the service holds EMQ_MAX_QUEUES already; nothing stored. */
+export class TooManyQueues extends APIError {
+  override name = "TooManyQueues";
+}
 /** 408 request_timeout: the request body did not arrive in time. */
 export class RequestTimeout extends APIError {
   override name = "RequestTimeout";
@@ -121,6 +125,7 @@ export const ERRORS_BY_CODE: Readonly<Record<string, APIErrorClass>> = {
   lease_lost: LeaseLost,
   job_active: JobActive,
   not_delayed: NotDelayed,
+  too_many_queues: TooManyQueues,
   request_timeout: RequestTimeout,
   payload_too_large: PayloadTooLarge,
   too_many_requests: TooManyRequests,

@@ -181,6 +181,22 @@ test("settings, group caps and the group listing", async () => {
   await assert.rejects(client.putSettings(queue, { max_in_flight: 0 }), InvalidRequest);
 });
 
+test("queues come page by page, and queues() follows every page", async () => {
+  const queue = freshQueue();
+  const names = [0, 1, 2].map((n) => `${queue}-${n}`);
+  try {
+    for (const name of names) await client.enqueue(name, { payload: 1 });
+    const first = await client.listQueues({ limit: 2, prefix: queue });
+    assert.deepEqual(first.queues.map((q) => q.name), names.slice(0, 2));
+    const rest = await client.listQueues({ limit: 2, prefix: queue, cursor: first.next_cursor ?? undefined });
+    assert.deepEqual(rest.queues.map((q) => q.name), names.slice(2));
+    assert.equal(rest.next_cursor, null);
+    assert.deepEqual((await client.queues({ prefix: queue })).map((q) => q.name), names);
+  } finally {
+    for (const name of names) await client.deleteQueue(name);
+  }
+});
+
 test("errors are typed by problem code", async () => {
   const queue = freshQueue();
   const missing = await client.job(queue, "nope").catch((error: unknown) => error);

@@ -170,7 +170,7 @@ _read_acked_many = reader(m.AckedMany)
 _read_failed = reader(m.Failed)
 _read_released = reader(m.Released)
 _read_job = reader(m.Job)
-_read_queues = _field(m._Queues, "queues")
+_read_queue_page = reader(m.QueuePage)
 _read_queue = reader(m.QueueInfo)
 _read_ledger = _field(m._Ledger, "jobs")
 _read_workers = _field(m._Workers, "workers")
@@ -483,8 +483,9 @@ def delete_queue(queue: str, force: bool) -> Op[None]:
     return Op("DELETE", _q(queue), _read_nothing, idempotent=True, params=params)
 
 
-def list_queues() -> Op[list[m.QueueInfo]]:
-    return Op("GET", "/v1/queues", _read_queues, idempotent=True)
+def list_queues(*, limit: Optional[int], cursor: Optional[str], prefix: Optional[str]) -> Op[m.QueuePage]:
+    params = {k: v for k, v in {"limit": limit, "cursor": cursor, "prefix": prefix}.items() if v is not None}
+    return Op("GET", "/v1/queues", _read_queue_page, idempotent=True, params=params or None)
 
 
 def get_queue(queue: str) -> Op[m.QueueInfo]:

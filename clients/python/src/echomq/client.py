@@ -30,6 +30,7 @@ from echomq.errors import EchoMQError
 
 T = TypeVar("T")
 UNSET: Any = msgspec.UNSET
+QUEUES_PER_PAGE = 1000  # the service's most per page of GET /v1/queues: the fewest calls
 
 __all__ = ["AsyncClient", "Client", "RetryPolicy"]
 
@@ -310,8 +311,23 @@ class Client(_Base):
                 error = problem
             time.sleep(feed.pause_s(error))
 
-    def queues(self) -> list[m.QueueInfo]:
-        return self._call(_ops.list_queues())
+    def queues(self, *, prefix: Optional[str] = None) -> list[m.QueueInfo]:
+        """Every queue (whose name starts with ``prefix``), by name: the pages of list_queues
+        followed to the last (the service holds at most EMQ_MAX_QUEUES)."""
+        found: list[m.QueueInfo] = []
+        cursor = None
+        while True:
+            page = self.list_queues(limit=QUEUES_PER_PAGE, cursor=cursor, prefix=prefix)
+            found += page.queues
+            cursor = page.next_cursor
+            if cursor is None:
+                return found
+
+    def list_queues(
+        self, *, limit: Optional[int] = None, cursor: Optional[str] = None, prefix: Optional[str] = None
+    ) -> m.QueuePage:
+        """A page of the queues by name; pass ``next_cursor`` as ``cursor`` for the next."""
+        return self._call(_ops.list_queues(limit=limit, cursor=cursor, prefix=prefix))
 
     def queue(self, queue: str) -> m.QueueInfo:
         return self._call(_ops.get_queue(queue))
@@ -744,8 +760,20 @@ class AsyncClient(_Base):
                 error = problem
             await asyncio.sleep(feed.pause_s(error))
 
-    async def queues(self) -> list[m.QueueInfo]:
-        return await self._call(_ops.list_queues())
+    async def queues(self, *, prefix: Optional[str] = None) -> list[m.QueueInfo]:
+        found: list[m.QueueInfo] = []
+        cursor = None
+        while True:
+            page = await self.list_queues(limit=QUEUES_PER_PAGE, cursor=cursor, prefix=prefix)
+            found += page.queues
+            cursor = page.next_cursor
+            if cursor is None:
+                return found
+
+    async def list_queues(
+        self, *, limit: Optional[int] = None, cursor: Optional[str] = None, prefix: Optional[str] = None
+    ) -> m.QueuePage:
+        return await self._call(_ops.list_queues(limit=limit, cursor=cursor, prefix=prefix))
 
     async def queue(self, queue: str) -> m.QueueInfo:
         return await self._call(_ops.get_queue(queue))

@@ -96,6 +96,11 @@ class NotDelayed(APIError):
     """409 not_delayed: only a delayed job can be promoted; this one is in another state."""
 
 
+class TooManyQueues(APIError):
+    """409 too_many_queues: the queue is new and the service holds its most queues already
+    (EMQ_MAX_QUEUES); nothing was stored."""
+
+
 class RequestTimeout(APIError):
     """408 request_timeout: the request body did not arrive in time."""
 
@@ -124,6 +129,7 @@ ERRORS_BY_CODE: dict[str, type[APIError]] = {
     "job_active": JobActive,
     "no_session": NoSession,
     "not_delayed": NotDelayed,
+    "too_many_queues": TooManyQueues,
     "request_timeout": RequestTimeout,
     "payload_too_large": PayloadTooLarge,
     "too_many_requests": TooManyRequests,

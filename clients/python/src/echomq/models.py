@@ -252,6 +252,13 @@ class QueueInfo(_Model):
     counts: Counts
 
 
+class QueuePage(_Model):
+    """A page of the queues by name; ``next_cursor`` (None on the last page) asks for the next."""
+
+    queues: list[QueueInfo]
+    next_cursor: Optional[str] = None
+
+
 class Paused(_Model):
     name: str
     paused: bool
@@ -432,10 +439,6 @@ class _AckMany(_Model):
 
 class _HeartbeatMany(_Model):
     results: list[HeartbeatOutcome]
-
-
-class _Queues(_Model):
-    queues: list[QueueInfo]
 
 
 class _Ledger(_Model):

@@ -1,7 +1,7 @@
 """`emq`: operate the queues of an EchoMQ HTTP service from a shell, and run commands as workers.
 
     emq enqueue QUEUE '{"to": "ada"}'          # one job; or --file jobs.jsonl (batches of 1000)
-    emq stats [QUEUE]                          # counts of every queue, or of one
+    emq stats [QUEUE] [--prefix P]             # counts of every queue, or of one
     emq ledger QUEUE                           # who holds what, and the lease time left
     emq failed QUEUE                           # the dead letter
     emq retry QUEUE [IDS...]                   # dead-lettered jobs back to waiting (no ids: all,
@@ -160,6 +160,7 @@ def _parser() -> argparse.ArgumentParser:
 
     stats = commands.add_parser("stats", parents=[common], help="counts of every queue, or of one")
     stats.add_argument("queue", nargs="?")
+    stats.add_argument("--prefix", default="", help="only the queues whose name starts with this")
 
     ledger = commands.add_parser(
         "ledger", parents=[common], help="jobs in flight: who holds what, lease time left"

@@ -51,11 +51,13 @@ class Failed(Exception):
 def known_queue(client: Client, queue: str) -> Optional[QueueInfo]:
     """The queue's view if it exists: it holds jobs or is paused, or the service lists it (from
     its first enqueue, settings, pause or schedule until it is deleted). The listing is read
-    only for an empty queue, so a queue with jobs costs one call."""
+    only for an empty queue, so a queue with jobs costs one call: one page of one queue, the
+    first by name of those that start with the queue's name, which is the queue if it is listed."""
     view = client.queue(queue)
     if view.paused or any(getattr(view.counts, state) for state in STATES):
         return view
-    return next((known for known in client.queues() if known.name == queue), None)
+    page = client.list_queues(limit=1, prefix=queue)
+    return next((known for known in page.queues if known.name == queue), None)
 
 
 def no_queue(queue: str) -> Failed:
@@ -187,7 +189,7 @@ def cmd_stats(args: argparse.Namespace, client: Client) -> int:
         views = [require_queue(client, args.queue)]
         answer: Any = views[0].to_dict()
     else:
-        views = client.queues()
+        views = client.queues(prefix=args.prefix or None)
         answer = {"queues": [view.to_dict() for view in views]}
     if args.json:
         print_json(answer)
