@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,8 @@ DEFAULT_MAX_CONNECTIONS = 4096
 DEFAULT_WAIT_TIMEOUT_MS = 1000
 # Not a setting: the launcher names a directory of its own to its worker processes with it.
 METRICS_DIR_VARIABLE = "EMQ_METRICS_DIR"
+# A DNS name or an IPv4 literal, as a Host header names it (IP literals are served anyway).
+_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,62}[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]{0,62}[a-z0-9_])?)*")
 CGROUP_MOUNT = "sys/fs/cgroup"  # below the root: /sys/fs/cgroup
 # Where cgroup v1 mounts the cpu controller (alone, or with cpuacct under either name).
 CGROUP_V1_CPU_MOUNTS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
@@ -138,6 +141,8 @@ class Settings:
     wait_replicas: int = 0  # durable mode: each write confirmed by this many replicas (WAIT)
     wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
     metrics_dir: Path | None = None  # where the processes of a replica share their metrics' totals
+    # Host names served besides loopback names, IP literals and HOST ("*": any); see webguard.
+    allowed_hosts: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
@@ -182,7 +187,24 @@ class Settings:
             wait_replicas=integer("EMQ_WAIT_REPLICAS", 0, 0),
             wait_timeout_ms=integer("EMQ_WAIT_TIMEOUT_MS", DEFAULT_WAIT_TIMEOUT_MS, 1),
             metrics_dir=Path(env[METRICS_DIR_VARIABLE]) if env.get(METRICS_DIR_VARIABLE) else None,
+            allowed_hosts=_allowed_hosts(env.get("EMQ_ALLOWED_HOSTS", "")),
         )
+
+
+def _allowed_hosts(raw: str) -> tuple[str, ...]:
+    """EMQ_ALLOWED_HOSTS: comma-separated host names without scheme or port, or "*"."""
+    names = []
+    for entry in raw.split(","):
+        name = entry.strip().lower().rstrip(".")
+        if not name:
+            continue
+        if name != "*" and _HOST_NAME.fullmatch(name) is None:
+            raise ConfigError(
+                f"EMQ_ALLOWED_HOSTS: {entry.strip()!r} is not a host name (no scheme, port or path; "
+                "* allows any)"
+            )
+        names.append(name)
+    return tuple(names)
 
 
 def _auth_entries(env: Mapping[str, str]) -> tuple[str, ...]:

@@ -1197,7 +1197,8 @@ class Problem(Struct):
         Meta(
             description="what went wrong, for programs: invalid_request, unauthorized, forbidden, not_found, "
             "job_not_found, method_not_allowed, request_timeout, lease_lost, job_active, payload_too_large, "
-            "too_many_requests, internal_error, backend_unavailable"
+            "unsupported_media_type, misdirected_request, too_many_requests, internal_error, "
+            "backend_unavailable"
         ),
     ]
 

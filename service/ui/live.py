@@ -28,7 +28,7 @@ STREAM_S = 60.0  # the overview stream ends after this long: the page reconnects
 @get(QUEUE_PAGE + "/events", include_in_schema=False)
 async def queue_events(request: Request[Any, Any, State]) -> Stream:
     queue = path_queue(request)
-    reader_of(request, queue)
+    await reader_of(request, queue)
     return await sse_response(request, queue)
 
 
@@ -73,7 +73,7 @@ async def changed_queues(hub: EventHub, names: list[str], keepalive_s: float) ->
 
 @get(UI + "/events", include_in_schema=False)
 async def overview_events(request: Request[Any, Any, State]) -> Stream:
-    viewer = viewer_of(request)
+    viewer = await viewer_of(request)
     names = [name for name in await queues_of(request).queue_names() if viewer.sees(name)]
     hub = events_of(request)
     return await sse_stream(changed_queues(hub, names[:MAX_OVERVIEW_QUEUES], hub.keepalive_s))

@@ -18,6 +18,8 @@ from tests.launched import launched_service
 from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, job_call, lease_one
 
+JSON = {"content-type": "application/json"}
+
 
 def nested(depth: int) -> str:
     return "[" * depth + "]" * depth
@@ -28,18 +30,18 @@ async def test_json_nesting_depth_is_limited(client: httpx.AsyncClient, queue: s
     deep, fine = nested(limits.MAX_JSON_DEPTH + 1), nested(limits.MAX_JSON_DEPTH)
     if field == "payload":
         body = '{"payload": %s}'
-        bad = await client.post(f"/v1/queues/{queue}/jobs", content=body % deep)
+        bad = await client.post(f"/v1/queues/{queue}/jobs", content=body % deep, headers=JSON)
         assert "nested deeper" in assert_problem(bad, 400, "invalid_request")["detail"]
         assert (await counts(client, queue))["waiting"] == 0
-        assert (await client.post(f"/v1/queues/{queue}/jobs", content=body % fine)).status_code == 201
+        assert (await client.post(f"/v1/queues/{queue}/jobs", content=body % fine, headers=JSON)).status_code == 201
     else:
         await enqueue(client, queue, 1)
         job = await lease_one(client, queue)
         body = '{"lease_id": "' + job["lease_id"] + '", "result": %s}'
         path = f"/v1/queues/{queue}/jobs/{job['id']}/ack"
-        assert_problem(await client.post(path, content=body % deep), 400, "invalid_request")
+        assert_problem(await client.post(path, content=body % deep, headers=JSON), 400, "invalid_request")
         assert (await counts(client, queue))["active"] == 1
-        assert (await client.post(path, content=body % fine)).status_code == 200
+        assert (await client.post(path, content=body % fine, headers=JSON)).status_code == 200
 
 
 async def test_a_string_full_of_brackets_is_not_nesting(client: httpx.AsyncClient, queue: str) -> None:
@@ -53,7 +55,7 @@ async def test_a_trickled_body_times_out(settings: Settings, queue: str) -> None
         host, port = url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(
-            f"POST /v1/queues/{queue}/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"POST /v1/queues/{queue}/jobs HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
             'Content-Length: 100\r\n\r\n{"payload":'.encode()
         )
         await writer.drain()
