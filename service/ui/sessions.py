@@ -10,8 +10,8 @@ the session's key: the old cookie no longer works anywhere.
 Failed sign-ins are counted per client address in fixed windows of FAILURE_WINDOW_S; from
 MAX_FAILURES in a window on, every sign-in from the address is refused (429 with Retry-After)
 until the window ends, a right token's too (else the brake would not slow guessing). Behind a
-proxy every client has the proxy's address, unless uvicorn is told to trust its
-X-Forwarded-For (FORWARDED_ALLOW_IPS).
+proxy on another machine every client has the proxy's address, unless FORWARDED_ALLOW_IPS names
+it (uvicorn then takes the client's from X-Forwarded-For, as it does for a proxy on loopback).
 """
 
 from __future__ import annotations
