@@ -38,10 +38,11 @@ Times are epoch milliseconds on the Redis server's clock. Names (queues, job ids
 {NAME_RULE}. Request bodies refuse unknown fields. Errors are RFC 9457 problem details
 (application/problem+json) with a machine-readable `code`; 429 and 503 come with Retry-After.
 
-Whatever the tokens, a POST, PUT or DELETE under /v1 that has a body or a Content-Type sends
-`Content-Type: application/json` (or a `+json` type), else 415 unsupported_media_type (what a
-web page's form could send is refused); and the Host header names the service (a loopback name,
-an IP address, or a name in EMQ_ALLOWED_HOSTS), else 421 misdirected_request.
+Whatever the tokens, a POST, PUT or DELETE under /v1 with a body sends `Content-Type:
+application/json` (or a `+json` type), and one without a body sends no form or text/plain type,
+else 415 unsupported_media_type (what a web page's form could send is refused); and the Host
+header names the service (a loopback name, an IP address, or a name in EMQ_ALLOWED_HOSTS), else
+421 misdirected_request.
 
 Auth: when the service runs with tokens (EMQ_AUTH_TOKENS), every /v1 call needs
 `Authorization: Bearer <token>`. Producer tokens enqueue and read, worker tokens lease,
@@ -113,8 +114,9 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
     "payload_too_large": (413, "the body is over EMQ_MAX_BODY_BYTES (payload_too_large)"),
     "unsupported_media_type": (
         415,
-        "the request has a body or a Content-Type, and its Content-Type is not application/json "
-        "(or a +json type) (unsupported_media_type); nothing was changed",
+        "the request has a body whose Content-Type is not application/json (or a +json type), or "
+        "none; or no body and a form's or text/plain Content-Type (unsupported_media_type); nothing "
+        "was changed",
     ),
     "misdirected_request": (
         421,

@@ -6,11 +6,12 @@ HTML form; ``fetch()`` in no-cors mode with a Blob or an ArrayBuffer); and, afte
 (a name of the attacker's made to resolve to the service), any request at all, which then names
 the attacker's host. So, whatever the tokens:
 
-- An API call that may change something (POST, PUT, PATCH, DELETE under /v1/) declares a JSON
-  body: its Content-Type, when it has one, is ``application/json`` or a ``+json`` type
-  (parameters such as charset allowed), and a call with a body has one. 415
-  ``unsupported_media_type`` otherwise. A call with neither a body nor a Content-Type (pause,
-  promote, trigger) is served: no browser can make it carry anything.
+- An API call that may change something (POST, PUT, PATCH, DELETE under /v1/) with a body
+  declares it JSON: ``application/json`` or a ``+json`` type (parameters such as charset
+  allowed). A call without a body (pause, promote, trigger) may come without a Content-Type, or
+  with any but the three a page may send without a preflight (a form's two and text/plain): some
+  HTTP clients add ``application/octet-stream`` to every POST (aiohttp, the Python SDK's async
+  transport). 415 ``unsupported_media_type`` otherwise.
 - The Host header names the service: a loopback name, an IP literal (rebinding gives a page a
   name, never an address), the HOST it binds to, or a name in EMQ_ALLOWED_HOSTS (``*``: any).
   421 ``misdirected_request`` otherwise. /healthz and /readyz answer whatever the Host: probes
@@ -34,6 +35,7 @@ API_PREFIX = "/v1/"
 CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 LOOPBACK_NAMES = frozenset({"localhost"})
+CROSS_SITE_TYPES = frozenset({b"application/x-www-form-urlencoded", b"multipart/form-data", b"text/plain"})
 ANY_HOST = "*"
 WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})  # every address: no name to add
 MAX_REMEMBERED_HOSTS = 256  # Host values whose verdict is kept; beyond, each is judged anew
@@ -76,10 +78,19 @@ class AllowedHosts:
         return verdict
 
 
+def _media(content_type: bytes) -> bytes:
+    return content_type.partition(b";")[0].strip().lower()
+
+
 def is_json(content_type: bytes) -> bool:
     """application/json or application/<anything>+json, whatever its parameters."""
-    media = content_type.partition(b";")[0].strip().lower()
+    media = _media(content_type)
     return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
+def is_cross_site_type(content_type: bytes) -> bool:
+    """A type any page may send to another site without asking it first (CORS "simple")."""
+    return _media(content_type) in CROSS_SITE_TYPES
 
 
 class WebGuard:
@@ -107,11 +118,12 @@ class WebGuard:
                 "an operator lists its names in EMQ_ALLOWED_HOSTS"
             )
         if scope["method"] in CHANGING_METHODS and path.startswith(API_PREFIX):
-            if any(not is_json(content_type) for content_type in content_types):
-                return UnsupportedMediaType(
-                    f"the request body must be JSON (Content-Type: application/json), "
-                    f"not {content_types[0].decode('latin-1')[:100]!r}"
-                )
+            for content_type in content_types:
+                if not is_json(content_type) if has_body else is_cross_site_type(content_type):
+                    return UnsupportedMediaType(
+                        f"the request body must be JSON (Content-Type: application/json), "
+                        f"not {content_type.decode('latin-1')[:100]!r}"
+                    )
             if has_body and not content_types:
                 return UnsupportedMediaType("a request body needs Content-Type: application/json")
         return None

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from echomq_http.config import ConfigError, Settings
-from echomq_http.webguard import AllowedHosts, host_name, is_json
+from echomq_http.webguard import AllowedHosts, host_name, is_cross_site_type, is_json
 from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, get_job
 
@@ -63,6 +63,17 @@ async def test_bodyless_calls_without_a_content_type_still_work(
     assert (await client.post(f"/v1/queues/{queue}/jobs/{job['id']}/promote")).status_code == 200
     assert (await client.post(f"/v1/queues/{queue}/jobs/{job['id']}/cancel")).status_code == 200
     assert (await client.delete(f"/v1/queues/{queue}/jobs/{job['id']}")).status_code == 204
+
+
+async def test_a_bodyless_call_may_bring_a_type_no_page_can_send(
+    client: httpx.AsyncClient, queue: str
+) -> None:
+    """aiohttp (the Python SDK's async transport) adds application/octet-stream to every POST."""
+    octets = {"content-type": "application/octet-stream"}
+    assert (await client.post(f"/v1/queues/{queue}/pause", headers=octets)).status_code == 200
+    with_body = await client.post(f"/v1/queues/{queue}/resume", content=b"{}", headers=octets)
+    assert_problem(with_body, 415, "unsupported_media_type")
+    assert (await client.get(f"/v1/queues/{queue}")).json()["paused"] is True
 
 
 @pytest.mark.parametrize(
@@ -148,3 +159,7 @@ def test_host_names_and_json_types() -> None:
     assert not hosts.allows(b"queue.example.com.attacker.example")
     assert is_json(b"application/json") and is_json(b"application/problem+json; charset=utf-8")
     assert not is_json(b"application/jsonx") and not is_json(b"text/plain+json") and not is_json(b"")
+    assert is_cross_site_type(b"Text/Plain; charset=utf-8") and is_cross_site_type(
+        b"multipart/form-data; b=x"
+    )
+    assert not is_cross_site_type(b"application/octet-stream") and not is_cross_site_type(b"application/json")
