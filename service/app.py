@@ -49,6 +49,7 @@ from echomq_http.sweeper import Sweeper
 from echomq_http.telemetry import Telemetry, http_metrics_middleware
 from echomq_http.ui import template_config, ui_handlers
 from echomq_http.ui.pages import UI
+from echomq_http.webguard import AllowedHosts, WebGuard
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +257,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
     telemetry = telemetry or Telemetry.from_env()
     document = openapi.render(openapi.document())
     auth = Authenticator.from_entries(settings.auth_entries)
+    hosts = AllowedHosts(settings.allowed_hosts, settings.host)
     # With several processes (the launcher's directory), a scrape reports all of them.
     replica = ReplicaTotals(settings.metrics_dir, telemetry.totals) if settings.metrics_dir else None
 
@@ -294,6 +296,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
             events=events,
             sweeper=sweeper,
             auth=auth,
+            allowed_hosts=hosts,
             body_timeout_s=settings.body_timeout_s,
             body_deadlines=deadlines,
         )
@@ -375,4 +378,4 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
         exception_handlers=dict(EXCEPTION_HANDLERS),  # type: ignore[arg-type]
         template_config=template_config(),
     )
-    return FastPath(app, telemetry, HOT_OPERATIONS, EXCEPTION_HANDLERS)
+    return FastPath(app, telemetry, HOT_OPERATIONS, EXCEPTION_HANDLERS, WebGuard(hosts))

@@ -24,6 +24,8 @@ settings (environment variables; the full list is in the README's Configuration)
   EMQ_DATA_DIR            the embedded Valkey's data (./.emq-data); a second instance needs its own
   EMQ_AUTH_TOKENS         ROLE:TOKEN[:PATTERN] entries, comma-separated (or EMQ_AUTH_TOKENS_FILE);
                           required to listen on a non-loopback HOST (or EMQ_ALLOW_INSECURE=1)
+  EMQ_ALLOWED_HOSTS       names clients reach the service by, besides localhost and IP addresses
+                          (comma-separated, * = any); any other Host header gets 421
   EMQ_WORKERS             HTTP worker processes (the CPUs this process may use)
   EMQ_LOG_FORMAT          text or json"""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ DEFAULT_MAX_QUEUES = 10_000
 DEFAULT_METRICS_MAX_QUEUES = 200
 # Not a setting: the launcher names a directory of its own to its worker processes with it.
 METRICS_DIR_VARIABLE = "EMQ_METRICS_DIR"
+# A DNS name or an IPv4 literal, as a Host header names it (IP literals are served anyway).
+_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,62}[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]{0,62}[a-z0-9_])?)*")
 CGROUP_MOUNT = "sys/fs/cgroup"  # below the root: /sys/fs/cgroup
 # Where cgroup v1 mounts the cpu controller (alone, or with cpuacct under either name).
 CGROUP_V1_CPU_MOUNTS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
@@ -159,6 +162,8 @@ class Settings:
     max_queues: int = DEFAULT_MAX_QUEUES  # queues the registry holds at most; a new one beyond: 409
     metrics_max_queues: int = DEFAULT_METRICS_MAX_QUEUES  # per-queue series of /metrics
     metrics_dir: Path | None = None  # where the processes of a replica share their metrics' totals
+    # Host names served besides loopback names, IP literals and HOST ("*": any); see webguard.
+    allowed_hosts: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
@@ -212,7 +217,24 @@ class Settings:
             max_queues=integer("EMQ_MAX_QUEUES", DEFAULT_MAX_QUEUES, 1),
             metrics_max_queues=integer("EMQ_METRICS_MAX_QUEUES", DEFAULT_METRICS_MAX_QUEUES, 0),
             metrics_dir=Path(env[METRICS_DIR_VARIABLE]) if env.get(METRICS_DIR_VARIABLE) else None,
+            allowed_hosts=_allowed_hosts(env.get("EMQ_ALLOWED_HOSTS", "")),
         )
+
+
+def _allowed_hosts(raw: str) -> tuple[str, ...]:
+    """EMQ_ALLOWED_HOSTS: comma-separated host names without scheme or port, or "*"."""
+    names = []
+    for entry in raw.split(","):
+        name = entry.strip().lower().rstrip(".")
+        if not name:
+            continue
+        if name != "*" and _HOST_NAME.fullmatch(name) is None:
+            raise ConfigError(
+                f"EMQ_ALLOWED_HOSTS: {entry.strip()!r} is not a host name (no scheme, port or path; "
+                "* allows any)"
+            )
+        names.append(name)
+    return tuple(names)
 
 
 def _auth_entries(env: Mapping[str, str]) -> tuple[str, ...]:

@@ -71,6 +71,14 @@ class BodyTimeout(QueueError):
     pass
 
 
+class UnsupportedMediaType(QueueError):
+    """An API request whose body is not declared JSON (what a cross-site form or fetch can send)."""
+
+
+class HostNotAllowed(QueueError):
+    """A Host header outside the allow-list (a DNS-rebound page names the attacker's host)."""
+
+
 _EXCEPTION_OF_CODE: dict[ScriptCode, type[QueueError]] = {
     ScriptCode.JOB_NOT_FOUND: JobNotFound,
     ScriptCode.LEASE_LOST: LeaseLost,
@@ -124,5 +132,7 @@ PROBLEMS: dict[type[QueueError], tuple[int, str, str]] = {
     WorkerOwned: (403, "forbidden", "Forbidden"),
     TooManyQueues: (409, "too_many_queues", "Too many queues"),
     BodyTimeout: (408, "request_timeout", "Request body too slow"),
+    UnsupportedMediaType: (415, "unsupported_media_type", "Unsupported media type"),
+    HostNotAllowed: (421, "misdirected_request", "Host not allowed"),
     BackendUnavailable: (503, "backend_unavailable", "Backend unavailable"),
 }

@@ -480,6 +480,19 @@ PROBLEMS: dict[str, Example] = {
         "the service holds EMQ_MAX_QUEUES queues already; delete one to make room for a new queue: orders-eu",
     ),
     "payload_too_large": problem(413, "payload_too_large", "Payload too large", "Request Entity Too Large"),
+    "unsupported_media_type": problem(
+        415,
+        "unsupported_media_type",
+        "Unsupported media type",
+        "the request body must be JSON (Content-Type: application/json), not 'text/plain'",
+    ),
+    "misdirected_request": problem(
+        421,
+        "misdirected_request",
+        "Host not allowed",
+        "this service does not answer to the host 'rebind.attacker.example'; an operator lists its "
+        "names in EMQ_ALLOWED_HOSTS",
+    ),
     "too_many_requests": problem(
         429, "too_many_requests", "Too many waiting requests", "2000 long-poll requests are waiting already"
     ),

@@ -7,6 +7,9 @@ auth guard, the same handler function, the same exception handlers and the same 
 Everything else goes to litestar: other paths and methods, paths that are not plain (percent
 escapes, empty segments, a trailing slash), a host header litestar would refuse, a root path,
 and every request while request tracing is on (litestar's plugin makes the server spans).
+
+Being the outermost app, it is also where every request, hot or not, meets the web guard
+(echomq_http.webguard) first: a refused one is answered here and reaches no route.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from litestar.types import Receive, Scope, Send
 
 from echomq_http.routes import authorize
 from echomq_http.telemetry import Telemetry, route_label
+from echomq_http.webguard import WebGuard
 
 ExceptionHandler = Callable[[Request[Any, Any, Any], Any], Response[Any]]
+REFUSED_LABEL = "refused"  # the request metric's route for what the web guard refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +64,11 @@ class FastPath:
         telemetry: Telemetry,
         operation_ids: Iterable[str],
         exception_handlers: Mapping[type[Exception], ExceptionHandler],
+        guard: WebGuard,
         prefix: str = "/v1/queues/",
     ) -> None:
         self.app = app
+        self.guard = guard
         self.telemetry = telemetry
         self.prefix = prefix
         self.exception_handlers = exception_handlers
@@ -102,8 +109,13 @@ class FastPath:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         matched = None
-        if scope["type"] == "http" and not self.telemetry.tracing and _host_ok(scope):
-            matched = self.match(scope)
+        if scope["type"] == "http":
+            refused = self.guard.refusal(scope)
+            if refused is not None:
+                await self._refuse(scope, receive, send, refused)
+                return
+            if not self.telemetry.tracing and _host_ok(scope):
+                matched = self.match(scope)
         if matched is None:
             await self.app(scope, receive, send)
             return
@@ -120,16 +132,15 @@ class FastPath:
             response = await route.handler.fn(request)
         except Exception as error:  # each is answered as litestar would
             response = self._answer(request, error)
-        status = response.status_code
-        body = response.content
-        headers = [
-            (b"content-type", response.media_type.encode()),
-            (b"content-length", str(len(body)).encode()),
-            *((name.lower().encode(), value.encode()) for name, value in response.headers.items()),
-        ]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-        self.telemetry.record_http(route.label, "POST", status, time.perf_counter() - started)
+        await _send(response, send)
+        self.telemetry.record_http(route.label, "POST", response.status_code, time.perf_counter() - started)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, error: Exception) -> None:
+        started = time.perf_counter()
+        response = self._answer(Request(scope, receive, send), error)
+        await _send(response, send)
+        seconds = time.perf_counter() - started
+        self.telemetry.record_http(REFUSED_LABEL, scope["method"], response.status_code, seconds)
 
     def _answer(self, request: Request[Any, Any, Any], error: Exception) -> Response[Any]:
         for kind in type(error).__mro__:
@@ -137,6 +148,18 @@ class FastPath:
             if handler is not None:
                 return handler(request, error)
         raise error
+
+
+async def _send(response: Response[Any], send: Send) -> None:
+    """A response whose content is bytes already (every handler served here answers so)."""
+    body = response.content
+    headers = [
+        (b"content-type", response.media_type.encode()),
+        (b"content-length", str(len(body)).encode()),
+        *((name.lower().encode(), value.encode()) for name, value in response.headers.items()),
+    ]
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _host_ok(scope: Scope) -> bool:

@@ -65,6 +65,13 @@ SCHEDULES_NAME = "schedules"
 TIMETABLE_NAME = "timetable"
 DUE_INDEX = f"{KEY_ROOT}:due"  # ZSET: queue -> when its next sweep has work (ms)
 DUE_INDEX_FILLED = f"{KEY_ROOT}:due-filled"  # STRING: every registered queue was put in the index
+# The dashboard's sign-in (echomq_http.ui.sessions): no queue's, so no hash tag (any slot), and
+# no brace, so never a queue's key.
+# STRING with an EX TTL, under the SHA-256 (hex) of a session id: the digest (hex) of the token
+# the session signed in with
+UI_SESSION_PREFIX = f"{KEY_ROOT}:ui-session:"
+# STRING counter with an EX TTL, under "<client address>:<window number>": failed sign-ins
+SIGN_IN_FAILURES_PREFIX = f"{KEY_ROOT}:ui-sign-in-failures:"
 CLUSTER_SLOTS = 16384
 _TAG_ALPHABET = string.digits + string.ascii_lowercase
 
@@ -158,6 +165,14 @@ class QueueKeys:
 
     def schedule(self, schedule: str) -> str:
         return self.prefix + schedule + SCHEDULE_SUFFIX
+
+
+def ui_session_key(session_digest: str) -> str:
+    return UI_SESSION_PREFIX + session_digest
+
+
+def sign_in_failures_key(address: str, window: int) -> str:
+    return f"{SIGN_IN_FAILURES_PREFIX}{address}:{window}"
 
 
 WAKE_CHANNEL_PATTERN = f"{KEY_ROOT}:{{*}}:wake"

@@ -23,6 +23,7 @@ from litestar.handlers import HTTPRouteHandler
 from echomq_http import examples, limits
 from echomq_http.auth import ALLOWED, Action, Role
 from echomq_http.schemas import NAME_RULE, Health, Problem
+from echomq_http.webguard import CHANGING_METHODS
 
 TITLE = "EchoMQ HTTP"
 # The document describes the API this package serves, so it carries the package's version.
@@ -45,6 +46,12 @@ stalled sweep gives it back to waiting. Delivery is at least once: a job can run
 Times are epoch milliseconds on the Redis server's clock. Names (queues, job ids, workers) are
 {NAME_RULE}. Request bodies refuse unknown fields. Errors are RFC 9457 problem details
 (application/problem+json) with a machine-readable `code`; 429 and 503 come with Retry-After.
+
+Whatever the tokens, a POST, PUT or DELETE under /v1 with a body sends `Content-Type:
+application/json` (or a `+json` type), and one without a body sends no form or text/plain type,
+else 415 unsupported_media_type (what a web page's form could send is refused); and the Host
+header names the service (a loopback name, an IP address, or a name in EMQ_ALLOWED_HOSTS), else
+421 misdirected_request.
 
 Auth: when the service runs with tokens (EMQ_AUTH_TOKENS), every /v1 call needs
 `Authorization: Bearer <token>`. Producer tokens enqueue and read, worker tokens lease,
@@ -123,6 +130,17 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
         "nothing was stored; delete a queue to make room",
     ),
     "payload_too_large": (413, "the body is over EMQ_MAX_BODY_BYTES (payload_too_large)"),
+    "unsupported_media_type": (
+        415,
+        "the request has a body whose Content-Type is not application/json (or a +json type), or "
+        "none; or no body and a form's or text/plain Content-Type (unsupported_media_type); nothing "
+        "was changed",
+    ),
+    "misdirected_request": (
+        421,
+        "the Host header names a host the service does not answer to: not a loopback name, an IP "
+        "address, or one in EMQ_ALLOWED_HOSTS (misdirected_request); nothing was changed",
+    ),
     "too_many_requests": (
         429,
         "EMQ_MAX_WAITERS long polls already wait on this process (too_many_requests); retry after "
@@ -135,9 +153,10 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
     ),
 }
 # What any /v1 call can answer, what any with a parameter can, and any that reads a body.
-ALWAYS = ("unauthorized", "forbidden", "backend_unavailable")
+ALWAYS = ("unauthorized", "forbidden", "misdirected_request", "backend_unavailable")
 WITH_PARAMETERS = ("invalid_request",)
 WITH_BODY = ("invalid_request", "request_timeout", "payload_too_large")
+CHANGING = ("unsupported_media_type",)  # any POST, PUT or DELETE, with a body or not (webguard)
 
 PATH_PARAMETERS = {
     "queue": f"the queue's name ({NAME_RULE}); a queue never used reads as an empty one",
@@ -264,6 +283,8 @@ def _operation(handler: HTTPRouteHandler, path_params: list[str]) -> tuple[dict[
             "description": _first_sentence(body),
             "content": {"application/json": media},
         }
+    if set(handler.http_methods) & CHANGING_METHODS:
+        codes.extend(CHANGING)
     responses: dict[str, Any] = {}
     answered = examples.RESPONSES.get(operation_id, {})
     for status, answer in opt.get("responses", {}).items():

@@ -1222,7 +1222,8 @@ class Problem(Struct):
         Meta(
             description="what went wrong, for programs: invalid_request, unauthorized, forbidden, not_found, "
             "job_not_found, method_not_allowed, request_timeout, lease_lost, job_active, too_many_queues, "
-            "payload_too_large, too_many_requests, headers_too_large, internal_error, backend_unavailable"
+            "payload_too_large, unsupported_media_type, misdirected_request, too_many_requests, "
+            "headers_too_large, internal_error, backend_unavailable"
         ),
     ]
 

@@ -159,5 +159,8 @@ def test_the_compose_example_runs_two_replicas_on_a_durable_redis_and_a_worker()
     for replica in services.values():
         assert (ROOT / "examples" / replica["build"]["context"]).resolve() == ROOT  # the Dockerfile
         assert urlsplit(replica["environment"]["EMQ_REDIS_URL"]).hostname == "redis"
+        # The worker names a replica by its service name: a Host the replicas must answer to.
+        allowed = replica["environment"]["EMQ_ALLOWED_HOSTS"].split(",")
+        assert urlsplit(worker["environment"]["EMQ_URL"]).hostname in allowed
     host_ports = {port.rsplit(":", 1)[0] for replica in services.values() for port in replica["ports"]}
     assert len(host_ports) == 2

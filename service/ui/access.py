@@ -1,13 +1,15 @@
-"""Who is looking at the dashboard: the sign-in cookie, and what its token may see and do.
+"""Who is looking at the dashboard: the sign-in session, and what its token may see and do.
 
-With tokens configured (echomq_http.auth), the sign-in form takes a token and the browser keeps it
-in an HttpOnly, SameSite=Strict cookie (Secure over https); every request is then checked as the
-API checks a bearer token, with the same Authenticator and the Action each API operation needs.
+With tokens configured (echomq_http.auth), the sign-in form takes a token and starts a session
+(echomq_http.ui.sessions): the browser keeps only the session's random id, in an HttpOnly,
+SameSite=Strict cookie (Secure over https); every request is then checked as the API checks a
+bearer token, with the grant of the session's token and the Action each API operation needs.
 Without tokens the service serves loopback only (echomq_http.__main__), and so is the dashboard.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +17,9 @@ from litestar import Request, Response
 from litestar.datastructures import Cookie, State
 
 from echomq_http.auth import ALLOWED, Action, Authenticator, Forbidden, Grant, Unauthorized
+from echomq_http.ui import sessions
 
-TOKEN_COOKIE = "emq_token"
+SESSION_COOKIE = "emq_session"
 COOKIE_PATH = "/ui"
 SIGN_IN_PATH = "/ui/sign-in"
 
@@ -53,23 +56,25 @@ def authenticator_of(request: Request[Any, Any, State]) -> Authenticator:
     return request.app.state.auth  # type: ignore[no-any-return]
 
 
-def viewer_of(request: Request[Any, Any, State]) -> Viewer:
-    """The request's viewer; SignInNeeded when tokens are on and its cookie holds no valid one."""
+async def viewer_of(request: Request[Any, Any, State]) -> Viewer:
+    """The request's viewer; SignInNeeded when tokens are on and its cookie names no live session
+    of a configured token."""
     auth = authenticator_of(request)
     if not auth.enabled:
         return Viewer(None)
-    token = request.cookies.get(TOKEN_COOKIE)
-    if not token:
+    session_id = request.cookies.get(SESSION_COOKIE)
+    if not session_id:
         raise SignInNeeded
-    try:
-        return Viewer(auth.identify(f"Bearer {token}"))
-    except Unauthorized:
-        raise SignInNeeded from None
+    digest = await sessions.session_token_digest(request.app.state.client, session_id)
+    grant = None if digest is None else auth.grant_of_digest(digest)
+    if grant is None:
+        raise SignInNeeded
+    return Viewer(grant)
 
 
-def reader_of(request: Request[Any, Any, State], queue: str) -> Viewer:
+async def reader_of(request: Request[Any, Any, State], queue: str) -> Viewer:
     """A viewer that may look at the queue (any role may, on a queue its token covers)."""
-    viewer = viewer_of(request)
+    viewer = await viewer_of(request)
     if not viewer.sees(queue):
         raise Forbidden(f"this token is not allowed on queue {queue!r}")
     return viewer
@@ -94,11 +99,27 @@ def private_cookie(
     )
 
 
-def sign_in(request: Request[Any, Any, State], response: Response[Any], token: str) -> None:
-    """Check the token (Unauthorized if unknown) and keep it in the response's cookie."""
-    authenticator_of(request).identify(f"Bearer {token}")
-    response.set_cookie(private_cookie(request, TOKEN_COOKIE, token))
+def client_address(request: Request[Any, Any, State]) -> str:
+    return request.client.host if request.client is not None else "unknown"
 
 
-def sign_out(request: Request[Any, Any, State], response: Response[Any]) -> None:
-    response.set_cookie(private_cookie(request, TOKEN_COOKIE, "", max_age=0))
+async def sign_in(request: Request[Any, Any, State], response: Response[Any], token: str) -> None:
+    """Check the token and start a session in the response's cookie: TooManySignIns when the
+    client address failed too often lately, Unauthorized (counted as a failure) if unknown."""
+    client, address, now_s = request.app.state.client, client_address(request), time.time()
+    await sessions.check_sign_in_allowed(client, address, now_s)
+    try:
+        grant = authenticator_of(request).identify(f"Bearer {token}")
+    except Unauthorized:
+        await sessions.note_failed_sign_in(client, address, now_s)
+        raise
+    session_id = await sessions.start_session(client, grant.digest)
+    response.set_cookie(private_cookie(request, SESSION_COOKIE, session_id, sessions.SESSION_TTL_S))
+
+
+async def sign_out(request: Request[Any, Any, State], response: Response[Any]) -> None:
+    """End the session (its cookie no longer works, wherever it was copied) and clear the cookie."""
+    session_id = request.cookies.get(SESSION_COOKIE)
+    if session_id:
+        await sessions.end_session(request.app.state.client, session_id)
+    response.set_cookie(private_cookie(request, SESSION_COOKIE, "", max_age=0))

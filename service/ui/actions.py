@@ -21,6 +21,7 @@ from echomq_http.ui.access import SIGN_IN_PATH, Viewer, authenticator_of, sign_i
 from echomq_http.ui.forms import Form, back_to, checked_form, job_ids, queue_settings
 from echomq_http.ui.pages import QUEUE_PAGE, UI
 from echomq_http.ui.render import page
+from echomq_http.ui.sessions import TooManySignIns
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,7 @@ async def acting(request: Request[Any, Any, State], action: Action) -> Acting:
     """The checks every action makes, in this order: CSRF, the token's role on the queue."""
     queue = path_queue(request)
     form = await checked_form(request)
-    viewer = viewer_of(request)
+    viewer = await viewer_of(request)
     viewer.require(action, queue)
     return Acting(queue, viewer, form, queues_of(request))
 
@@ -71,12 +72,18 @@ async def sign_in_submit(request: Request[Any, Any, State]) -> Response[Any]:
     form = await checked_form(request)
     target = safe_next(form.text("next") or UI)
     response: Response[Any] = Redirect(target, status_code=303)
+    context = {"title": "Sign in", "viewer": None, "feed": None, "next": target}
     try:
-        sign_in(request, response, form.text("token"))
+        await sign_in(request, response, form.text("token"))
     except Unauthorized:
-        context = {"title": "Sign in", "viewer": None, "feed": None, "next": target}
         context["error"] = "That token is not one this service knows."
         return page(request, "sign_in.html", context, status=401)
+    except TooManySignIns as braked:
+        wait_s = braked.retry_after_s
+        context["error"] = f"Too many failed sign-ins from your address: try again in {wait_s} s."
+        refused = page(request, "sign_in.html", context, status=429)
+        refused.headers["Retry-After"] = str(wait_s)
+        return refused
     return response
 
 
@@ -84,7 +91,7 @@ async def sign_in_submit(request: Request[Any, Any, State]) -> Response[Any]:
 async def sign_out_submit(request: Request[Any, Any, State]) -> Response[Any]:
     await checked_form(request)
     response: Response[Any] = Redirect(f"{SIGN_IN_PATH}?notice=signed-out", status_code=303)
-    sign_out(request, response)
+    await sign_out(request, response)
     return response
 
 

@@ -11,7 +11,7 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
 from echomq_http import limits
-from echomq_http.errors import InvalidRequest
+from echomq_http.errors import BodyTimeout, InvalidRequest
 from echomq_http.schemas import QueueSettings, is_name
 from echomq_http.ui.csrf import CSRF_FIELD, check_csrf
 
@@ -52,9 +52,14 @@ class Form:
 
 
 async def checked_form(request: Request[Any, Any, State]) -> Form:
-    """The form, after the CSRF checks (echomq_http.ui.csrf)."""
+    """The form, read within EMQ_BODY_TIMEOUT_S as an API body is (408 after), then the CSRF
+    checks (echomq_http.ui.csrf)."""
     try:
-        fields = await request.form()
+        # A client that trickles its form would otherwise hold a connection for ever.
+        with request.app.state.body_deadlines.watch():
+            fields = await request.form()
+    except TimeoutError:
+        raise BodyTimeout(f"the form did not arrive within {request.app.state.body_timeout_s} s") from None
     except HTTPException:
         raise
     except Exception as error:  # a body that is no form: the parser's own errors vary

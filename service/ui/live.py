@@ -36,7 +36,7 @@ STREAM_S = 60.0  # the overview stream ends after this long: the page reconnects
 @get(QUEUE_PAGE + "/events", include_in_schema=False)
 async def queue_events(request: Request[Any, Any, State]) -> Stream:
     queue = path_queue(request)
-    reader_of(request, queue)
+    await reader_of(request, queue)
     return await sse_response(request, queue)
 
 
@@ -81,7 +81,7 @@ async def changed_queues(hub: EventHub, names: list[str], keepalive_s: float) ->
 
 @get(UI + "/events", include_in_schema=False)
 async def overview_events(request: Request[Any, Any, State]) -> Stream:
-    viewer = viewer_of(request)
+    viewer = await viewer_of(request)
     limit = query_int(request, "limit", OVERVIEW_PAGE, 1, MAX_OVERVIEW_PAGE)
     cursor, prefix = query_name(request, "cursor"), query_name(request, "prefix")
     names, _ = await queues_of(request).queue_page(cursor, limit, prefix or "", viewer.sees)

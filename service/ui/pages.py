@@ -60,7 +60,7 @@ async def collect(chunks: Any) -> list[JobView]:
 
 @get(UI, include_in_schema=False)
 async def overview(request: Request[Any, Any, State]) -> Template:
-    viewer = viewer_of(request)
+    viewer = await viewer_of(request)
     queues = queues_of(request)
     limit = query_int(request, "limit", OVERVIEW_PAGE, 1, MAX_OVERVIEW_PAGE)
     cursor, prefix = query_name(request, "cursor"), query_name(request, "prefix")
@@ -128,7 +128,7 @@ def tab_of(request: Request[Any, Any, State]) -> str:
 @get([QUEUE_PAGE, *(f"{QUEUE_PAGE}/{tab}" for tab in TABS)], include_in_schema=False)
 async def queue_page(request: Request[Any, Any, State]) -> Template:
     queue = path_queue(request)
-    viewer = reader_of(request, queue)
+    viewer = await reader_of(request, queue)
     tab = tab_of(request)
     queues = queues_of(request)
     view, now_ms, content = await asyncio.gather(
@@ -163,7 +163,7 @@ async def search(request: Request[Any, Any, State]) -> Template:
     """By id (any state), and by text in payloads and errors: one bounded step of the scan per
     request, "scan more" being the next step."""
     queue = path_queue(request)
-    viewer = reader_of(request, queue)
+    viewer = await reader_of(request, queue)
     text = request.query_params.get("q", "").strip()
     state = request.query_params.get("state", "failed")
     if state not in SEARCH_STATES:
@@ -207,7 +207,7 @@ async def search(request: Request[Any, Any, State]) -> Template:
 @get(QUEUE_PAGE + "/jobs/{id:str}", include_in_schema=False)
 async def job_page(request: Request[Any, Any, State]) -> Template:
     queue = path_queue(request)
-    viewer = reader_of(request, queue)
+    viewer = await reader_of(request, queue)
     job_id = checked_name(request.path_params["id"], "job id")
     queues = queues_of(request)
     (job, fence, position), now_ms = await asyncio.gather(

@@ -1459,7 +1459,9 @@ async def test_body_over_the_limit_is_413_and_stores_nothing(
 async def test_body_at_the_limit_is_accepted(small_client: httpx.AsyncClient, queue: str) -> None:
     body = b'{"payload": "' + b"x" * (SMALL_BODY_LIMIT - 15) + b'"}'
     assert len(body) == SMALL_BODY_LIMIT
-    response = await small_client.post(f"/v1/queues/{queue}/jobs", content=body)
+    response = await small_client.post(
+        f"/v1/queues/{queue}/jobs", content=body, headers={"content-type": "application/json"}
+    )
     assert response.status_code == 201, response.text
 
 

@@ -25,8 +25,8 @@ SILENT_CONNECTIONS = 300
 PROBE_DEADLINE_S = 1.0  # another client's request answers within this, flood or not
 MARGIN_S = 2.0  # for a loaded 2-core runner: a timer fires late, never early
 TRICKLE_INTERVAL_S = 0.2
-HEALTH_REQUEST = b"GET /healthz HTTP/1.1\r\nHost: emq\r\n\r\n"
-NOT_FOUND_REQUEST = b"GET /nowhere HTTP/1.1\r\nHost: emq\r\n\r\n"
+HEALTH_REQUEST = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+NOT_FOUND_REQUEST = b"GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 SEND_CHUNK_BYTES = 256 * 1024
 HUGE_HEADER_BYTES = 60 * 1024 * 1024
 MEMORY_GROWTH_BOUND_KB = 20 * 1024  # well under the huge header the service was sent
@@ -114,7 +114,7 @@ def peak_memory_kb(service: LaunchedService) -> int:
 
 
 def head_with(*fields: bytes) -> bytes:
-    return b"GET /healthz HTTP/1.1\r\nHost: emq\r\n" + b"".join(field + b"\r\n" for field in fields) + b"\r\n"
+    return b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"".join(field + b"\r\n" for field in fields) + b"\r\n"
 
 
 def test_silent_connections_keep_no_one_out_and_are_closed(service: LaunchedService) -> None:
@@ -141,7 +141,7 @@ def test_a_head_that_never_ends_is_answered_408_at_the_head_timeout(
         if after_a_request:
             assert connection.ask().status == 200
         started = time.monotonic()
-        connection.socket.sendall(b"GET /healthz HTTP/1.1\r\nHost: emq\r\nX-Slow: ")
+        connection.socket.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         while not connection.answer_waiting():
             assert time.monotonic() - started < HEADER_TIMEOUT_S + MARGIN_S, "still reading the head"
             time.sleep(TRICKLE_INTERVAL_S)
@@ -163,7 +163,7 @@ def test_a_head_over_the_size_cap_is_answered_431_and_closed(service: LaunchedSe
 def test_a_huge_header_is_refused_without_being_buffered(service: LaunchedService) -> None:
     before_kb = peak_memory_kb(service)
     with Connection(service) as connection:
-        connection.socket.sendall(b"GET /healthz HTTP/1.1\r\nHost: emq\r\nX-Huge: ")
+        connection.socket.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Huge: ")
         chunk = b"a" * SEND_CHUNK_BYTES
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             for _ in range(HUGE_HEADER_BYTES // SEND_CHUNK_BYTES):

@@ -18,6 +18,8 @@ from tests.launched import launched_service
 from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, job_call, lease_one
 
+JSON = {"content-type": "application/json"}
+
 
 def nested(depth: int) -> str:
     return "[" * depth + "]" * depth
@@ -28,18 +30,19 @@ async def test_json_nesting_depth_is_limited(client: httpx.AsyncClient, queue: s
     deep, fine = nested(limits.MAX_JSON_DEPTH + 1), nested(limits.MAX_JSON_DEPTH)
     if field == "payload":
         body = '{"payload": %s}'
-        bad = await client.post(f"/v1/queues/{queue}/jobs", content=body % deep)
+        bad = await client.post(f"/v1/queues/{queue}/jobs", content=body % deep, headers=JSON)
         assert "nested deeper" in assert_problem(bad, 400, "invalid_request")["detail"]
         assert (await counts(client, queue))["waiting"] == 0
-        assert (await client.post(f"/v1/queues/{queue}/jobs", content=body % fine)).status_code == 201
+        fine_answer = await client.post(f"/v1/queues/{queue}/jobs", content=body % fine, headers=JSON)
+        assert fine_answer.status_code == 201
     else:
         await enqueue(client, queue, 1)
         job = await lease_one(client, queue)
         body = '{"lease_id": "' + job["lease_id"] + '", "result": %s}'
         path = f"/v1/queues/{queue}/jobs/{job['id']}/ack"
-        assert_problem(await client.post(path, content=body % deep), 400, "invalid_request")
+        assert_problem(await client.post(path, content=body % deep, headers=JSON), 400, "invalid_request")
         assert (await counts(client, queue))["active"] == 1
-        assert (await client.post(path, content=body % fine)).status_code == 200
+        assert (await client.post(path, content=body % fine, headers=JSON)).status_code == 200
 
 
 async def test_a_string_full_of_brackets_is_not_nesting(client: httpx.AsyncClient, queue: str) -> None:
@@ -53,7 +56,7 @@ async def test_a_trickled_body_times_out(settings: Settings, queue: str) -> None
         host, port = url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(
-            f"POST /v1/queues/{queue}/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"POST /v1/queues/{queue}/jobs HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
             'Content-Length: 100\r\n\r\n{"payload":'.encode()
         )
         await writer.drain()
@@ -89,7 +92,7 @@ async def test_batches_are_limited(client: httpx.AsyncClient, queue: str) -> Non
 
 
 CONNECTION_CAP = 16  # the least EMQ_MAX_CONNECTIONS takes
-HEALTH_REQUEST = b"GET /healthz HTTP/1.1\r\nHost: emq\r\n\r\n"
+HEALTH_REQUEST = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 RECOVERY_DEADLINE_S = 30.0
 LONG_POLL_MS = 5000  # long enough for all of them to be waiting at once
 
@@ -120,7 +123,7 @@ def served(answer: Answer) -> bool:
 def long_poll_request(queue: str, wait_ms: int) -> bytes:
     body = b'{"worker": "w1", "wait_ms": %d}' % wait_ms
     return (
-        b"POST /v1/queues/%s/lease HTTP/1.1\r\nHost: emq\r\nContent-Type: application/json\r\n"
+        b"POST /v1/queues/%s/lease HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (queue.encode(), len(body), body)
     )
 
@@ -165,8 +168,12 @@ def test_idle_connections_make_room_and_busy_ones_beyond_the_cap_get_503(
         for poll in polls:
             poll.sendall(long_poll_request(queue, LONG_POLL_MS))
         deadline = time.monotonic() + RECOVERY_DEADLINE_S
-        while served(refused := ask_health(extra := connect())):  # until the polls are all in
+        for _ in range(10 * CONNECTION_CAP):  # bounded: each try opens a connection
+            if not served(refused := ask_health(extra := connect())):  # until the polls are all in
+                break
             assert time.monotonic() < deadline, "never refused with every connection busy"
+        else:
+            raise AssertionError("never refused with every connection busy")
         assert refused.status == b"HTTP/1.1 503 Service Unavailable"
         assert refused.headers[b"content-type"] == b"text/plain; charset=utf-8"
         assert refused.headers[b"connection"] == b"close"

@@ -3,7 +3,10 @@ and its cookie, CSRF refusals, what each role is offered and allowed, and bad in
 
 from __future__ import annotations
 
+import hashlib
 import secrets
+import socket
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -12,9 +15,13 @@ from redis import Redis
 from redis.cluster import RedisCluster
 
 from echomq_http.config import Settings
-from echomq_http.keys import keys_of
-from echomq_http.ui import pages
+from echomq_http.keys import keys_of, ui_session_key
+from echomq_http.ui import pages, sessions
+from echomq_http.ui.access import SESSION_COOKIE
+from echomq_http.ui.csrf import origin_refusal
 from echomq_http.ui.render import iso, timestamp
+from echomq_http.ui.sessions import SESSION_TTL_S
+from echomq_http.webguard import AllowedHosts
 from tests.conftest import CLUSTER, TEST_SWEEP_INTERVAL_MS
 from tests.server import running_service
 from tests.ui.conftest import ADMIN, ONLY_OURS, PRODUCER, WORKER, csrf_of, signed_in
@@ -317,7 +324,7 @@ def test_without_a_cookie_pages_send_to_sign_in_and_actions_are_refused(ui_url, 
         assert anonymous.get(f"/ui/queues/{name}/events").status_code == 303
 
 
-def test_sign_in_keeps_the_token_in_a_private_cookie(ui_url):
+def test_sign_in_keeps_a_session_not_the_token_and_sign_out_revokes_it(ui_url, redis_url):
     with httpx.Client(base_url=ui_url, headers={"Origin": ui_url}) as browser:
         token = csrf_of(browser.get("/ui/sign-in").text)
         wrong = browser.post("/ui/sign-in", data={"token": "guess", "csrf_token": token})
@@ -326,14 +333,78 @@ def test_sign_in_keeps_the_token_in_a_private_cookie(ui_url):
             "/ui/sign-in", data={"token": ADMIN, "csrf_token": token, "next": "//evil.example"}
         )
         assert answer.status_code == 303 and answer.headers["location"] == "/ui"
-        cookie = next(c for c in answer.headers.get_list("set-cookie") if c.startswith("emq_token="))
+        set_cookies = answer.headers.get_list("set-cookie")
+        assert not any(ADMIN in cookie for cookie in set_cookies)
+        cookie = next(c for c in set_cookies if c.startswith(f"{SESSION_COOKIE}="))
+        session_id = cookie.split(";")[0].partition("=")[2]
         attributes = {part.strip().lower() for part in cookie.split(";")[1:]}
-        assert {"httponly", "samesite=strict", "path=/ui"} <= attributes
+        assert {"httponly", "samesite=strict", "path=/ui", f"max-age={SESSION_TTL_S}"} <= attributes
         assert "secure" not in attributes  # plain http here; over https the cookie is Secure
+        # Redis keeps the token's digest (never the token) under the session id's digest.
+        client = (RedisCluster if CLUSTER else Redis).from_url(redis_url)
+        try:
+            key = ui_session_key(hashlib.sha256(session_id.encode()).hexdigest())
+            assert client.get(key) == hashlib.sha256(ADMIN.encode()).hexdigest().encode()
+            assert 0 < client.ttl(key) <= SESSION_TTL_S
+        finally:
+            client.close()
         assert browser.get("/ui").status_code == 200
-        out = browser.post("/ui/sign-out", data={"csrf_token": token})
-        assert out.status_code == 303
-        assert browser.get("/ui").status_code == 303
+        with httpx.Client(base_url=ui_url, cookies={SESSION_COOKIE: session_id}) as copied:
+            assert copied.get("/ui").status_code == 200  # the cookie works from anywhere...
+            out = browser.post("/ui/sign-out", data={"csrf_token": token})
+            assert out.status_code == 303
+            assert browser.get("/ui").status_code == 303
+            revoked = copied.get("/ui")  # ...until sign-out ends the session itself
+            assert revoked.status_code == 303 and revoked.headers["location"].startswith("/ui/sign-in")
+        with httpx.Client(base_url=ui_url, cookies={SESSION_COOKIE: ADMIN}) as raw_token:
+            assert raw_token.get("/ui").status_code == 303  # a token is no session id
+
+
+def test_failed_sign_ins_are_braked_per_client_address(private_redis_url):
+    settings = Settings(redis_url=private_redis_url, auth_entries=(f"admin:{ADMIN}",))
+    with running_service(settings) as url, httpx.Client(base_url=url, headers={"Origin": url}) as browser:
+        token = csrf_of(browser.get("/ui/sign-in").text)
+        for _ in range(sessions.MAX_FAILURES):
+            wrong = browser.post("/ui/sign-in", data={"token": "guess", "csrf_token": token})
+            assert wrong.status_code == 401
+        braked = browser.post("/ui/sign-in", data={"token": "guess", "csrf_token": token})
+        assert braked.status_code == 429 and "Too many failed sign-ins" in braked.text
+        assert 1 <= int(braked.headers["retry-after"]) <= sessions.FAILURE_WINDOW_S
+        right = browser.post("/ui/sign-in", data={"token": ADMIN, "csrf_token": token})
+        assert right.status_code == 429  # else guessing would go on, only slower to notice
+        assert not any(c.startswith(SESSION_COOKIE) for c in right.headers.get_list("set-cookie"))
+
+
+def test_a_trickled_form_times_out(settings):
+    impatient = Settings(redis_url=settings.redis_url, auth_entries=(f"admin:{ADMIN}",), body_timeout_s=1)
+    with running_service(impatient) as url:
+        netloc = url.removeprefix("http://")
+        host, port = netloc.split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as connection:
+            connection.sendall(
+                f"POST /ui/sign-in HTTP/1.1\r\nHost: {netloc}\r\nOrigin: {url}\r\n"
+                "Content-Type: application/x-www-form-urlencoded\r\n"
+                "Content-Length: 100\r\n\r\ntoken=a".encode()
+            )
+            started = time.monotonic()
+            head = connection.recv(4096)
+            assert head.startswith(b"HTTP/1.1 408"), head
+            assert 0.8 < time.monotonic() - started < 8
+
+
+def test_a_rebound_host_gets_no_dashboard_and_its_origin_passes_no_csrf(ui_url):
+    rebound = "rebind.attacker.example:8080"
+    with httpx.Client(base_url=ui_url, headers={"Origin": f"http://{rebound}", "Host": rebound}) as page:
+        assert page.get("/ui/sign-in").status_code == 421
+        assert page.post("/ui/sign-in", data={"token": ADMIN, "csrf_token": "0" * 64}).status_code == 421
+    hosts = AllowedHosts((), "127.0.0.1")
+    same = {"host": rebound, "origin": f"http://{rebound}"}
+    assert origin_refusal(same, hosts) == "the request's Origin is not this service's host"
+    assert origin_refusal({"host": rebound, "referer": f"http://{rebound}/ui"}, hosts) is not None
+    assert origin_refusal({"host": "localhost:8080", "origin": "http://localhost:8080"}, hosts) is None
+    assert origin_refusal({"host": "localhost:8080", "origin": "http://localhost:3000"}, hosts) is not None
+    listed = AllowedHosts(("rebind.attacker.example",), "127.0.0.1")
+    assert origin_refusal(same, listed) is None  # what the operator listed is ours
 
 
 def test_cross_site_posts_are_refused_with_403(api, ui_url, name):
