@@ -114,7 +114,8 @@ def peak_memory_kb(service: LaunchedService) -> int:
 
 
 def head_with(*fields: bytes) -> bytes:
-    return b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"".join(field + b"\r\n" for field in fields) + b"\r\n"
+    head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    return head + b"".join(field + b"\r\n" for field in fields) + b"\r\n"
 
 
 def test_silent_connections_keep_no_one_out_and_are_closed(service: LaunchedService) -> None:
