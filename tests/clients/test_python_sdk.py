@@ -3,8 +3,6 @@ exception class per problem code, retries only where repeating is safe."""
 
 from __future__ import annotations
 
-import inspect
-import json
 import subprocess
 import sys
 import threading
@@ -39,7 +37,6 @@ from echomq import (
     NotDelayed,
     NotFound,
     Promoted,
-    QueuePage,
     RetryPolicy,
     Unauthorized,
 )
@@ -147,33 +144,6 @@ async def test_async_client_covers_the_api(asdk: AsyncClient, queue: str) -> Non
     assert (await asdk.openapi())["openapi"].startswith("3.1")
 
 
-def test_queues_come_page_by_page_and_queues_follows_every_page(sdk: Client, queue: str) -> None:
-    names = [f"{queue}-{n}" for n in range(3)]
-    try:
-        for name in names:
-            sdk.enqueue(name, 1)
-        first = sdk.list_queues(limit=2, prefix=queue)
-        assert isinstance(first, QueuePage) and [view.name for view in first.queues] == names[:2]
-        rest = sdk.list_queues(limit=2, prefix=queue, cursor=first.next_cursor)
-        assert [view.name for view in rest.queues] == names[2:] and rest.next_cursor is None
-        assert [view.name for view in sdk.queues(prefix=queue)] == names
-    finally:
-        for name in names:
-            sdk.delete_queue(name)
-
-
-async def test_the_async_client_follows_every_page_of_queues(asdk: AsyncClient, queue: str) -> None:
-    names = [f"{queue}-{n}" for n in range(3)]
-    try:
-        for name in names:
-            await asdk.enqueue(name, 1)
-        assert [view.name for view in (await asdk.list_queues(limit=1, prefix=queue)).queues] == names[:1]
-        assert [view.name for view in await asdk.queues(prefix=queue)] == names
-    finally:
-        for name in names:
-            await asdk.delete_queue(name)
-
-
 def test_a_delayed_job_shows_when_it_runs_and_is_promoted(sdk: Client, queue: str) -> None:
     sdk.enqueue(queue, 1, id="later", delay_ms=3_600_000)
     job = sdk.get_job(queue, "later")
@@ -198,6 +168,21 @@ async def test_async_client_promotes_a_retry_waiting_out_its_backoff(asdk: Async
     assert (await asdk.get_job(queue, "flaky")).delay_reason == "retry"
     assert (await asdk.promote(queue, "flaky")).state == "waiting"
     assert [leased.attempt for leased in await asdk.lease(queue, "w1")] == [2]
+
+
+def test_a_heartbeat_reports_progress_and_a_left_out_one_keeps_the_last(sdk: Client, queue: str) -> None:
+    sdk.enqueue(queue, 1, id="p")
+    (job,) = sdk.lease(queue, "w1")
+    sdk.heartbeat(queue, "p", job.lease_id, progress={"done": 1, "of": 2})
+    sdk.heartbeat(queue, "p", job.lease_id, lease_ms=60_000)
+    assert sdk.get_job(queue, "p").progress == {"done": 1, "of": 2}
+
+
+async def test_async_heartbeat_reports_progress(asdk: AsyncClient, queue: str) -> None:
+    await asdk.enqueue(queue, 1, id="p")
+    (job,) = await asdk.lease(queue, "w1")
+    await asdk.heartbeat(queue, "p", job.lease_id, progress=[1, 2])
+    assert (await asdk.get_job(queue, "p")).progress == [1, 2]
 
 
 def test_problem_codes_become_exceptions(sdk: Client, queue: str, service_url: str) -> None:
@@ -241,81 +226,6 @@ def test_bearer_tokens(auth_url: str, queue: str, monkeypatch: pytest.MonkeyPatc
     with Client() as from_env:
         assert len(from_env.lease(queue, "w1")) == 1
         assert from_env.pause(queue).paused
-
-
-METHOD_OF_OPERATION = {
-    "healthz": "healthz",
-    "readyz": "readyz",
-    "metrics": "metrics",
-    "openapi": "openapi",
-    "listQueues": "list_queues",
-    "getQueue": "queue",
-    "enqueue": "enqueue",
-    "enqueueMany": "enqueue_many",
-    "lease": "lease",
-    "heartbeat": "heartbeat",
-    "heartbeatMany": "heartbeat_many",
-    "ack": "ack",
-    "ackMany": "ack_many",
-    "fail": "fail",
-    "release": "release",
-    "getJob": "get_job",
-    "deleteJob": "delete_job",
-    "deleteQueue": "delete_queue",
-    "getLedger": "ledger",
-    "listWorkers": "workers",
-    "listFailed": "failed",
-    "listJobs": "list_jobs",
-    "cancel": "cancel",
-    "promote": "promote",
-    "events": "events",
-    "history": "history",
-    "redriveFailed": "retry_failed",
-    "releaseWorker": "release_worker",
-    "sessionHeartbeat": "session_heartbeat",
-    "quietWorker": "quiet",
-    "endSession": "end_session",
-    "pauseQueue": "pause",
-    "resumeQueue": "resume",
-    "getSettings": "get_settings",
-    "putSettings": "put_settings",
-    "setGroupLimit": "set_group_limit",
-    "listGroups": "list_groups",
-    "putSchedule": "put_schedule",
-    "getSchedule": "get_schedule",
-    "listSchedules": "list_schedules",
-    "deleteSchedule": "delete_schedule",
-    "triggerSchedule": "trigger_schedule",
-}
-# Methods built on an operation's method: wait loops over get_job's wait_ms; lease_answer is
-# lease answered whole (with retry_after_ms: the Worker's).
-# queues follows list_queues to its last page.
-HELPERS = {"wait", "lease_answer", "queues"}
-
-
-def test_sync_and_async_clients_have_the_same_methods() -> None:
-    def public(cls: type) -> dict[str, inspect.Signature]:
-        return {
-            name: inspect.signature(member)
-            for name, member in vars(cls).items()
-            if callable(member) and not name.startswith("_") and name not in ("close", "aclose")
-        }
-
-    sync, asyn = public(Client), public(AsyncClient)
-    assert sync.keys() == asyn.keys()
-    document = json.loads((ROOT / "openapi" / "openapi.json").read_text())
-    operations = {op["operationId"] for path in document["paths"].values() for op in path.values()}
-    assert operations == set(METHOD_OF_OPERATION)  # every endpoint of the contract...
-    assert set(METHOD_OF_OPERATION.values()) | HELPERS == sync.keys()  # ...has its method, and no more
-    for name, signature in sync.items():
-        assert [p.name for p in signature.parameters.values()] == [
-            p.name for p in asyn[name].parameters.values()
-        ], name
-        method = getattr(AsyncClient, name)
-        if inspect.isgeneratorfunction(getattr(Client, name)):  # events: an iterator of each kind
-            assert inspect.isasyncgenfunction(method), name
-        else:
-            assert inspect.iscoroutinefunction(method), name
 
 
 class CountingTransport(httpx.HTTPTransport):

@@ -5,10 +5,12 @@
 //
 // Data is the API's JSON as it is (snake_case fields: lease_id, max_jobs, ...). Errors are thrown
 // as the classes of errors.ts, chosen by the problem's code. Calls that are safe to repeat are
-// retried on 503, 429 and lost connections (see RetryPolicy).
+// retried on 503, 429 and lost connections (see RetryPolicy). test/contract.test.ts checks that
+// every operation of the document has its method here.
 
-import { APIError, BackendUnavailable, ConnectionFailed, TooManyRequests, errorFor } from "./errors.js";
-import { Transport } from "./http.js";
+import { APIError, BackendUnavailable, ConnectionFailed, EchoMQError, TooManyRequests, errorFor } from "./errors.js";
+import { EventFeed, IDLE_MS, type EventsOptions, type FeedEvent } from "./events.js";
+import { Transport, type Answer } from "./http.js";
 import type { components, paths } from "./schema.js";
 
 type Schemas = components["schemas"];
@@ -28,6 +30,9 @@ export type ReleaseResponse = Schemas["ReleaseResponse"];
 export type CancelResponse = Schemas["CancelResponse"];
 export type PromoteResponse = Schemas["PromoteResponse"];
 export type JobView = Schemas["JobView"];
+export type JobState = JobView["state"];
+export type JobPage = Schemas["JobPage"];
+export type HistoryMinute = Schemas["HistoryMinute"];
 export type QueueView = Schemas["QueueView"];
 export type Counts = Schemas["Counts"];
 export type FailedPage = Schemas["FailedPage"];
@@ -136,14 +141,33 @@ export interface LeaseNext {
 export const DEFAULT_URL = "http://127.0.0.1:8080";
 export const VERSION = "0.1.0";
 
+/** The states a job's outcome wait ends on. */
+export const OUTCOMES: ReadonlySet<JobState> = new Set(["completed", "failed", "cancelled"]);
+
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 const seg = encodeURIComponent;
 const QUEUES_PER_PAGE = 1000; // the most per page of GET /v1/queues: the fewest calls
+
+/** A sleep that an abort ends early. */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  if (!signal) return sleep(ms);
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
 
 export class Client {
   readonly url: string;
   readonly timeoutMs: number;
   readonly retry: RetryPolicy;
+  /** The longest wait_ms the service takes on a job read: longer outcome waits take several. */
+  protected readonly waitStepMs: number = 60_000;
   private readonly transport: Transport;
 
   constructor(options: ClientOptions = {}) {
@@ -204,16 +228,18 @@ export class Client {
     return answer.jobs;
   }
 
-  /** Renew one lease (`lease_ms`: its new length from now; default its own length). */
+  /** Renew one lease (`lease_ms`: its new length from now; default its own length). `progress`
+   * (any JSON, at most 64 KiB) is stored on the job and sent as a progress event; left out, the
+   * last one stays. */
   heartbeat(
     queue: string,
     id: string,
     leaseId: string,
-    options: { lease_ms?: number } = {},
+    options: { lease_ms?: number; progress?: unknown } = {},
   ): Promise<HeartbeatResponse> {
     return this.call("post", "/v1/queues/{queue}/jobs/{id}/heartbeat", {
       path: { queue, id },
-      body: { lease_id: leaseId, lease_ms: options.lease_ms },
+      body: { lease_id: leaseId, ...options },
       idempotent: true,
     });
   }
@@ -315,9 +341,80 @@ export class Client {
 
   // --- looking ----------------------------------------------------------------------------------
 
-  /** A job, whatever its state (completed and failed ones while they are retained). */
-  job(queue: string, id: string): Promise<JobView> {
-    return this.call("get", "/v1/queues/{queue}/jobs/{id}", { path: { queue, id }, idempotent: true });
+  /** A job, whatever its state (completed and failed ones while they are retained). With
+   * `wait_ms` (at most 60000) answered as soon as it is completed, failed or cancelled, or after
+   * wait_ms as it is then (`wait` waits longer). */
+  job(queue: string, id: string, options: { wait_ms?: number } = {}): Promise<JobView> {
+    return this.call("get", "/v1/queues/{queue}/jobs/{id}", {
+      path: { queue, id },
+      query: options.wait_ms ? { wait_ms: options.wait_ms } : undefined,
+      idempotent: true,
+      longPollMs: options.wait_ms ?? 0,
+    });
+  }
+
+  /** The job once it is completed, failed or cancelled, or as it is after `timeoutMs` (default
+   * 60000: check its `state`); JobNotFound if it is deleted. Waits past a minute take several
+   * calls. */
+  async wait(queue: string, id: string, options: { timeoutMs?: number } = {}): Promise<JobView> {
+    const deadline = Date.now() + (options.timeoutMs ?? 60_000);
+    for (;;) {
+      const waitMs = Math.max(0, Math.min(this.waitStepMs, deadline - Date.now()));
+      const job = await this.job(queue, id, { wait_ms: waitMs });
+      if (OUTCOMES.has(job.state) || Date.now() >= deadline) return job;
+    }
+  }
+
+  /** A page of the jobs in one state, in its order; pass `next_cursor` as `cursor` for the
+   * next page, until it is null. */
+  listJobs(queue: string, options: { state: JobState; limit?: number; cursor?: string }): Promise<JobPage> {
+    return this.call("get", "/v1/queues/{queue}/jobs", { path: { queue }, query: options, idempotent: true });
+  }
+
+  /** Every job in one state, page after page (`limit` per page). A job that moves while the
+   * pages are read may be missed or seen twice, as with listJobs. */
+  async *jobs(queue: string, options: { state: JobState; limit?: number }): AsyncGenerator<JobView, void, undefined> {
+    let cursor: string | undefined;
+    do {
+      const page = await this.listJobs(queue, { ...options, cursor });
+      yield* page.jobs;
+      cursor = page.next_cursor ?? undefined;
+    } while (cursor !== undefined);
+  }
+
+  /** Per-minute counts (enqueued, completed, failed, reclaimed) of the last `minutes` (1..1440,
+   * default 60), oldest first, the current minute last. */
+  async history(queue: string, minutes?: number): Promise<HistoryMinute[]> {
+    const query = minutes === undefined ? undefined : { minutes };
+    return (await this.call("get", "/v1/queues/{queue}/history", { path: { queue }, query, idempotent: true })).minutes;
+  }
+
+  /** The queue's events as they happen, for ever (break, or abort `signal`, to stop): after
+   * event id `after` (0: from the oldest kept; left out: only new ones), only `types` and/or one
+   * `job`. A lost or ended stream is resumed from the last event received (Last-Event-ID) after
+   * a short pause. A `resync` event means events were lost (too old, or the queue was deleted):
+   * read the state again. Errors other than lost connections, 503 and 429 are thrown. */
+  async *events(queue: string, options: EventsOptions = {}): AsyncGenerator<FeedEvent, void, undefined> {
+    const feed = new EventFeed(options);
+    const { signal } = options;
+    const path = `/v1/queues/${seg(queue)}/events`;
+    while (!signal?.aborted) {
+      const { query, headers } = feed.connect();
+      let failure: unknown;
+      let stream: Awaited<ReturnType<Transport["stream"]>> | undefined;
+      try {
+        const timing = { timeoutMs: this.timeoutMs, idleMs: Math.max(this.timeoutMs, IDLE_MS) };
+        stream = await this.transport.stream(path + query, { headers, signal, ...timing });
+        if (stream.status >= 400) read(stream.status, await stream.text(), stream.retryAfterMs);
+        for await (const chunk of stream.chunks) yield* feed.read(chunk);
+      } catch (error) {
+        if (signal?.aborted || this.transport.isClosed) return;
+        failure = error instanceof EchoMQError ? error : this.transport.failure("GET", path, error);
+      } finally {
+        stream?.close();
+      }
+      await pause(feed.pauseMs(failure), signal);
+    }
   }
 
   /** A queue: its name, whether it is paused, its counts. */
@@ -511,6 +608,28 @@ export class Client {
     });
   }
 
+  // --- the service ------------------------------------------------------------------------------
+
+  /** The process is up (200), whatever Redis says. */
+  healthz(): Promise<boolean> {
+    return this.send("GET", "/healthz", undefined, { idempotent: true }, isOk);
+  }
+
+  /** The service can reach Redis (200; false on 503, not retried). */
+  readyz(): Promise<boolean> {
+    return this.send("GET", "/readyz", undefined, { idempotent: true, retry: NO_RETRIES }, isOk);
+  }
+
+  /** The Prometheus exposition, as text. */
+  metrics(): Promise<string> {
+    return this.send("GET", "/metrics", undefined, { idempotent: true }, readText);
+  }
+
+  /** The service's OpenAPI document. */
+  openapi(): Promise<Record<string, unknown>> {
+    return this.call("get", "/openapi.json", { path: undefined, idempotent: true });
+  }
+
   // --- the one way out --------------------------------------------------------------------------
 
   private async call<M extends Method, P extends PathsWith<M>>(
@@ -524,18 +643,39 @@ export class Client {
     if (query.length) path += "?" + new URLSearchParams(query.map(([k, v]): [string, string] => [k, String(v)])).toString();
     const body = call.body === undefined ? undefined : JSON.stringify(call.body);
     const timeoutMs = (call.timeoutMs ?? this.timeoutMs) + (call.longPollMs ?? 0);
-    const retry = call.retry ?? this.retry;
-    const verb = method.toUpperCase();
+    const options = { headers: call.headers, timeoutMs, idempotent: call.idempotent, retry: call.retry };
+    const json = (answer: Answer) => read(answer.status, answer.text, answer.retryAfterMs);
+    return this.send(method.toUpperCase(), path, body, options, json) as Promise<Success<Operation<P, M>>>;
+  }
+
+  /** A request, repeated as the retry policy allows; `readAnswer` throws for a problem. */
+  private async send<T>(
+    verb: string,
+    path: string,
+    body: string | undefined,
+    options: { headers?: Record<string, string>; timeoutMs?: number; idempotent: boolean; retry?: RetryPolicy },
+    readAnswer: (answer: Answer) => T,
+  ): Promise<T> {
+    const retry = options.retry ?? this.retry;
+    const sent = { headers: options.headers, timeoutMs: options.timeoutMs ?? this.timeoutMs };
     for (let attempt = 0; ; attempt++) {
       try {
-        const answer = await this.transport.request(verb, path, body, { headers: call.headers, timeoutMs });
-        return read(answer.status, answer.text, answer.retryAfterMs) as Success<Operation<P, M>>;
+        return readAnswer(await this.transport.request(verb, path, body, sent));
       } catch (error) {
-        if (this.transport.isClosed || !retry.shouldRetry(attempt, call.idempotent, error)) throw error;
+        if (this.transport.isClosed || !retry.shouldRetry(attempt, options.idempotent, error)) throw error;
         await sleep(retry.delayMs(attempt, error));
       }
     }
   }
+}
+
+function isOk(answer: Answer): boolean {
+  return answer.status === 200;
+}
+
+function readText(answer: Answer): string {
+  if (answer.status >= 400) read(answer.status, answer.text, answer.retryAfterMs);
+  return answer.text;
 }
 
 function read(status: number, text: string, retryAfterMs: number | undefined): unknown {

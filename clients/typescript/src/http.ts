@@ -1,5 +1,6 @@
 // The HTTP transport: an undici Pool (keep-alive connections to one origin), a request in, the
-// status, Retry-After and body text out. Errors without an answer become ConnectionFailed.
+// status, Retry-After and body text out (or the body as it comes, for an event stream). Errors
+// without an answer become ConnectionFailed.
 
 import { Pool } from "undici";
 import { ConnectionFailed } from "./errors.js";
@@ -8,6 +9,16 @@ export interface Answer {
   status: number;
   retryAfterMs: number | undefined;
   text: string;
+}
+
+/** An answer whose body is read as it comes (an event stream). */
+export interface StreamAnswer {
+  status: number;
+  retryAfterMs: number | undefined;
+  chunks: AsyncIterable<Uint8Array>;
+  text(): Promise<string>;
+  /** Drops the connection: a stream is never read to its end. */
+  close(): void;
 }
 
 export interface TransportOptions {
@@ -57,21 +68,48 @@ export class Transport {
         bodyTimeout: options.timeoutMs,
       });
       const text = await answer.body.text();
-      const retryAfter = answer.headers["retry-after"];
-      const seconds = Number(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter);
+      return { status: answer.statusCode, retryAfterMs: retryAfterMs(answer.headers), text };
+    } catch (error) {
+      throw this.failure(method, path, error);
+    }
+  }
+
+  /** A GET whose body is handed over as it comes. `timeoutMs` bounds the wait for the headers,
+   * `idleMs` the silence between two chunks; `signal` aborts it. */
+  async stream(
+    path: string,
+    options: { headers?: Record<string, string>; timeoutMs: number; idleMs: number; signal?: AbortSignal },
+  ): Promise<StreamAnswer> {
+    if (this.closed) throw new ConnectionFailed(`GET ${path}: the client is closed`, { sent: false });
+    try {
+      const answer = await this.pool.request({
+        method: "GET",
+        path: this.basePath + path,
+        headers: { ...this.headers, ...(options.headers ?? {}) },
+        headersTimeout: options.timeoutMs,
+        bodyTimeout: options.idleMs,
+        signal: options.signal,
+      });
       return {
         status: answer.statusCode,
-        retryAfterMs: retryAfter !== undefined && Number.isFinite(seconds) ? seconds * 1000 : undefined,
-        text,
+        retryAfterMs: retryAfterMs(answer.headers),
+        chunks: answer.body,
+        text: () => answer.body.text(),
+        close: () => answer.body.destroy(),
       };
     } catch (error) {
-      const code = (error as { code?: unknown }).code;
-      const sent = !(typeof code === "string" && NOT_SENT.has(code)) && !this.closed;
-      throw new ConnectionFailed(`${method} ${path}: ${String((error as Error)?.message ?? error)}`, {
-        cause: error,
-        sent,
-      });
+      throw this.failure("GET", path, error);
     }
+  }
+
+  /** A request that got no answer, as ConnectionFailed (`sent`: it may have reached the service). */
+  failure(method: string, path: string, error: unknown): ConnectionFailed {
+    const code = (error as { code?: unknown }).code;
+    const sent = !(typeof code === "string" && NOT_SENT.has(code)) && !this.closed;
+    return new ConnectionFailed(`${method} ${path}: ${String((error as Error)?.message ?? error)}`, {
+      cause: error,
+      sent,
+    });
   }
 
   get isClosed(): boolean {
@@ -83,4 +121,10 @@ export class Transport {
     this.closed = true;
     await this.pool.close();
   }
+}
+
+function retryAfterMs(headers: Record<string, string | string[] | undefined>): number | undefined {
+  const retryAfter = headers["retry-after"];
+  const seconds = Number(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter);
+  return retryAfter !== undefined && Number.isFinite(seconds) ? seconds * 1000 : undefined;
 }

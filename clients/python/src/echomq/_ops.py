@@ -205,9 +205,13 @@ def _job(queue: str, job_id: str) -> str:
     return f"{_q(queue)}/jobs/{_seg(job_id)}"
 
 
+def _body_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields that were given (None and UNSET mean: let the service decide)."""
+    return {k: v for k, v in fields.items() if v is not None and v is not msgspec.UNSET}
+
+
 def _body(fields: Mapping[str, Any]) -> bytes:
-    """JSON of the fields that were given (None and UNSET mean: let the service decide)."""
-    return _encoder.encode({k: v for k, v in fields.items() if v is not None and v is not msgspec.UNSET})
+    return _encoder.encode(_body_fields(fields))
 
 
 def _trace(traceparent: Optional[str]) -> Optional[dict[str, str]]:
@@ -331,13 +335,18 @@ def lease_answer(
     return Op(op.method, op.path, _read_lease_answer, op.idempotent, op.body, long_poll_s=op.long_poll_s)
 
 
-def heartbeat(queue: str, job_id: str, lease_id: str, lease_ms: Optional[int]) -> Op[m.Heartbeat]:
+def heartbeat(
+    queue: str, job_id: str, lease_id: str, lease_ms: Optional[int], progress: Any = msgspec.UNSET
+) -> Op[m.Heartbeat]:
+    fields = _body_fields({"lease_id": lease_id, "lease_ms": lease_ms})
+    if progress is not msgspec.UNSET:  # null is a progress too: only UNSET leaves it out
+        fields["progress"] = progress
     return Op(
         "POST",
         f"{_job(queue, job_id)}/heartbeat",
         _read_heartbeat,
         idempotent=True,
-        body=_body({"lease_id": lease_id, "lease_ms": lease_ms}),
+        body=_encoder.encode(fields),
     )
 
 

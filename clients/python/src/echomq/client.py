@@ -182,9 +182,13 @@ class Client(_Base):
             )
         )
 
-    def heartbeat(self, queue: str, id: str, lease_id: str, *, lease_ms: Optional[int] = None) -> m.Heartbeat:
-        """Renew a lease (by its own length unless ``lease_ms``); ``LeaseLost`` if it is gone."""
-        return self._call(_ops.heartbeat(queue, id, lease_id, lease_ms))
+    def heartbeat(
+        self, queue: str, id: str, lease_id: str, *, lease_ms: Optional[int] = None, progress: Any = UNSET
+    ) -> m.Heartbeat:
+        """Renew a lease (by its own length unless ``lease_ms``); ``LeaseLost`` if it is gone.
+        ``progress`` (any JSON, at most 64 KiB) is stored on the job and sent as a progress
+        event; left out, the last one stays."""
+        return self._call(_ops.heartbeat(queue, id, lease_id, lease_ms, progress))
 
     def heartbeat_many(
         self, queue: str, leases: Iterable[Union[m.HeartbeatItem, Mapping[str, Any]]]
@@ -654,9 +658,9 @@ class AsyncClient(_Base):
         )
 
     async def heartbeat(
-        self, queue: str, id: str, lease_id: str, *, lease_ms: Optional[int] = None
+        self, queue: str, id: str, lease_id: str, *, lease_ms: Optional[int] = None, progress: Any = UNSET
     ) -> m.Heartbeat:
-        return await self._call(_ops.heartbeat(queue, id, lease_id, lease_ms))
+        return await self._call(_ops.heartbeat(queue, id, lease_id, lease_ms, progress))
 
     async def heartbeat_many(
         self, queue: str, leases: Iterable[Union[m.HeartbeatItem, Mapping[str, Any]]]

@@ -163,7 +163,7 @@ class AckedMany(_Model):
     """Answer to an ack-many with ``lease_next``: each ack's outcome, and the jobs leased after."""
 
     results: list[AckOutcome]
-    jobs: list[LeasedJob]
+    jobs: list[LeasedJob] = msgspec.field(default_factory=list)  # always there with lease_next
     retry_after_ms: Optional[int] = None  # lease_next held back by the queue's rate limit
 
 
