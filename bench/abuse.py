@@ -435,11 +435,13 @@ def verdict(harness: AbuseHarness, bounds: Bounds) -> tuple[list[str], str, dict
     baseline_rss = rss_peak(rss, harness.started, harness.floods_from)
     failures = [f for row in rows for f in row.failures] + result["failures"] + harness.errors
     lost = len(result["lost"])
+    read = sum(1 for state, _ in history.final_states.values() if state != "unknown")
     explained = sum(1 for d in result["duplicate_details"] if d["kind"])
     summary = (
-        f"{result['acked_enqueues']} jobs enqueued by the steady producer ({len(history.final_states)} ids "
-        f"read back): lost {lost}, duplicates {result['duplicates']} ({explained} explained by the worker "
-        f"faults), zombie calls refused {result['zombie_refused']}/{result['zombie_calls']}, still active "
+        f"{result['acked_enqueues']} jobs enqueued by the steady producer ({read} of "
+        f"{len(history.final_states)} ids read back): lost {lost}, duplicates {result['duplicates']} "
+        f"({explained} explained by the worker faults), zombie calls refused "
+        f"{result['zombie_refused']}/{result['zombie_calls']}, still active "
         f"{result['still_active']}. Bounds: probe p99 after a flood <= {bounds.p99_ms:.0f} ms (from "
         f"{bounds.recover_s:.0f} s after its end), RSS <= {bounds.rss_mb:.0f} MB per service process, a "
         f"worker fault's job leased again within {bounds.release_ms / 1000:.1f} s (lease + sweep + 1 s). "
