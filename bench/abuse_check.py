@@ -96,7 +96,9 @@ def expectations(name: str, summary: dict[str, Any]) -> list[str]:
         failures.append(f"headers: a request with {summary.get('mb_sent_each')} MB of headers was served")
     if name == "web":
         for kind, statuses in summary.get("statuses", {}).items():
-            if not refused_all(statuses):
+            if not statuses:
+                failures.append(f"web: no {kind} request was answered in the flood's time")
+            elif not refused_all(statuses):
                 failures.append(f"web: {kind} was served ({statuses})")
     return failures
 

@@ -92,6 +92,10 @@ def test_a_hostile_request_served_fails_and_refused_passes() -> None:
     assert row.failures == ["web: form-enqueue was served ({'201': 50})"]
     refused = flood("web", statuses={"form-enqueue": {"415": 50}, "rebound-host": {"400": 50}})
     assert judge_flood(refused, probes(0, 15), RSS, BOUNDS, T0 + 15).failures == []
+    unsent = flood("web", statuses={"form-enqueue": {"415": 1}, "rebound-host": {}})
+    assert judge_flood(unsent, probes(0, 15), RSS, BOUNDS, T0 + 15).failures == [
+        "web: no rebound-host request was answered in the flood's time"
+    ]
     big = flood("headers", statuses={"200": 4}, mb_sent_each=[20.0] * 4)
     assert judge_flood(big, probes(0, 15), RSS, BOUNDS, T0 + 15).failures == [
         "headers: a request with [20.0, 20.0, 20.0, 20.0] MB of headers was served"
