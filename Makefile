@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 LOCK := requirements.lock
 UV_VERSION := 0.13.9
 
-.PHONY: serve test lint lock openapi clean bench bench-quick scaling chaos chaos-long report
+.PHONY: serve test lint lock openapi clean bench bench-quick scaling chaos chaos-long abuse report
 
 # pip first, at the lock's version: the later install needs its --build-constraint, which pins
 # the build backends (setuptools, hatchling) of the editable installs too.
@@ -68,3 +68,10 @@ chaos: $(STAMP)
 
 chaos-long: $(STAMP)
 	$(PY) bench/chaos.py --profile long $(CHAOS_ARGS)
+
+# Hostile floods against a live service with workers running (bench/abuse.py): exits non-zero
+# on a lost job, a late reclaim, a probe p99 over 1 s after a flood, or a process over 300 MB.
+# ABUSE_ARGS=--quick: the short profile (about 2 minutes).
+ABUSE_ARGS ?=
+abuse: $(STAMP)
+	$(PY) bench/abuse.py $(ABUSE_ARGS)

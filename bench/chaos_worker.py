@@ -80,8 +80,11 @@ class Log:
 class Api:
     """POSTs to a random replica; retries anything that is not a definite answer."""
 
-    def __init__(self, urls: list[str], rng: random.Random, events: Log, deadline: float) -> None:
-        self.clients = [httpx.Client(base_url=url, timeout=CALL_TIMEOUT_S) for url in urls]
+    def __init__(
+        self, urls: list[str], rng: random.Random, events: Log, deadline: float, token: str | None = None
+    ) -> None:
+        headers = {"authorization": f"Bearer {token}"} if token else None
+        self.clients = [httpx.Client(base_url=url, timeout=CALL_TIMEOUT_S, headers=headers) for url in urls]
         self.rng = rng
         self.events = events
         self.deadline = deadline
@@ -190,7 +193,7 @@ def run_worker(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     events = Log(os.path.join(args.dir, f"events-{args.name}.jsonl"))
     effects = Log(os.path.join(args.dir, f"effects-{args.name}.jsonl"))
-    api = Api(args.urls.split(","), rng, events, args.deadline)
+    api = Api(args.urls.split(","), rng, events, args.deadline, args.token)
     ctl = os.path.join(args.ctl, args.name)
     lease_ms = args.lease_ms
     heartbeat_s = lease_ms / 3000
@@ -390,7 +393,7 @@ def stop_cancelled(api: Api, events: Log, rng: random.Random, base: str, job_id:
 def run_producer(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     log = Log(os.path.join(args.dir, "producer.jsonl"))
-    api = Api(args.urls.split(","), rng, log, args.deadline)
+    api = Api(args.urls.split(","), rng, log, args.deadline, args.token)
     path = f"/v1/queues/{QUEUE}/jobs"
     started = time.time()
     log.write({"ev": "start", "pid": os.getpid(), "t": started, "jobs": args.jobs})
@@ -467,6 +470,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--deadline", type=float, required=True, help="epoch seconds: stop by then")
     parser.add_argument("--name", default="w0")
+    parser.add_argument("--token", default=None, help="a bearer token, when the service has tokens")
     parser.add_argument("--ctl", default=".")
     parser.add_argument("--lease-ms", type=int, default=2000)
     parser.add_argument("--wait-ms", type=int, default=1000)

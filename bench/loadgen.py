@@ -30,6 +30,11 @@ Workloads (spec["workload"]):
                  each connection in turn enqueues 1 job, leases 1, acks it; every request is
                  recorded with when it was due, sent and answered. Runs from measure_from until
                  measure_until, or until a line ``stop`` (or the end of stdin) arrives.
+  probe          what another client sees while something else loads the service (bench/abuse.py):
+                 GET /v1/queues/{queue} and an enqueue in turn at spec["rate"] requests/s, each on
+                 a new connection (a new client must get in too), with spec["headers"] (a token),
+                 each given up after spec["timeout_s"]; recorded as [op, due, sent, latency_ms,
+                 status] (status 0: no answer). Ends as paced does.
 """
 
 from __future__ import annotations
@@ -58,8 +63,9 @@ OWN_CLIENTS = {"wakeup", "sdk_worker", "sdk_next"}  # workloads that open their 
 class RawConnection(asyncio.Protocol):
     """One HTTP/1.1 keep-alive connection; one request at a time (like a worker's own socket)."""
 
-    def __init__(self, host: str) -> None:
-        self._head_host = f"Host: {host}\r\nContent-Type: application/json\r\n".encode()
+    def __init__(self, host: str, headers: dict[str, str] | None = None) -> None:
+        more = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+        self._head_host = f"Host: {host}\r\nContent-Type: application/json\r\n{more}".encode()
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._body: list[bytes] = []
@@ -67,10 +73,10 @@ class RawConnection(asyncio.Protocol):
         self.completed_at = 0.0  # perf_counter() when the last response was complete
 
     @classmethod
-    async def open(cls, url: str) -> RawConnection:
+    async def open(cls, url: str, headers: dict[str, str] | None = None) -> RawConnection:
         parts = urlsplit(url)
         loop = asyncio.get_running_loop()
-        connection = cls(parts.netloc)
+        connection = cls(parts.netloc, headers)
         await asyncio.wait_for(
             loop.create_connection(lambda: connection, parts.hostname, parts.port), CONNECT_TIMEOUT_S
         )
@@ -391,6 +397,60 @@ async def paced_loop(
         due += interval_s
 
 
+PROBE_OPS = ("get", "enqueue")
+
+
+async def probe_loop(spec: dict[str, Any], window: Window, log: list[Any]) -> None:
+    """One small request every 1/rate s on a fixed schedule, each on its own connection and
+    not waiting for the one before: a stalled service shows as latencies, not as fewer probes."""
+    url, queue = spec["urls"][0], spec["queue"]
+    interval_s = 1 / spec["rate"]
+    requests = [
+        ("GET", f"/v1/queues/{queue}", b""),
+        ("POST", f"/v1/queues/{queue}/jobs", _encode({"payload": spec["payload"]})),
+    ]
+    pending: set[asyncio.Task[None]] = set()
+    due = window.start
+    step = 0
+    while True:
+        now = time.time()
+        if now < due:
+            await asyncio.sleep(due - now)
+        if time.time() >= window.end:
+            break
+        task = asyncio.ensure_future(probe_once(url, spec, requests, step % len(requests), due, log))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+        step += 1
+        due += interval_s
+    if pending:
+        await asyncio.wait(pending)
+
+
+async def probe_once(
+    url: str,
+    spec: dict[str, Any],
+    requests: list[tuple[str, str, bytes]],
+    op: int,
+    due: float,
+    log: list[Any],
+) -> None:
+    sent = time.time()
+    started = time.perf_counter()
+    status = 0
+    conn: RawConnection | None = None
+    try:
+        async with asyncio.timeout(spec["timeout_s"]):
+            conn = await RawConnection.open(url, spec.get("headers"))
+            status, _ = await conn.request(*requests[op])
+    except (TimeoutError, OSError, httptools.HttpParserError):
+        status = 0  # no answer: refused, cut or timed out
+    finally:
+        if conn is not None:
+            conn.close()
+    log.append([op, round(due, 6), round(sent, 6), round((time.perf_counter() - started) * 1000, 3), status])
+
+
 async def _stop_on_line(window: Window) -> None:
     """paced: a line "stop" on stdin (or its end) ends the run now."""
     loop = asyncio.get_running_loop()
@@ -407,7 +467,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     workload: str = spec["workload"]
     httpx_client = None
     conns: list[Any] = []
-    if workload not in OWN_CLIENTS:
+    if workload not in OWN_CLIENTS and workload != "probe":
         if spec["client"] == "httpx":
             import httpx
 
@@ -452,9 +512,16 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
             for i, conn in enumerate(conns)
         ]
         stopper = asyncio.ensure_future(_stop_on_line(window))
+    elif workload == "probe":
+        probe_log: list[Any] = []
+        tasks = [probe_loop(spec, window, probe_log)]
+        stopper = asyncio.ensure_future(_stop_on_line(window))
     else:
         raise SystemExit(f"unknown workload {workload!r}")
     await asyncio.gather(*tasks)
+    if workload == "probe":
+        stopper.cancel()
+        return {"requests": probe_log, "ops": PROBE_OPS}
     if workload == "paced":
         stopper.cancel()  # the thread reading stdin ends with the process (stdin is closed)
         return {"requests": paced_log, "errors": window.errors, "ops": PACED_OPS}

@@ -17,6 +17,7 @@ and each block says which commit, machine and command produced it. The blocks:
 - ``bigread REF``: ``bench/big_read.py`` on this checkout and on REF's service: small requests
   while pages of large dead letters are read.
 - ``chaos``: ``bench/chaos.py --profile long --seed 7``, the chaos harness's summary.
+- ``abuse``: ``bench/abuse.py --seed 7``, hostile floods against a live service: a table.
 
 It refuses to run while service/, lua/ or bench/ have uncommitted changes (the figures must
 belong to a commit: commit the code, run the report, then commit the documents).
@@ -39,6 +40,7 @@ DOCS = {
     "against": "docs/PERFORMANCE.md",
     "bigread": "docs/PERFORMANCE.md",
     "chaos": "docs/RELIABILITY.md",
+    "abuse": "docs/RELIABILITY.md",
 }
 CHAOS_SEED = 7
 _BLOCK = re.compile(
@@ -152,11 +154,22 @@ def chaos_block(_argument: str | None, workdir: Path) -> str:
     return provenance(" ".join(command[1:6])) + "```text\n" + "\n".join(lines) + "\n```\n"
 
 
+def abuse_block(_argument: str | None, workdir: Path) -> str:
+    """The abuse harness's table, pass or fail: a failed check is a figure worth showing."""
+    table = workdir / "abuse.md"
+    command = [sys.executable, "bench/abuse.py", "--seed", str(CHAOS_SEED), "--markdown", str(table)]
+    done = subprocess.run(command, cwd=ROOT, timeout=1800, check=False)
+    if done.returncode not in (0, 1) or not table.exists():
+        raise ReportError(f"the abuse run did not finish (exit {done.returncode})")
+    return provenance(" ".join(command[1:4])) + table.read_text()
+
+
 MAKERS: dict[str, Callable[[str | None, Path], str]] = {
     "bench": bench_block,
     "against": against_block,
     "bigread": bigread_block,
     "chaos": chaos_block,
+    "abuse": abuse_block,
 }
 
 
