@@ -753,6 +753,12 @@ def raw_json_cases() -> list[Case]:
             b'{"acks": [{"id": "held-1", "lease_id": "$LEASE", "result": "\xc3"}]}',
         ),
         ("enqueue-payload-nan", enqueue, b'{"payload": NaN}'),
+        ("enqueue_many-payload-beyond-a-double", many, b'{"jobs": [{"payload": [1e999]}]}'),
+        (
+            "ack_many-result-beyond-a-double",
+            acks,
+            b'{"acks": [{"id": "held-1", "lease_id": "$LEASE", "result": {"n": -1e400}}]}',
+        ),
         ("enqueue-payload-unquoted-key", enqueue, b'{"payload": {a: 1}}'),
         ("enqueue-payload-single-quotes", enqueue, b"{\"payload\": 'x'}"),
         ("enqueue-payload-truncated", enqueue, b'{"payload": {"a": [1, 2}'),
