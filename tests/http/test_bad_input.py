@@ -579,7 +579,17 @@ FIELD_CASES = [
         {
             "every_ms": ints(limits.MIN_EVERY_MS, limits.MAX_EVERY_MS),
             "cron": [("int", 5), ("empty", ""), ("4-fields", "* * * *"), ("bad-minute", "60 * * * *")],
-            "timezone": not_null([("int", 1), ("unknown", "Nowhere/City"), ("path", "../../etc/passwd")]),
+            "timezone": not_null(
+                [
+                    ("int", 1),
+                    ("unknown", "Nowhere/City"),
+                    ("path", "../../etc/passwd"),
+                    ("leap-seconds-copy", "right/UTC"),
+                    ("posix-copy", "posix/Europe/Berlin"),
+                    ("host-zone", "localtime"),
+                    ("placeholder", "Factory"),
+                ]
+            ),
             "start_at": ints(0, limits.MAX_EPOCH_MS),
             "end_at": ints(0, limits.MAX_EPOCH_MS),
             "limit": ints(1, limits.MAX_SCHEDULE_LIMIT),
