@@ -880,7 +880,42 @@ def query_cases() -> list[Case]:
             ("above-2^31", str(2**31 + 1)),
         ]:
             cases.append(Case(f"{name}-offset-{label}", "GET", f"{path}?offset={value}", hint="offset"))
-    return [*cases, *list_jobs_cases(), *flag_and_worker_cases()]
+    return [*cases, *list_jobs_cases(), *flag_and_worker_cases(), *repeated_query_cases()]
+
+
+def repeated_query_cases() -> list[Case]:
+    """A query parameter given twice is refused on every route, even one it does not read and
+    with the endpoint's valid body: the answer would otherwise depend on which one the parser
+    keeps."""
+    cases = []
+    for name, endpoint in ENDPOINTS.items():
+        body = endpoint.body if endpoint.method != "GET" else None
+        path = endpoint.url()
+        sep = "&" if "?" in path else "?"
+        for label, query in (("unread", "echo=1&echo=2"), ("blank", "echo=&echo=2")):
+            cases.append(
+                Case(
+                    f"{name}-query-{label}-repeated",
+                    endpoint.method,
+                    f"{path}{sep}{query}",
+                    body,
+                    hint="echo",
+                )
+            )
+    bare = ENDPOINTS["list_jobs"].url().split("?")[0]
+    for name, path, query in (
+        ("list_jobs-state", bare, "state=failed&state=waiting"),
+        ("list_jobs-limit", ENDPOINTS["list_jobs"].url(), "limit=1&limit=1000"),
+        ("ledger-limit", ENDPOINTS["ledger"].url(), "limit=1&limit=1000"),
+        ("failed-offset", ENDPOINTS["failed"].url(), "offset=0&offset=1"),
+        ("get_job-wait_ms", ENDPOINTS["get_job"].url(), "wait_ms=0&wait_ms=1000"),
+        ("delete_queue-force", ENDPOINTS["delete_queue"].url(), "force=false&force=true"),
+    ):
+        method = "DELETE" if name.startswith("delete") else "GET"
+        sep = "&" if "?" in path else "?"
+        hint = name.split("-")[1]
+        cases.append(Case(f"{name}-repeated", method, f"{path}{sep}{query}", hint=f"parameter {hint}"))
+    return cases
 
 
 def list_jobs_cases() -> list[Case]:
