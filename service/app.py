@@ -15,6 +15,7 @@ import threading
 from collections.abc import AsyncIterator
 from types import FrameType
 from typing import Any
+from urllib.parse import parse_qsl
 
 from litestar import Litestar, Request, Response, get
 from litestar.datastructures import State
@@ -165,6 +166,38 @@ def reject_ambiguous_paths(app: ASGIApp) -> ASGIApp:
             response = problem(404, "not_found", "Not found", "no such path (empty or encoded path segment)")
             await response.to_asgi_response(app=None, request=None)(scope, receive, send)  # type: ignore[arg-type]
             return
+        await app(scope, receive, send)
+
+    return middleware
+
+
+API_PREFIX = "/v1/"
+
+
+def repeated_query_parameter(query_string: bytes) -> str | None:
+    """The first name the query string gives twice (blank values count), or None."""
+    seen: set[str] = set()
+    for name, _ in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True, separator="&"):
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
+def reject_repeated_query_parameters(app: ASGIApp) -> ASGIApp:
+    """The API reads one value per query parameter: ?limit=1&limit=1000 would be answered with
+    one of them, whichever the parser keeps, so a repeat is refused (400) on every /v1 route
+    instead of silently resolved. (FastPath hands every request with a query string to litestar.)"""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        query_string = scope.get("query_string", b"")
+        if scope["type"] == "http" and query_string and scope["path"].startswith(API_PREFIX):
+            name = repeated_query_parameter(query_string)
+            if name is not None:
+                detail = f"query parameter {name} is given more than once: give it once"
+                response = problem(400, "invalid_request", "Invalid request", detail)
+                await response.to_asgi_response(app=None, request=None)(scope, receive, send)  # type: ignore[arg-type]
+                return
         await app(scope, receive, send)
 
     return middleware
@@ -371,7 +404,12 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
         lifespan=[lifespan],
         openapi_config=None,
         logging_config=None,
-        middleware=[reject_ambiguous_paths, answer_options, http_metrics_middleware(telemetry)],
+        middleware=[
+            reject_ambiguous_paths,
+            reject_repeated_query_parameters,
+            answer_options,
+            http_metrics_middleware(telemetry),
+        ],
         plugins=[tracing_plugin(telemetry)] if telemetry.tracing else [],
         guards=[authorize],  # the launcher configures logging; no queue-listener threads
         request_max_body_size=settings.max_body_bytes,

@@ -5,8 +5,9 @@ about a third of a small request's CPU (docs/PERFORMANCE.md). For a POST to one 
 given, this ASGI wrapper matches the path itself and runs what litestar would have run: the same
 auth guard, the same handler function, the same exception handlers and the same request metric.
 Everything else goes to litestar: other paths and methods, paths that are not plain (percent
-escapes, empty segments, a trailing slash), a host header litestar would refuse, a root path,
-and every request while request tracing is on (litestar's plugin makes the server spans).
+escapes, empty segments, a trailing slash), a query string (its middleware refuses repeated
+parameters), a host header litestar would refuse, a root path, and every request while request
+tracing is on (litestar's plugin makes the server spans).
 
 Being the outermost app, it is also where every request, hot or not, meets the web guard
 (echomq_http.webguard) first: a refused one is answered here and reaches no route.
@@ -95,6 +96,7 @@ class FastPath:
             scope["method"] != "POST"
             or not path.startswith(self.prefix)
             or scope.get("root_path")
+            or scope.get("query_string")
             or scope.get("raw_path", path.encode()) != path.encode()
         ):
             return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from functools import lru_cache
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import msgspec
 from cronsim import CronSim, CronSimError
@@ -56,13 +56,32 @@ def cron_expression(text: str) -> str:
     return expression
 
 
+# Names the tz database lists that are not a place's zone: the host's own zone (it changes with
+# the machine the service runs on) and the placeholder for "not set". The right/ (leap seconds
+# counted, off by ~27 s from Redis's clock) and posix/ copies are not listed by
+# available_timezones(), but a zone directory can still open them: refused by name too.
+_NOT_PLACES = frozenset({"localtime", "Factory", "posixrules"})
+_COPIES = ("right/", "posix/")
+
+
+@lru_cache(maxsize=1)
+def iana_names() -> frozenset[str]:
+    """The IANA names schedules accept: Area/City, UTC and the tz database's links (US/Eastern)."""
+    return frozenset(
+        name for name in available_timezones() if name not in _NOT_PLACES and not name.startswith(_COPIES)
+    )
+
+
 def timezone(name: str) -> ZoneInfo:
     """The IANA timezone of that name; ValueError when there is none."""
     try:
+        if name not in iana_names():
+            raise ValueError(name)
         return _zone(name)
     except (ZoneInfoNotFoundError, ValueError):
         raise ValueError(
-            f"unknown timezone {name!r}: use an IANA name such as Europe/Berlin or UTC"
+            f"unknown timezone {name!r}: use an IANA name such as Europe/Berlin or UTC "
+            "(not a file, localtime, or a right/ or posix/ copy)"
         ) from None
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
-from echomq_http import limits, schedule_times
+from echomq_http import limits, rawjson, schedule_times
 
 _FULL_NAME = re.compile(limits.NAME_PATTERN.rstrip("$") + r"\Z")
 
@@ -81,27 +81,13 @@ HeartbeatItemCode = Annotated[
 MaxAttemptsOut = Annotated[int, Meta(description="attempts allowed before the job is dead-lettered")]
 
 
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-_BRACKETS = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
-
-
-def json_depth_exceeds(raw: Raw | bytes, max_depth: int = limits.MAX_JSON_DEPTH) -> bool:
-    """Whether JSON text (already known to be valid) nests deeper than max_depth."""
-    text = bytes(raw)
-    if text.count(b"[") + text.count(b"{") <= max_depth:
-        return False  # too few brackets to nest that deep: the common case costs two scans
-    depth = 0
-    for byte in _JSON_STRING.sub(b"", text):  # brackets inside strings do not nest
-        depth += _BRACKETS.get(byte, 0)
-        if depth > max_depth:
-            return True
-    return False
-
-
-def _require_shallow(*values: Raw | UnsetType | None) -> None:
-    for value in values:
-        if isinstance(value, Raw) and json_depth_exceeds(value):
-            raise ValueError(f"JSON nested deeper than {limits.MAX_JSON_DEPTH} levels")
+def _require_plain_json(field: str, value: Raw | UnsetType | None) -> None:
+    """Payloads and results are stored and handed out as sent: each must nest at most 64 levels
+    and hold only numbers a double can hold."""
+    if isinstance(value, Raw):
+        problem = rawjson.json_value_problem(bytes(value))
+        if problem is not None:
+            raise ValueError(f"{field} {problem}")
 
 
 def is_name(value: str) -> bool:
@@ -196,7 +182,7 @@ class EnqueueRequest(Request):
 
     def __post_init__(self) -> None:
         _require_names(self.id, self.group)
-        _require_shallow(self.payload)
+        _require_plain_json("payload", self.payload)
 
 
 class EnqueueResponse(Struct):
@@ -379,7 +365,7 @@ def _require_progress(progress: Raw | UnsetType) -> None:
     if isinstance(progress, Raw):
         if len(progress) > limits.MAX_PROGRESS_BYTES:
             raise ValueError(f"progress is larger than {limits.MAX_PROGRESS_BYTES} bytes")
-        _require_shallow(progress)
+        _require_plain_json("progress", progress)
 
 
 NextJobs = Annotated[
@@ -466,7 +452,7 @@ class AckRequest(Request):
     lease_next: LeaseNext = None
 
     def __post_init__(self) -> None:
-        _require_shallow(self.result)
+        _require_plain_json("result", self.result)
 
 
 class AckResponse(Struct):
@@ -487,7 +473,7 @@ class AckItem(Request):
 
     def __post_init__(self) -> None:
         _require_names(self.id)
-        _require_shallow(self.result)
+        _require_plain_json("result", self.result)
 
 
 class AckManyRequest(Request):
@@ -941,8 +927,7 @@ class SessionHeartbeatRequest(Request):
                 raise ValueError(f"info is larger than {limits.MAX_SESSION_INFO_BYTES} bytes")
             if not bytes(self.info).lstrip().startswith(b"{"):
                 raise ValueError("info must be a JSON object")
-            if json_depth_exceeds(self.info):
-                raise ValueError(f"info is nested deeper than {limits.MAX_JSON_DEPTH} levels")
+            _require_plain_json("info", self.info)
 
 
 class SessionHeartbeatResponse(Struct):
@@ -1072,7 +1057,7 @@ class ScheduleJob(Request):
 
     def __post_init__(self) -> None:
         _require_names(self.group)
-        _require_shallow(self.payload)
+        _require_plain_json("payload", self.payload)
 
 
 EpochMs = Annotated[int, Meta(ge=0, le=limits.MAX_EPOCH_MS)]

@@ -100,10 +100,34 @@ def test_bad_cron_text_says_what_is_wrong(text: str, says: str) -> None:
         cron_expression(text)
 
 
-@pytest.mark.parametrize("name", ["Mars/Olympus", "../etc/passwd", "/etc/localtime", "Europe/"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Mars/Olympus",
+        "../etc/passwd",
+        "/etc/localtime",
+        "Europe/",
+        # Files a zone directory holds that are not a place's zone: the host's own zone, the
+        # placeholder, and the leap-second and POSIX copies of real zones.
+        "localtime",
+        "Factory",
+        "posixrules",
+        "right/UTC",
+        "right/Europe/Berlin",
+        "posix/Europe/Berlin",
+        "europe/berlin",
+    ],
+)
 def test_unknown_timezones_are_refused(name: str) -> None:
     with pytest.raises(ValueError, match="unknown timezone"):
         timezone(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["UTC", "Etc/UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires", "US/Eastern"]
+)
+def test_iana_names_and_their_links_are_accepted(name: str) -> None:
+    assert timezone(name).key == name
 
 
 def test_a_grid_has_no_drift_and_catches_up_to_the_present() -> None:

@@ -579,7 +579,17 @@ FIELD_CASES = [
         {
             "every_ms": ints(limits.MIN_EVERY_MS, limits.MAX_EVERY_MS),
             "cron": [("int", 5), ("empty", ""), ("4-fields", "* * * *"), ("bad-minute", "60 * * * *")],
-            "timezone": not_null([("int", 1), ("unknown", "Nowhere/City"), ("path", "../../etc/passwd")]),
+            "timezone": not_null(
+                [
+                    ("int", 1),
+                    ("unknown", "Nowhere/City"),
+                    ("path", "../../etc/passwd"),
+                    ("leap-seconds-copy", "right/UTC"),
+                    ("posix-copy", "posix/Europe/Berlin"),
+                    ("host-zone", "localtime"),
+                    ("placeholder", "Factory"),
+                ]
+            ),
             "start_at": ints(0, limits.MAX_EPOCH_MS),
             "end_at": ints(0, limits.MAX_EPOCH_MS),
             "limit": ints(1, limits.MAX_SCHEDULE_LIMIT),
@@ -753,6 +763,12 @@ def raw_json_cases() -> list[Case]:
             b'{"acks": [{"id": "held-1", "lease_id": "$LEASE", "result": "\xc3"}]}',
         ),
         ("enqueue-payload-nan", enqueue, b'{"payload": NaN}'),
+        ("enqueue_many-payload-beyond-a-double", many, b'{"jobs": [{"payload": [1e999]}]}'),
+        (
+            "ack_many-result-beyond-a-double",
+            acks,
+            b'{"acks": [{"id": "held-1", "lease_id": "$LEASE", "result": {"n": -1e400}}]}',
+        ),
         ("enqueue-payload-unquoted-key", enqueue, b'{"payload": {a: 1}}'),
         ("enqueue-payload-single-quotes", enqueue, b"{\"payload\": 'x'}"),
         ("enqueue-payload-truncated", enqueue, b'{"payload": {"a": [1, 2}'),
@@ -864,7 +880,42 @@ def query_cases() -> list[Case]:
             ("above-2^31", str(2**31 + 1)),
         ]:
             cases.append(Case(f"{name}-offset-{label}", "GET", f"{path}?offset={value}", hint="offset"))
-    return [*cases, *list_jobs_cases(), *flag_and_worker_cases()]
+    return [*cases, *list_jobs_cases(), *flag_and_worker_cases(), *repeated_query_cases()]
+
+
+def repeated_query_cases() -> list[Case]:
+    """A query parameter given twice is refused on every route, even one it does not read and
+    with the endpoint's valid body: the answer would otherwise depend on which one the parser
+    keeps."""
+    cases = []
+    for name, endpoint in ENDPOINTS.items():
+        body = endpoint.body if endpoint.method != "GET" else None
+        path = endpoint.url()
+        sep = "&" if "?" in path else "?"
+        for label, query in (("unread", "echo=1&echo=2"), ("blank", "echo=&echo=2")):
+            cases.append(
+                Case(
+                    f"{name}-query-{label}-repeated",
+                    endpoint.method,
+                    f"{path}{sep}{query}",
+                    body,
+                    hint="echo",
+                )
+            )
+    bare = ENDPOINTS["list_jobs"].url().split("?")[0]
+    for name, path, query in (
+        ("list_jobs-state", bare, "state=failed&state=waiting"),
+        ("list_jobs-limit", ENDPOINTS["list_jobs"].url(), "limit=1&limit=1000"),
+        ("ledger-limit", ENDPOINTS["ledger"].url(), "limit=1&limit=1000"),
+        ("failed-offset", ENDPOINTS["failed"].url(), "offset=0&offset=1"),
+        ("get_job-wait_ms", ENDPOINTS["get_job"].url(), "wait_ms=0&wait_ms=1000"),
+        ("delete_queue-force", ENDPOINTS["delete_queue"].url(), "force=false&force=true"),
+    ):
+        method = "DELETE" if name.startswith("delete") else "GET"
+        sep = "&" if "?" in path else "?"
+        hint = name.split("-")[1]
+        cases.append(Case(f"{name}-repeated", method, f"{path}{sep}{query}", hint=f"parameter {hint}"))
+    return cases
 
 
 def list_jobs_cases() -> list[Case]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import socket
 import time
 from pathlib import Path
@@ -48,6 +49,71 @@ async def test_json_nesting_depth_is_limited(client: httpx.AsyncClient, queue: s
 async def test_a_string_full_of_brackets_is_not_nesting(client: httpx.AsyncClient, queue: str) -> None:
     created = await client.post(f"/v1/queues/{queue}/jobs", json={"payload": "[" * 500 + '\\"{' * 100})
     assert created.status_code == 201
+
+
+BEYOND_A_DOUBLE = {
+    "1e999": "1e999",
+    "negative": "-1E+0999",
+    "400-digits": "1" + "0" * 400,
+    "fraction": "0.5e309",
+    "rounds-up": "1.7976931348623159e308",
+}
+
+
+@pytest.mark.parametrize("number", BEYOND_A_DOUBLE.values(), ids=BEYOND_A_DOUBLE.keys())
+@pytest.mark.parametrize("field", ["payload", "result", "progress", "info"])
+async def test_numbers_a_double_cannot_hold_are_refused(
+    client: httpx.AsyncClient, queue: str, field: str, number: str
+) -> None:
+    """Most parsers read 1e999 as Infinity, which no JSON encoder can write back: refused (400)
+    in every value kept verbatim, and nothing is stored."""
+    value = f'{{"a": [1, {number}], "s": "1e999"}}'
+    if field == "payload":
+        refused = await client.post(
+            f"/v1/queues/{queue}/jobs", content=f'{{"payload": {value}}}', headers=JSON
+        )
+        assert (await counts(client, queue))["waiting"] == 0
+    elif field == "info":
+        refused = await client.post(
+            f"/v1/queues/{queue}/workers/w1/heartbeat", content=f'{{"info": {value}}}', headers=JSON
+        )
+        workers = (await client.get(f"/v1/queues/{queue}/workers")).json()["workers"]
+        assert workers == []
+    else:
+        await enqueue(client, queue, 1)
+        job = await lease_one(client, queue)
+        action = "ack" if field == "result" else "heartbeat"
+        body = '{{"lease_id": "{}", "{}": {}}}'.format(job["lease_id"], field, value)
+        refused = await client.post(
+            f"/v1/queues/{queue}/jobs/{job['id']}/{action}", content=body, headers=JSON
+        )
+        view = (await client.get(f"/v1/queues/{queue}/jobs/{job['id']}")).json()
+        assert view["state"] == "active" and view["progress"] is None
+    assert "out of range" in assert_problem(refused, 400, "invalid_request")["detail"]
+
+
+async def test_numbers_a_double_holds_are_kept_as_sent(client: httpx.AsyncClient, queue: str) -> None:
+    payload = '["1e999", 1.7976931348623157e308, -1e308, 1e-999, 0.{}1, {}]'.format("0" * 400, "9" * 99)
+    created = await client.post(f"/v1/queues/{queue}/jobs", content=f'{{"payload": {payload}}}', headers=JSON)
+    assert created.status_code == 201, created.text
+    assert (await lease_one(client, queue))["payload"] == json.loads(payload)
+
+
+async def test_a_large_body_is_checked_for_depth_exactly(client: httpx.AsyncClient, queue: str) -> None:
+    """The depth check reads ~1 MB bodies in one pass: 64 levels anywhere in it pass, 65 at its
+    end are refused, brackets in strings do not count."""
+    flat = ",".join(["[]"] * 150_000)
+    fine = nested(limits.MAX_JSON_DEPTH - 1).replace("][", "][" + flat + "],[", 1)
+    strings = ",".join(['"[[[\\"{"'] * 20_000)
+    for body, status in [
+        (f"[{flat},{nested(limits.MAX_JSON_DEPTH - 1)}]", 201),
+        (f"[{flat},{nested(limits.MAX_JSON_DEPTH)}]", 400),
+        (f"[{fine}]", 201),
+        (f"[{strings},{nested(limits.MAX_JSON_DEPTH - 1)}]", 201),
+    ]:
+        answer = await client.post(f"/v1/queues/{queue}/jobs", content=f'{{"payload": {body}}}', headers=JSON)
+        assert answer.status_code == status, (answer.text[:200], len(body))
+    assert (await counts(client, queue))["waiting"] == 3
 
 
 async def test_a_trickled_body_times_out(settings: Settings, queue: str) -> None:
