@@ -170,17 +170,19 @@ def dockerfile() -> list[tuple[str, str]]:
     return [(line.split()[0], line.split(None, 1)[1]) for line in joined.splitlines() if line.strip()]
 
 
-def test_the_image_keeps_its_data_in_a_volume_runs_under_tini_and_installs_from_the_lock() -> None:
+def test_the_image_makes_its_data_dir_declares_no_volume_runs_under_tini_and_installs_from_the_lock() -> None:
     instructions = dockerfile()
     env = {}
     for keyword, arguments in instructions:
         if keyword == "ENV":
             env.update(pair.split("=", 1) for pair in shlex.split(arguments))
-    (volume,) = [json.loads(arguments) for keyword, arguments in instructions if keyword == "VOLUME"]
-    assert volume == [env["EMQ_DATA_DIR"]]  # where the embedded Valkey keeps its AOF
+    # The embedded Valkey's data dir exists (a named volume mounted there takes its owner), but no
+    # VOLUME: it would make an anonymous volume for every container, one on Redis included.
+    assert not [arguments for keyword, arguments in instructions if keyword == "VOLUME"]
+    runs = [arguments for keyword, arguments in instructions if keyword == "RUN"]
+    assert f"mkdir -m 700 {env['EMQ_DATA_DIR']}" in runs
     (entrypoint,) = [json.loads(arguments) for keyword, arguments in instructions if keyword == "ENTRYPOINT"]
     assert entrypoint == ["/usr/bin/tini", "--"]
-    runs = [arguments for keyword, arguments in instructions if keyword == "RUN"]
     assert any(re.search(r"apt-get install .*\btini\b", run) for run in runs)
     pip_installs = [run for run in runs if "pip install" in run]
     assert pip_installs and all(re.search(r"-c \S*requirements\.lock", run) for run in pip_installs)
@@ -199,8 +201,9 @@ def test_the_health_check_passes_on_a_serving_replica_and_fails_without_one(serv
     assert down.returncode != 0
 
 
-def test_the_compose_example_runs_two_replicas_on_a_durable_redis_and_a_worker() -> None:
-    services = yaml.safe_load((ROOT / "examples" / "compose.yaml").read_text())["services"]
+def test_the_compose_example_runs_two_replicas_of_one_image_behind_a_proxy_on_a_durable_redis() -> None:
+    compose = yaml.safe_load((ROOT / "examples" / "compose.yaml").read_text())
+    services = compose["services"]
     redis = services.pop("redis")
     assert redis["image"].startswith("redis:")  # the official image
     command = " ".join(redis["command"])
@@ -208,10 +211,25 @@ def test_the_compose_example_runs_two_replicas_on_a_durable_redis_and_a_worker()
         assert setting in command
     worker = services.pop("worker")
     assert "examples/python_worker.py" in worker["build"]["dockerfile_inline"]
-    assert urlsplit(worker["environment"]["EMQ_URL"]).hostname in services
-    assert len(services) == 2
-    for replica in services.values():
-        assert (ROOT / "examples" / replica["build"]["context"]).resolve() == ROOT  # the Dockerfile
+    proxy = services.pop("proxy")
+    replicas = services
+    assert len(replicas) == 2
+    # The image is built once: one replica builds it under a name, the other runs that name.
+    (built,) = [replica for replica in replicas.values() if "build" in replica]
+    assert (ROOT / "examples" / built["build"]["context"]).resolve() == ROOT  # the Dockerfile
+    assert {replica["image"] for replica in replicas.values()} == {built["image"]}
+    for replica in replicas.values():
         assert urlsplit(replica["environment"]["EMQ_REDIS_URL"]).hostname == "redis"
-    host_ports = {port.rsplit(":", 1)[0] for replica in services.values() for port in replica["ports"]}
-    assert len(host_ports) == 2
+        assert "volumes" not in replica  # on Redis: nothing of their own to keep
+    host_ports = {
+        port.rsplit(":", 1)[0] for service in [*replicas.values(), proxy] for port in service["ports"]
+    }
+    assert len(host_ports) == 3
+    # The workers go through the proxy, which spreads their calls over both replicas.
+    assert urlsplit(worker["environment"]["EMQ_URL"]).hostname == "proxy"
+    (config,) = proxy["configs"]
+    upstreams = re.findall(r"^\s*server (\S+):8080;", compose["configs"][config["source"]]["content"], re.M)
+    assert sorted(upstreams) == sorted(replicas)
+    # Compose waits out the worker's grace before its SIGKILL (its default wait is 10 s).
+    grace_s = float(re.search(r'"--grace-s", "([0-9.]+)"', worker["build"]["dockerfile_inline"])[1])
+    assert float(worker["stop_grace_period"].removesuffix("s")) > grace_s
