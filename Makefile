@@ -68,10 +68,16 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) bench/bench.py --quick $(BENCH_ARGS)
 
-# Regenerates the measured blocks of docs/PERFORMANCE.md and docs/RELIABILITY.md on this commit
+# Regenerates the measured blocks of docs/PERFORMANCE.md and docs/RELIABILITY.md on this commit, and
+# the README's screenshots
 # (about 40 minutes; run it alone). REPORT_ARGS="--only bench" for one block.
 report: $(STAMP)
 	$(PY) bench/report.py $(REPORT_ARGS)
+
+# The README's screenshots (docs/img/), of a scene a script makes: queues at work for a few minutes
+# (the charts need the minutes), then chromium (Debian's: apt-get install chromium) over the dashboard.
+screenshots: $(STAMP)
+	$(PY) bench/screenshots.py $(SCREENSHOTS_ARGS)
 
 scaling: $(STAMP)
 	$(PY) bench/scaling.py
