@@ -287,8 +287,10 @@ async def photograph(url: str, token: str, out: Path) -> None:
 
 async def shoot(page: Page, path: str, target: Path) -> None:
     await page.goto(path)
-    await page.wait_for_load_state("networkidle")
-    await page.wait_for_timeout(500)
+    # Never "networkidle": a live page keeps re-reading what changes. Its script marks the body
+    # once it follows the feed; a second more lets countdowns and charts settle.
+    await page.wait_for_selector("body[data-live='open']")
+    await page.wait_for_timeout(1000)
     await page.screenshot(path=str(target), full_page=True)
     print(f"screenshots: {target}", file=sys.stderr)
 
