@@ -27,10 +27,10 @@ USER 10001
 WORKDIR /home/emq
 # Tokens are required on a non-loopback address: pass EMQ_AUTH_TOKENS (or a tokens file).
 ENV HOST=0.0.0.0 PORT=8080 EMQ_DATA_DIR=/home/emq/data
-# Without EMQ_REDIS_URL the embedded Valkey keeps its AOF here. Made by emq before the VOLUME, so
-# a fresh named volume mounted on it belongs to emq too.
+# Without EMQ_REDIS_URL the embedded Valkey keeps its AOF here: mount a named volume on it
+# (-v emq-data:/home/emq/data). Made by emq, so a fresh named volume mounted on it belongs to emq
+# too. No VOLUME: it would give every container an anonymous volume, even one that uses Redis.
 RUN mkdir -m 700 /home/emq/data
-VOLUME ["/home/emq/data"]
 EXPOSE 8080
 # /healthz needs no token; no proxy for a loopback call, whatever the environment says.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \

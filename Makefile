@@ -1,21 +1,36 @@
-# The two commands: `make serve` and `make test`. Each bootstraps .venv from nothing.
+# The two commands: `make serve` and `make test`. Each bootstraps .venv from nothing, serve with
+# the runtime dependencies only.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Two stamps: what serving needs (the service, its runtime dependencies and the SDK: `make serve`),
+# and the dev tools on top of it (`make test`, `lint`, the benchmarks: pytest, Playwright, ruff...).
+RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
-# Every version `make test` installs, pinned; `make lock` writes it.
+# Every version `make` installs, dev tools included, pinned; `make lock` writes it.
 LOCK := requirements.lock
 UV_VERSION := 0.13.9
 
-.PHONY: serve test lint lock openapi clean bench bench-quick scaling chaos chaos-long abuse report
+.PHONY: serve test lint lock openapi clean bench bench-quick scaling chaos chaos-long abuse report screenshots
 
-# pip first, at the lock's version: the later install needs its --build-constraint, which pins
-# the build backends (setuptools, hatchling) of the editable installs too.
-$(STAMP): pyproject.toml clients/python/pyproject.toml $(LOCK)
+# pip first, at the lock's version: the later installs need its --build-constraint, which pins
+# the build backends (setuptools, hatchling) of the editable installs too. pip's own output is the
+# progress shown (a minute of silence reads as a hang). setuptools ends every editable install of a
+# renamed folder (service/ as echomq_http) with an "Editable installation" notice in a warning's
+# clothes; it says nothing about this project, so it is filtered out by its text.
+PIP_INSTALL := PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -c $(LOCK) --build-constraint $(LOCK)
+
+$(RUNTIME): pyproject.toml clients/python/pyproject.toml $(LOCK)
+	@echo "make: installing the service and what it needs to run into $(VENV), at the versions of $(LOCK)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c $(LOCK) pip
-	$(PY) -m pip install --quiet -c $(LOCK) --build-constraint $(LOCK) -e '.[dev]' -e ./clients/python
-	touch $(STAMP)
+	$(PIP_INSTALL) -e . -e ./clients/python
+	touch $@
+
+$(STAMP): $(RUNTIME)
+	@echo "make: adding the dev tools (tests, lint, benchmarks) to $(VENV), at the versions of $(LOCK)"
+	$(PIP_INSTALL) -e '.[dev]'
+	touch $@
 
 # Regenerates the lock after a change of dependencies (pins already there stay; LOCK_ARGS=--upgrade
 # moves them all to the newest). uv resolves once for every platform and Python >= 3.11, against
@@ -29,7 +44,7 @@ lock:
 	  --extra dev --no-emit-package echomq-client \
 	  --custom-compile-command 'make lock' $(LOCK_ARGS) -o $(LOCK) - pyproject.toml clients/python/pyproject.toml
 
-serve: $(STAMP)
+serve: $(RUNTIME)
 	exec $(VENV)/bin/emq serve
 
 test: $(STAMP)
@@ -53,10 +68,16 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) bench/bench.py --quick $(BENCH_ARGS)
 
-# Regenerates the measured blocks of docs/PERFORMANCE.md and docs/RELIABILITY.md on this commit
+# Regenerates the measured blocks of docs/PERFORMANCE.md and docs/RELIABILITY.md on this commit, and
+# the README's screenshots
 # (about 40 minutes; run it alone). REPORT_ARGS="--only bench" for one block.
 report: $(STAMP)
 	$(PY) bench/report.py $(REPORT_ARGS)
+
+# The README's screenshots (docs/img/), of a scene a script makes: queues at work for a few minutes
+# (the charts need the minutes), then chromium (Debian's: apt-get install chromium) over the dashboard.
+screenshots: $(STAMP)
+	$(PY) bench/screenshots.py $(SCREENSHOTS_ARGS)
 
 scaling: $(STAMP)
 	$(PY) bench/scaling.py

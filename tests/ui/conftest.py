@@ -26,8 +26,6 @@ AXE_VERSION = "4"
 NPM_TIMEOUT_S = 180
 # Screenshots of every page the browser tests visit (CI keeps the folder as an artifact).
 SHOTS = Path(os.environ.get("EMQ_UI_SCREENSHOTS", ROOT / "artifacts" / "ui"))
-# With EMQ_UI_README_SHOTS=1 the tests also write the README's screenshots into docs/img/.
-README_SHOTS = ROOT / "docs" / "img" if os.environ.get("EMQ_UI_README_SHOTS") == "1" else None
 
 ADMIN, WORKER, PRODUCER, ONLY_OURS = "admin-secret", "worker-secret", "producer-secret", "scoped-secret"
 AUTH_ENTRIES = (

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.ui.conftest import ADMIN, CHROMIUM, README_SHOTS, SHOTS, require_chromium
+from tests.ui.conftest import ADMIN, CHROMIUM, SHOTS, require_chromium
 
 TIMEOUT_MS = 10_000
 PHONE = {"width": 375, "height": 800}
@@ -49,7 +49,7 @@ def name() -> str:
     return f"ui-{secrets.token_hex(5)}"
 
 
-def checked(page: Page, axe: Path, shot: str, readme: str | None = None) -> None:
+def checked(page: Page, axe: Path, shot: str) -> None:
     """axe-core finds no serious or critical violation; the page is saved as a screenshot."""
     # Evaluated through the DevTools protocol, not as a <script> tag: the page's CSP (script-src
     # 'self') stays on, as the script under test runs under it.
@@ -61,8 +61,6 @@ def checked(page: Page, axe: Path, shot: str, readme: str | None = None) -> None
     assert serious == [], serious
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=True)
-    if readme and README_SHOTS is not None:
-        page.screenshot(path=str(README_SHOTS / f"{readme}.png"), full_page=True)
 
 
 def live(page: Page) -> None:
@@ -106,7 +104,7 @@ def test_a_job_appears_live_after_an_enqueue(
     enqueue(api, name, "third")
     row = page.get_by_role("row").filter(has=page.get_by_role("link", name=name, exact=True))
     expect(row.get_by_role("cell").nth(0)).to_have_text("3")
-    checked(page, axe_script, "overview", readme="overview")
+    checked(page, axe_script, "overview")
 
 
 def test_a_hidden_page_stops_streaming_and_catches_up_on_return(
@@ -143,7 +141,7 @@ def test_the_ledger_counts_a_lease_down_and_turns_red(
     expect(countdown).not_to_have_text(first)  # it ticks
     expect(countdown).to_have_class("countdown soon", timeout=5000)  # its last 5 s: red
     expect(page.locator("tr", has_text="long-job").locator(".countdown")).to_have_class("countdown")
-    checked(page, axe_script, "ledger", readme="ledger")
+    checked(page, axe_script, "ledger")
 
 
 def test_declare_a_worker_dead_and_see_its_jobs_go_back(
@@ -221,7 +219,7 @@ def test_a_jobs_timeline_grows_live(page: Page, api: httpx.Client, name: str, ax
     expect(timeline.locator("li")).to_have_count(4)
     expect(timeline).to_contain_text("leased by worker-9")
     expect(page.get_by_role("heading", name="Result")).to_be_visible()
-    checked(page, axe_script, "job", readme="timeline")
+    checked(page, axe_script, "job")
 
 
 def test_readable_and_keyboard_usable_at_phone_width(
