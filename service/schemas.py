@@ -52,15 +52,15 @@ RenewLeaseMs = Annotated[
 Payload = Annotated[
     Raw,
     Meta(
-        description="the job's data, any JSON value nested at most 64 levels; kept and handed to workers "
-        "exactly as sent"
+        description="the job's data, any JSON value nested at most 64 levels whose numbers a double can "
+        "hold (1e999 is refused); kept and handed to workers exactly as sent"
     ),
 ]
 Result = Annotated[
     Raw | UnsetType,
     Meta(
-        description="the job's result, any JSON value nested at most 64 levels, kept with the completed job "
-        "(see the job view) exactly as sent; leave it out for none"
+        description="the job's result, any JSON value nested at most 64 levels whose numbers a double can "
+        "hold, kept with the completed job (see the job view) exactly as sent; leave it out for none"
     ),
 ]
 ItemCode = Annotated[
@@ -1086,7 +1086,10 @@ class ScheduleRequest(Request):
     ] = None
     timezone: Annotated[
         Annotated[str, Meta(min_length=1, max_length=limits.MAX_TIMEZONE_CHARS)],
-        Meta(description="the IANA timezone cron times are read in, e.g. Europe/Berlin"),
+        Meta(
+            description="the IANA timezone cron times are read in, e.g. Europe/Berlin (a name of the IANA "
+            "database; not localtime, Factory, right/... or posix/...)"
+        ),
     ] = "UTC"
     start_at: Annotated[
         EpochMs | None, Meta(description="no run before this time (epoch ms); for every_ms, the first run")
