@@ -57,11 +57,12 @@ async def changed_queues(hub: EventHub, names: list[str], keepalive_s: float) ->
                     subscriber.ready.clear()
             waits = [asyncio.ensure_future(subscriber.ready.wait()) for subscriber in subscribers]
             if waits:
-                _, pending = await asyncio.wait(
-                    waits, timeout=keepalive_s, return_when=asyncio.FIRST_COMPLETED
-                )
-                for wait in pending:
-                    wait.cancel()
+                try:
+                    await asyncio.wait(waits, timeout=keepalive_s, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    # Also when the page leaves mid-wait: asyncio.wait leaves its tasks running.
+                    for wait in waits:
+                        wait.cancel()
             else:
                 await asyncio.sleep(keepalive_s)
             if hub.stopping.is_set() or any(subscriber.dropped for subscriber in subscribers):

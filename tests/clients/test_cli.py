@@ -325,6 +325,8 @@ def test_events_tails_the_feed(service_url: str, sdk: Client, queue: str) -> Non
         stderr=subprocess.PIPE,
         text=True,
         env=subprocess_env(),
+        # Ctrl-C stops it even when this run was started with SIGINT ignored (a background job).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert tail.stdout is not None
@@ -333,7 +335,12 @@ def test_events_tails_the_feed(service_url: str, sdk: Client, queue: str) -> Non
         second = tail.stdout.readline().split()
     finally:
         tail.send_signal(signal.SIGINT)
-        tail.communicate(timeout=10)
+        try:
+            tail.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            tail.kill()
+            tail.communicate()
+            raise
     # id, date, time, zone, type, job, details
     assert first[0] == "1" and first[4:] == ["enqueued", "a", "state=waiting"]
     assert second[0] == "2" and second[4:6] == ["cancelled", "a"]
@@ -354,6 +361,11 @@ def test_errors_and_usage(service_url: str, queue: str) -> None:
     down = emq("stats", "--url", f"127.0.0.1:{port}", check=False)
     assert down.returncode == 1
     assert down.stderr.strip() == f"emq: cannot reach EchoMQ at http://127.0.0.1:{port}: connection refused"
+    # The options every command takes are taken before the command too; after it, they win.
+    before = emq("--url", f"127.0.0.1:{port}", "stats", check=False)
+    assert (before.returncode, before.stderr) == (down.returncode, down.stderr)
+    assert emq("--json", "--url", service_url, "stats", queue).stdout.startswith("{")
+    assert emq("--url", f"127.0.0.1:{port}", "stats", queue, "--url", service_url).returncode == 0
     assert emq("work", queue, url=service_url, check=False).returncode == 2  # no command
 
 

@@ -98,18 +98,38 @@ def _serve(argv: list[str]) -> int:
     return serve(argv)
 
 
-def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
+def _global_options(after_command: bool) -> argparse.ArgumentParser:
+    """--url, --token, --json and --utc, taken before the command and after it. After it they
+    default to nothing at all, so that `emq --url X stats` keeps the X given before."""
+    options = argparse.ArgumentParser(add_help=False)
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if after_command else value
+
+    options.add_argument(
         "--url",
-        default=os.environ.get("EMQ_URL") or DEFAULT_URL,
+        default=default(os.environ.get("EMQ_URL") or DEFAULT_URL),
         help=f"the service's base URL (default: $EMQ_URL, else {DEFAULT_URL})",
     )
-    common.add_argument(
-        "--token", default=os.environ.get("EMQ_TOKEN") or None, help="bearer token (default: $EMQ_TOKEN)"
+    options.add_argument(
+        "--token",
+        default=default(os.environ.get("EMQ_TOKEN") or None),
+        help="bearer token (default: $EMQ_TOKEN)",
     )
-    common.add_argument("--json", action="store_true", help="print JSON (for scripts) instead of text")
-    common.add_argument("--utc", action="store_true", help="times in UTC (default: local time, zone shown)")
+    options.add_argument(
+        "--json", action="store_true", default=default(False), help="print JSON (for scripts) instead of text"
+    )
+    options.add_argument(
+        "--utc",
+        action="store_true",
+        default=default(False),
+        help="times in UTC (default: local time, zone shown)",
+    )
+    return options
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = _global_options(after_command=True)
     asks = argparse.ArgumentParser(add_help=False)  # the commands that confirm before they act
     asks.add_argument(
         "--yes",
@@ -118,7 +138,11 @@ def _parser() -> argparse.ArgumentParser:
         help="do it without asking (needed when stdin is not a terminal)",
     )
 
-    parser = argparse.ArgumentParser(prog="emq", description="EchoMQ HTTP: operate its queues, run workers.")
+    parser = argparse.ArgumentParser(
+        prog="emq",
+        description="EchoMQ HTTP: operate its queues, run workers.",
+        parents=[_global_options(after_command=False)],
+    )
     parser.add_argument("--version", action="version", version=f"emq (echomq-client) {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -497,8 +521,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv[:1] == ["serve"]:
         return _serve(argv[1:])
     command: list[str] = []
-    if argv[:1] == ["work"] and "--" in argv:  # everything after -- is the command, untouched
-        split = argv.index("--")
+    split = argv.index("--") if "--" in argv else -1
+    if split >= 0 and "work" in argv[:split]:  # everything after -- is the command, untouched
         argv, command = argv[:split], argv[split + 1 :]
     args = _parser().parse_args(argv)
     show_times_in_utc(args.utc)
