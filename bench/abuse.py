@@ -38,7 +38,6 @@ import queue
 import random
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -51,11 +50,10 @@ from abuse_check import Bounds, judge, latency, rss_peak, table  # bench/ is fir
 from chaos import (
     FINAL_SETTLE_S,
     QUEUE,
-    HardDeadline,
     Harness,
     HarnessError,
-    Interrupted,
     Profile,
+    run_guarded,
     say,
     service_version,
 )
@@ -499,33 +497,12 @@ def main() -> int:
         )
     harness = AbuseHarness(args, abuse)
 
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise HardDeadline()
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise Interrupted()
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, on_term)
-    signal.alarm(int(harness.hard_deadline_s))
-    code = 0
-    try:
-        code = harness.run()
-    except HardDeadline:
-        say(f"HARD DEADLINE: {harness.hard_deadline_s:.0f} s passed; stopping everything")
-        code = 2
-    except (KeyboardInterrupt, Interrupted):
-        say("interrupted; stopping everything")
-        code = 130
-    except HarnessError as error:
-        say(f"harness error: {error}")
-        code = 2
-    finally:
-        signal.alarm(0)
+    def clean_up() -> None:
         if harness.rss is not None:
             harness.rss.stopped.set()
         harness.cluster.kill_everything()
+
+    code = run_guarded(harness.run, harness.hard_deadline_s, clean_up)
     if code != 0:
         say(f"evidence kept in {harness.workdir}")
         return code

@@ -66,6 +66,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -1268,6 +1269,37 @@ def final_reads_line(history: History) -> str:
     )
 
 
+def run_guarded(run: Callable[[], int], hard_deadline_s: float, clean_up: Callable[[], None]) -> int:
+    """run() with a hard deadline (SIGALRM) and Ctrl-C/SIGTERM/SIGHUP turned into an orderly stop;
+    clean_up() runs whatever happens. The exit code: run's, 2 past the deadline or on a harness
+    error, 130 when interrupted. (chaos.py and abuse.py both run this way.)"""
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise HardDeadline()
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise Interrupted()
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT even in the background
+        signal.signal(signum, on_term)
+    signal.alarm(max(1, int(hard_deadline_s)))
+    try:
+        return run()
+    except HardDeadline:
+        say(f"HARD DEADLINE: {hard_deadline_s:.0f} s passed; stopping everything")
+        return 2
+    except (KeyboardInterrupt, Interrupted):
+        say("interrupted; stopping everything")
+        return 130
+    except HarnessError as error:
+        say(f"harness error: {error}")
+        return 2
+    finally:
+        signal.alarm(0)
+        clean_up()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description="EchoMQ chaos harness: faults on a seeded schedule, then Jepsen-style checks.",
@@ -1315,37 +1347,12 @@ def main() -> int:
         args.seed = random.SystemRandom().randrange(1, 1_000_000)
     harness = Harness(args)
 
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise HardDeadline()
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise Interrupted()
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    for signum in (
-        signal.SIGINT,
-        signal.SIGTERM,
-        signal.SIGHUP,
-    ):  # SIGINT even when started in the background
-        signal.signal(signum, on_term)
-    signal.alarm(max(1, int(harness.hard_deadline_s)))
-    code = 0
-    try:
-        code = harness.run()
-    except HardDeadline:
-        say(f"HARD DEADLINE: {harness.hard_deadline_s:.0f} s passed; stopping everything")
-        code = 2
-    except (KeyboardInterrupt, Interrupted):
-        say("interrupted; stopping everything")
-        code = 130
-    except HarnessError as error:
-        say(f"harness error: {error}")
-        code = 2
-    finally:
-        signal.alarm(0)
+    def clean_up() -> None:
         harness.cluster.kill_everything()
         for ctl in harness.cluster.ctl.glob("*"):
             ctl.unlink(missing_ok=True)
+
+    code = run_guarded(harness.run, harness.hard_deadline_s, clean_up)
     wall = time.time() - harness.started
     if code == 3 and not args.workdir:
         shutil.rmtree(harness.workdir, ignore_errors=True)
