@@ -64,7 +64,8 @@ def _data_dir_in_use(data_dir: Path, owner: Owner | None, port: int) -> CannotSt
     return CannotStart(
         f"the data dir {data_dir} is in use: {who} owns it and its embedded Valkey. "
         "Nothing was started or stopped. To run a second instance, give it a data dir and a port "
-        f"of its own, e.g. EMQ_DATA_DIR=./.emq-data-2 PORT={_another_port(owner.port if owner else port)}"
+        f"of its own, e.g. EMQ_DATA_DIR=./.emq-data-2 PORT={_another_port(owner.port if owner else port)} "
+        "make serve (or emq serve)"
     )
 
 
