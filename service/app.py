@@ -302,6 +302,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
         # The sweep on connections of its own: no load on the request path can make it skip.
         sweep_client = await connect(dataclasses.replace(settings, redis_pool_size=SWEEP_CONNECTIONS))
         sweep_queues = job_queues(sweep_client, settings, telemetry, SWEEP_CONNECTIONS)
+        sweep_queues.due_index = queues.due_index.reading_with(sweep_client)
         hub = (
             ShardedWakeHub(client, settings.max_waiters)
             if isinstance(client, RedisCluster)

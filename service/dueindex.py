@@ -42,12 +42,19 @@ def _pairs(reply: list[Any]) -> list[tuple[bytes, float]]:
 
 
 class DueIndex:
-    def __init__(self, client: Redis | RedisCluster) -> None:
+    def __init__(self, client: Redis | RedisCluster, slot_keys: set[str] | None = None) -> None:
         self._client = client
         self._cluster = isinstance(client, RedisCluster)
-        self._slot_keys: set[str] = set()  # Cluster: the index keys of the known queues' slots
+        # Cluster: the index keys of the known queues' slots (shared: see reading_with).
+        self._slot_keys: set[str] = set() if slot_keys is None else slot_keys
         self._registry_size = -1
         self._registry_read_at = 0.0
+
+    def reading_with(self, client: Redis | RedisCluster) -> DueIndex:
+        """The same index read through another client, knowing the same slots: the sweep (on
+        its own connections) must see at once the queues the request path has called, not
+        only after the registry is read again."""
+        return DueIndex(client, self._slot_keys)
 
     def note(self, due_key: str) -> None:
         """The index key of a queue this process has called (on a Cluster: read from now on)."""

@@ -39,6 +39,8 @@ _SUBSCRIBER_OPTIONS = frozenset(
     }
 )
 RECONNECT_DELAY_S = 0.5
+# Cluster: a queue's wake channel stays subscribed this long after its last long poll.
+CHANNEL_IDLE_S = 300.0
 
 
 class LeaseAttempt(Protocol):
@@ -175,25 +177,42 @@ class ShardedWakeHub(WakeHub):
     def __init__(self, client: RedisCluster, max_waiters: int) -> None:
         super().__init__(client, max_waiters)  # type: ignore[arg-type]
         self._cluster = client
-        self._channels: set[str] = set()
+        self._channels: dict[str, float] = {}  # channel -> when a long poll last waited on it
         self._changed = asyncio.Event()  # a new channel: listeners are rebuilt
+
+    @property
+    def channels(self) -> int:
+        return len(self._channels)
 
     async def ensure_subscribed(self, queue: str) -> None:
         channel = keys_of(queue).wake
-        if channel not in self._channels:
-            self._channels.add(channel)
+        fresh = channel not in self._channels
+        self._channels[channel] = asyncio.get_running_loop().time()
+        if fresh:
             self._changed.set()
             await asyncio.sleep(0)  # let the listeners start over with it before the first lease try
+
+    def _forget_idle_channels(self) -> None:
+        """Channels no long poll has waited on for CHANNEL_IDLE_S leave at a rebuild: without
+        this every queue ever long-polled stays subscribed, and each rebuild (one per queue
+        newly waited on) subscribes them all again, one command each."""
+        cutoff = asyncio.get_running_loop().time() - CHANNEL_IDLE_S
+        for channel, waited_at in list(self._channels.items()):
+            if waited_at < cutoff and queue_of_wake_channel(channel) not in self._waiters:
+                del self._channels[channel]
 
     async def _listen(self) -> None:
         while not self._stopping.is_set():
             self._changed.clear()
+            self._forget_idle_channels()
             by_node: dict[tuple[str, int], list[str]] = {}
             for channel in sorted(self._channels):
                 node = self._cluster.get_node_from_key(channel)
                 by_node.setdefault((node.host, node.port), []).append(channel)
             listeners = [
-                asyncio.create_task(self._listen_node(host, port, channels))
+                asyncio.create_task(
+                    self._listen_node(host, port, channels), name=f"emq-wake-hub-{host}:{port}"
+                )
                 for (host, port), channels in by_node.items()
             ]
             rebuild = asyncio.create_task(self._changed.wait())

@@ -22,7 +22,7 @@ from echomq_http.backend import connect
 from echomq_http.config import Settings
 from echomq_http.keys import QUEUE_REGISTRY, queue_prefix
 from tests.cluster import ValkeyCluster
-from tests.server import running_service
+from tests.server import background_tasks, running_service
 
 TEST_SWEEP_INTERVAL_MS = 100
 SERVER_START_TIMEOUT_S = 15.0
@@ -123,6 +123,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report: pytest.TestReport = yield
     if report.skipped and skips_fail_the_run() and item.nodeid not in SKIPS_ALLOWED_IN_CI:
         fail_instead_of_skip(report)
+    if report.failed and call.when == "call":
+        # A test that waited for the sweep, a wake-up or an event feed: where those tasks stood.
+        report.sections.append(("emq background tasks", background_tasks() or "(no service running)"))
     return report
 
 

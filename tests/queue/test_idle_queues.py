@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 
 import httpx
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from echomq_http.config import Settings
-from echomq_http.keys import DUE_INDEX
-from tests.conftest import ValkeyProcess
+from echomq_http.keys import DUE_INDEX, QUEUE_REGISTRY, due_index_key, queue_prefix
+from tests.conftest import TEST_SWEEP_INTERVAL_MS, ValkeyProcess
 from tests.server import running_service
-from tests.support import lease_one
+from tests.support import enqueue, eventually, get_job, lease_one
 
 IDLE_QUEUES = 200
 SWEEP_INTERVAL_MS = 50
 WINDOW_S = 1.0  # twenty sweeps
+DELAY_MS = 300
+SWEPT_WITHIN_S = 5.0  # well within the registry's re-read (30 s), which was the only way before
 
 
 async def script_calls(redis: Redis) -> int:
@@ -42,3 +46,35 @@ async def test_idle_queues_cost_the_sweep_no_script_calls(private_valkey: Valkey
             assert await redis.zscore(DUE_INDEX, "idle-0") == busy["lease_expires_at"]
             assert await redis.zcard(DUE_INDEX) == 1
     await redis.aclose()
+
+
+async def test_a_queue_in_a_slot_new_to_the_service_is_swept_at_once(
+    client: httpx.AsyncClient, redis_client: Redis | RedisCluster
+) -> None:
+    """On a Cluster the sweep reads the due index of each slot it knows; a queue the request
+    path has just called is known to it at once, even when the registry's size has not changed
+    (it was learned only from the registry's size, or after REGISTRY_REFRESH_S)."""
+    cluster = isinstance(redis_client, RedisCluster)
+    known = {due_index_key(name.decode(), cluster) for name in await redis_client.smembers(QUEUE_REGISTRY)}
+    queue = next(
+        name
+        for name in (f"t-slot-{secrets.token_hex(6)}" for _ in range(100_000))
+        if due_index_key(name, cluster) not in known
+    )
+    leaving = f"t-leaving-{secrets.token_hex(6)}"
+    await redis_client.sadd(QUEUE_REGISTRY, leaving)
+    await asyncio.sleep(3 * TEST_SWEEP_INTERVAL_MS / 1000)  # the sweep has read the registry
+    try:
+        # One queue leaves the registry as the new one joins: its size is what the sweep saw.
+        await redis_client.srem(QUEUE_REGISTRY, leaving)
+        await enqueue(client, queue, "soon", id="soon", delay_ms=DELAY_MS)
+
+        async def promoted() -> bool:
+            return (await get_job(client, queue, "soon"))["state"] == "waiting"
+
+        await eventually(promoted, "the delayed job made waiting by the sweep", timeout_s=SWEPT_WITHIN_S)
+    finally:
+        keys = [key async for key in redis_client.scan_iter(match=queue_prefix(queue) + "*", count=1000)]
+        for key in keys:
+            await redis_client.delete(key)
+        await redis_client.srem(QUEUE_REGISTRY, queue)
