@@ -8,8 +8,8 @@ valkey-server) on a free loopback port with persistence off and maxmemory-policy
 then the service (``python -m echomq_http``, EMQ_REDIS_URL pointing at it) as ``--replicas``
 processes on their own ports (and ``--workers`` passed as EMQ_WORKERS to each, for a service
 that runs several uvicorn processes itself). Load comes from bench/loadgen.py processes
-(``--load-procs``). BullMQ (a pinned 5.x, installed by npm into a cache folder outside the
-repository) runs the same workloads through bench/bullmq_bench.mjs on the same Redis, each
+(``--load-procs``). BullMQ (a pinned 6.x and ioredis, installed by npm into a cache folder
+outside the repository) runs the same workloads through bench/bullmq_bench.mjs on the same Redis, each
 right after ours, with the database flushed before every workload.
 
 The Python SDK's own workloads (sdk_worker, sdk_next) run it in a load generator process of its
@@ -53,7 +53,10 @@ sys.path.insert(0, str(REPO))
 
 from echomq_http.config import DEFAULT_WORKERS  # noqa: E402 - the repository is on the path now
 
-BULLMQ_VERSION = "5.81.5"  # pinned: the newest 5.x on the registry when this was written
+BULLMQ_VERSION = "6.7.6"  # pinned: the newest release on the registry when this was written
+# BullMQ 6 takes its Redis client as an optional peer dependency; the bench connects with ioredis.
+IOREDIS_VERSION = "6.1.0"
+NODE_PACKAGES = {"bullmq": BULLMQ_VERSION, "ioredis": IOREDIS_VERSION}
 BULLMQ_PY_VERSION = "3.4.4"  # BullMQ for Python, pinned likewise
 DEFAULT_NODE_CACHE = Path.home() / ".cache" / "echomq-bench" / "node"
 DEFAULT_PY_CACHE = Path.home() / ".cache" / "echomq-bench" / "python"
@@ -1635,13 +1638,14 @@ def install_bullmq(cache: Path) -> tuple[list[str], Path, str] | None:
         print("node or npm not found: the BullMQ side is skipped", file=sys.stderr)
         return None
     modules = cache / "node_modules"
-    installed = modules / "bullmq" / "package.json"
-    version = None
-    if installed.exists():
-        version = json.loads(installed.read_text()).get("version")
-    if version != BULLMQ_VERSION:
+
+    def installed_version(package: str) -> str | None:
+        manifest = modules / package / "package.json"
+        return json.loads(manifest.read_text()).get("version") if manifest.exists() else None
+
+    if any(installed_version(package) != version for package, version in NODE_PACKAGES.items()):
         cache.mkdir(parents=True, exist_ok=True)
-        manifest = {"name": "echomq-bench-node", "private": True, "dependencies": {"bullmq": BULLMQ_VERSION}}
+        manifest = {"name": "echomq-bench-node", "private": True, "dependencies": NODE_PACKAGES}
         (cache / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
         print(f"installing bullmq {BULLMQ_VERSION} into {cache} ...", file=sys.stderr, flush=True)
         done = subprocess.run(
