@@ -27,9 +27,11 @@ from tests.support import assert_problem, counts, enqueue
 
 MANY_QUEUES = 3000
 FILL_AT_ONCE = 500  # queues started together while filling
+# Loose bounds (the pages' sizes are what the tests check exactly): they catch a page that
+# renders every queue again (3-6 s here before the paging) without failing on a loaded machine.
 OVERVIEW_ANSWER_S = 1.0
-OTHERS_ANSWER_S = 0.3  # before the paging 0.41-0.49 s; after 1-23 ms (0.23 s on a loaded machine)
-PAGE_ANSWER_S = 0.5
+OTHERS_ANSWER_S = 1.0  # the issue's bound for everyone else's requests during a flood
+PAGE_ANSWER_S = 1.0
 METRICS_MAX_BYTES = 100_000  # ~60 KB for 200 queues' gauges; 3,000 queues' were 855 KB
 PROBES = 20
 
