@@ -100,6 +100,13 @@ def expectations(name: str, summary: dict[str, Any]) -> list[str]:
                 failures.append(f"web: no {kind} request was answered in the flood's time")
             elif not refused_all(statuses):
                 failures.append(f"web: {kind} was served ({statuses})")
+    if name == "queues":  # the listings must still answer among thousands of queues
+        for path, fetched in summary.get("pages", {}).items():
+            statuses = sorted({status for status, _, _ in fetched})
+            if not fetched:
+                failures.append(f"queues: {path} was not fetched")
+            elif statuses != [200]:
+                failures.append(f"queues: {path} answered {statuses}")
     return failures
 
 

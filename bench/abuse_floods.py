@@ -384,8 +384,9 @@ async def flood_queues(target: Target, spec: dict[str, Any]) -> dict[str, Any]:
             except httpx.HTTPError:
                 pages[path].append((0, round(time.perf_counter() - started, 3), 0))
 
-        for _ in range(spec["rounds"]):
-            if time.time() >= deadline:
+        for round_number in range(spec["rounds"]):
+            # The first round always runs: creating the queues may have used the whole flood.
+            if round_number and time.time() >= deadline:
                 break
             await asyncio.gather(*(fetch(path) for path in pages))
     return {"created": dict(created), "signed_in": signed_in, "pages": pages}

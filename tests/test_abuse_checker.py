@@ -102,6 +102,17 @@ def test_a_hostile_request_served_fails_and_refused_passes() -> None:
     ]
 
 
+def test_listings_among_thousands_of_queues_must_answer() -> None:
+    answered = {"/ui": [(200, 0.05, 9000)], "/metrics": [(200, 0.02, 60000)]}
+    ok = flood("queues", created={"201": 2000}, pages=answered)
+    assert judge_flood(ok, probes(0, 15), RSS, BOUNDS, T0 + 15).failures == []
+    broken = flood("queues", created={"201": 2000}, pages={"/ui": [(503, 5.0, 0)], "/v1/queues": []})
+    assert judge_flood(broken, probes(0, 15), RSS, BOUNDS, T0 + 15).failures == [
+        "queues: /ui answered [503]",
+        "queues: /v1/queues was not fetched",
+    ]
+
+
 def test_each_flood_is_judged_up_to_the_next_and_tabled() -> None:
     second = flood("silent", opened=2000, closed_by_service=2000)
     second.update(started=T0 + 15, ended=T0 + 25)
