@@ -48,19 +48,27 @@ async def test_idle_queues_cost_the_sweep_no_script_calls(private_valkey: Valkey
     await redis.aclose()
 
 
+async def queue_in_a_new_slot(redis_client: Redis | RedisCluster) -> str:
+    """A fresh queue name whose due index no registered queue shares. A single server has one
+    due index, shared by all: there any fresh name serves."""
+    name = f"t-slot-{secrets.token_hex(6)}"
+    if not isinstance(redis_client, RedisCluster):
+        return name
+    known = {due_index_key(known.decode(), True) for known in await redis_client.smembers(QUEUE_REGISTRY)}
+    for _ in range(100_000):
+        if due_index_key(name, True) not in known:
+            return name
+        name = f"t-slot-{secrets.token_hex(6)}"
+    raise AssertionError(f"every slot already holds a registered queue ({len(known)} due indexes)")
+
+
 async def test_a_queue_in_a_slot_new_to_the_service_is_swept_at_once(
     client: httpx.AsyncClient, redis_client: Redis | RedisCluster
 ) -> None:
     """On a Cluster the sweep reads the due index of each slot it knows; a queue the request
     path has just called is known to it at once, even when the registry's size has not changed
     (it was learned only from the registry's size, or after REGISTRY_REFRESH_S)."""
-    cluster = isinstance(redis_client, RedisCluster)
-    known = {due_index_key(name.decode(), cluster) for name in await redis_client.smembers(QUEUE_REGISTRY)}
-    queue = next(
-        name
-        for name in (f"t-slot-{secrets.token_hex(6)}" for _ in range(100_000))
-        if due_index_key(name, cluster) not in known
-    )
+    queue = await queue_in_a_new_slot(redis_client)
     leaving = f"t-leaving-{secrets.token_hex(6)}"
     await redis_client.sadd(QUEUE_REGISTRY, leaving)
     await asyncio.sleep(3 * TEST_SWEEP_INTERVAL_MS / 1000)  # the sweep has read the registry
