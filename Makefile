@@ -15,9 +15,10 @@ UV_VERSION := 0.13.9
 
 # pip first, at the lock's version: the later installs need its --build-constraint, which pins
 # the build backends (setuptools, hatchling) of the editable installs too. pip's own output is the
-# progress shown (a minute of silence reads as a hang). setuptools ends every editable install of a
-# renamed folder (service/ as echomq_http) with an "Editable installation" notice in a warning's
-# clothes; it says nothing about this project, so it is filtered out by its text.
+# progress shown (a minute of silence reads as a hang). setuptools ends every editable install of
+# a folder mapped to another package name (lua/ as echomq_http.lua) with an "Editable
+# installation" notice in a warning's clothes; it says nothing about this project, so it is
+# filtered out by its text.
 PIP_INSTALL := PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -c $(LOCK) --build-constraint $(LOCK)
 
 $(RUNTIME): pyproject.toml clients/python/pyproject.toml $(LOCK)
@@ -56,7 +57,7 @@ lint: $(STAMP)
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec examples/compose.yaml
 
 openapi: $(STAMP)
-	$(PY) -m echomq_http.openapi > openapi/openapi.json
+	$(PY) -m echomq_http.api.openapi > openapi/openapi.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

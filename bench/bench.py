@@ -218,11 +218,14 @@ def service_process(service_dir: Path, env: dict[str, str]) -> tuple[list[str], 
     The folder is service/; it installs as ``echomq_http``, the name this repository's editable
     install also claims. Another checkout's folder is given that name by a symlink in a
     directory of its own, first on PYTHONPATH (before the editable install's finder), so uvicorn's
-    worker processes import it too. Checkouts from before the rename run as ``service``."""
+    worker processes import it too. Checkouts from before the rename run as ``service``; since the
+    package moved into service/echomq_http, service/ itself goes on PYTHONPATH."""
     if service_dir == REPO:
         return ["-m", "echomq_http"], env
     folder = service_dir / "service"
-    if "echomq_http" not in (folder / "__main__.py").read_text():
+    if (folder / "echomq_http" / "__main__.py").exists():
+        module, path = "echomq_http", str(folder)
+    elif "echomq_http" not in (folder / "__main__.py").read_text():
         module, path = "service", str(service_dir)
     else:
         module, path = "echomq_http", _alias_dir(folder)
@@ -585,7 +588,7 @@ class Bench:
         """Enqueue count jobs with the service's own code, without HTTP (set-up, not measured)."""
         from msgspec import Raw
 
-        from echomq_http.schemas import EnqueueRequest
+        from echomq_http.api.schemas import EnqueueRequest
 
         payload = Raw(json.dumps(PAYLOAD, separators=(",", ":")).encode())
         batch = [EnqueueRequest(payload=payload) for _ in range(SCRIPT_CALL_BATCH)]
@@ -611,8 +614,8 @@ class Bench:
         from redis.asyncio import Redis
 
         from echomq_http.config import Settings
-        from echomq_http.queue import JobQueues
-        from echomq_http.telemetry import Telemetry
+        from echomq_http.core.queue import JobQueues
+        from echomq_http.observability.telemetry import Telemetry
 
         settings = Settings(redis_url=self.redis.url)
         offered = {
@@ -772,13 +775,13 @@ def describe(outcome: Outcome | None) -> str:
 
 
 def library_name(operation: str, sha: str) -> str:
-    from echomq_http.luafunctions import library_name
+    from echomq_http.store.luafunctions import library_name
 
     return library_name(operation, sha)
 
 
 def script_sha(operation: str) -> str:
-    from echomq_http.scripts import lua_dir, render
+    from echomq_http.store.scripts import lua_dir, render
 
     # "<operation>-<numkeys>.lua" exactly: "ack-*.lua" also matches ack-lease-11.lua
     (path,) = (
@@ -799,7 +802,7 @@ class ServerTimes:
         self.client = client
         self.sha = script_sha(operation)
         # The call as the slow log shows it: "FCALL <function> ..." where the server has
-        # functions (echomq_http.scripts), else "EVALSHA <sha> ...".
+        # functions (echomq_http.store.scripts), else "EVALSHA <sha> ...".
         self.calls = (f"FCALL {library_name(operation, self.sha)} ", f"EVALSHA {self.sha} ")
         self.durations_us: list[int] = []
         self._old: dict[str, Any] = {}
@@ -939,7 +942,7 @@ async def memory_per_job(bench: Bench, count: int) -> dict[str, Any]:
 
 async def job_anatomy(client: Any, queue: str) -> dict[str, Any]:
     """What one waiting job is made of: its hash's fields and MEMORY USAGE (for whoever trims it)."""
-    from echomq_http.keys import QueueKeys
+    from echomq_http.store.keys import QueueKeys
 
     keys = QueueKeys.for_queue(queue)
     job_id = (await client.lindex(keys.wait, 0)).decode()
@@ -1786,14 +1789,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
         args.service_dir = args.service_dir.resolve()
-        if not (args.service_dir / "service" / "__main__.py").exists():
-            print(f"--service-dir {args.service_dir}: no service/__main__.py there", file=sys.stderr)
+        mains = [
+            args.service_dir / "service" / "echomq_http" / "__main__.py",
+            args.service_dir / "service" / "__main__.py",
+        ]
+        if not any(main.exists() for main in mains):
+            print(
+                f"--service-dir {args.service_dir}: no service/echomq_http/__main__.py there", file=sys.stderr
+            )
             return 2
     enabled = selection(args)
     extra_s = sum(
         allow[0 if args.quick else 1]
         for key, _, allow in (
-            *LEDGER_OPS, *EVENT_OPS, *FLOW_OPS, *SESSION_OPS, *GROUP_OPS, *UI_OPS, *SCHEDULE_OPS
+            *LEDGER_OPS,
+            *EVENT_OPS,
+            *FLOW_OPS,
+            *SESSION_OPS,
+            *GROUP_OPS,
+            *UI_OPS,
+            *SCHEDULE_OPS,
         )
         if enabled(key)
     )

@@ -95,8 +95,8 @@ from chaos_check import (  # bench/ is this script's directory, so first on sys.
 )
 
 from bench import service_process
-from echomq_http.events import parse_entry
-from echomq_http.keys import QueueKeys
+from echomq_http.runtime.event_feeds import parse_entry
+from echomq_http.store.keys import QueueKeys
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_SCRIPT = Path(__file__).resolve().parent / "chaos_worker.py"

@@ -13,8 +13,8 @@ A history is a work directory's
                                 injected, and the final reads (the queue's counts, its ledger and
                                 every job's final state) or null where a final read failed
   stream.jsonl                  the queue's events as its Redis stream holds them at the end
-                                (XRANGE, each entry parsed as service/events.py does), one event
-                                a line: {"n": number, "type", "id", "at", members...}
+                                (XRANGE, each entry parsed as runtime/event_feeds.py does), one
+                                event a line: {"n": number, "type", "id", "at", members...}
   schedules.json                the schedules the harness put (name -> the first run time, when
                                 it was put and paused), their views and every job they made
                                 (read after the drain; null where the read failed); absent in a
@@ -65,7 +65,7 @@ SCHEDULE_EVERY_MS = 1000
 # processes, and a replica restarting nearby takes a core for ~1 s.
 SCHEDULE_MARGIN_MS = 800
 SCHEDULE_BUDGET_MS = SWEEP_MS + 1000 + SCHEDULE_MARGIN_MS
-RUN_ID = re.compile(r"(?P<schedule>.+)-r(?P<run_at>[0-9]+)")  # service/schedules.py run_job_id
+RUN_ID = re.compile(r"(?P<schedule>.+)-r(?P<run_at>[0-9]+)")  # core/schedules.py run_job_id
 
 
 @dataclass

@@ -170,7 +170,7 @@ def rate_limit_summary(result: dict[str, Any]) -> str:
 
 async def _capped(url: str, redis_url: str, run_s: float) -> tuple[list[int], list[int]]:
     client = aioredis.Redis.from_url(redis_url)
-    ledger = "emq:{bench}:active"  # service/keys.py: the queue's in-flight ledger
+    ledger = "emq:{bench}:active"  # service/echomq_http/store/keys.py: the queue's in-flight ledger
     samples: list[int] = []
     done = asyncio.Event()
 

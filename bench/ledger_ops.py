@@ -313,7 +313,7 @@ class Phase:
 async def _fill(queues: Any, queue: str, count: int, payload: Any, max_attempts: int | None) -> None:
     from msgspec import Raw
 
-    from echomq_http.schemas import EnqueueRequest
+    from echomq_http.api.schemas import EnqueueRequest
 
     body = Raw(json.dumps(payload, separators=(",", ":")).encode())
     options = {} if max_attempts is None else {"max_attempts": max_attempts}
@@ -375,8 +375,8 @@ def script_names() -> dict[str, str]:
     settings (long_ops runs this checkout's service)."""
     import hashlib
 
-    from echomq_http.luafunctions import library_name
-    from echomq_http.scripts import lua_dir, render
+    from echomq_http.store.luafunctions import library_name
+    from echomq_http.store.scripts import lua_dir, render
 
     names = {}
     for path in lua_dir().glob("*.lua"):
@@ -700,7 +700,7 @@ async def _script_stats(client: Any) -> tuple[int, int]:
 async def echomq_ack_cost(bench: Any, size: int, samples: int, positions: Sequence[int]) -> dict[str, Any]:
     from msgspec import UNSET
 
-    from echomq_http.schemas import AckItem
+    from echomq_http.api.schemas import AckItem
 
     async with bench.job_queues() as queues:
         client = queues.client

@@ -34,9 +34,9 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bench import free_port
-from echomq_http.queue import JobQueues
-from echomq_http.schemas import AckItem, EnqueueRequest
-from echomq_http.telemetry import Telemetry
+from echomq_http.api.schemas import AckItem, EnqueueRequest
+from echomq_http.core.queue import JobQueues
+from echomq_http.observability.telemetry import Telemetry
 
 REPO = Path(__file__).resolve().parent.parent
 

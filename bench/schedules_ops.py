@@ -52,8 +52,8 @@ async def _put_all(stack: Any, first_run_ms: int) -> float:
     """The schedules, put with the service's own code; the set-up's seconds."""
     import msgspec
 
-    from echomq_http.schedules import Schedules
-    from echomq_http.schemas import ScheduleRequest
+    from echomq_http.api.schemas import ScheduleRequest
+    from echomq_http.core.schedules import Schedules
 
     payload = stack.payload
     started = time.monotonic()
@@ -108,8 +108,8 @@ def _window(stack: Any, seconds: float) -> dict[str, Any]:
 
 def _lateness(stack: Any, first_run_ms: int, from_ms: float, to_ms: float) -> dict[str, Any]:
     """Every run due from from_ms to to_ms (Redis clock ~ ours: one machine): its job's lateness."""
-    from echomq_http.keys import QueueKeys
-    from echomq_http.schedules import run_job_id
+    from echomq_http.core.schedules import run_job_id
+    from echomq_http.store.keys import QueueKeys
 
     keys = QueueKeys.for_queue(QUEUE)
     runs = []

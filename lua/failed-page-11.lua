@@ -1,6 +1,6 @@
 -- Read a page of dead-lettered jobs' ids, most recently failed first, with the total and each
 -- job's payload size. The hashes themselves are read by the caller in chunks bounded by those
--- sizes (service/chunked_read.py): a page of large jobs in one reply would hold Redis while it
+-- sizes (service/echomq_http/store/chunked_read.py): a page of large jobs in one reply would hold Redis while it
 -- builds hundreds of MB, and the caller's shared connection while they cross it.
 -- KEYS[1..11] the queue's keys (see include/common.lua); reads FAILED and the jobs' payload sizes
 -- ARGV[1]     key prefix "emq:{queue}:"

@@ -1,5 +1,5 @@
 -- Fire due schedules: for each, a compare-and-set on the run time the service read as its next
--- run (due-schedules-11.lua) and computed the following one from (service/schedules.py). A
+-- run (due-schedules-11.lua) and computed the following one from (service/echomq_http/core/schedules.py). A
 -- schedule whose next run is no longer that time (fired by another process, a re-sent call,
 -- replaced, paused, deleted) is left alone; else its run makes one job, with an id derived from
 -- the schedule and the run time (so not even a re-sent call of a lost reply makes a second), or

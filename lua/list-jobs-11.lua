@@ -1,6 +1,6 @@
 -- Read a page of the ids of the jobs in one state, in that state's order, from where the previous
 -- page stopped (its cursor), with each job's payload size. The hashes themselves are read by the
--- caller in chunks bounded by those sizes (service/chunked_read.py), as for failed-page.
+-- caller in chunks bounded by those sizes (service/echomq_http/store/chunked_read.py), as for failed-page.
 -- Orders: waiting as leases take them from PRIO and WAIT (PRIO lowest score first, then WAIT from
 -- its right end), then the grouped waiting jobs (leased round-robin across groups, which no
 -- listing order can follow): group after group by name (GROUPS), each group by (score, id),

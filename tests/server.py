@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import httpx
 import uvicorn
 
+from echomq_http.api.http_protocol import http_protocol
 from echomq_http.app import create_app
 from echomq_http.config import Settings
-from echomq_http.http_protocol import http_protocol
-from echomq_http.telemetry import Telemetry
+from echomq_http.observability.telemetry import Telemetry
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 30.0

@@ -12,8 +12,8 @@ from httpx import AsyncClient
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from echomq_http import limits
-from echomq_http.keys import QueueKeys
+from echomq_http.core import limits
+from echomq_http.store.keys import QueueKeys
 
 # Long enough for a loaded 2-core runner; a condition that holds returns at once anyway.
 CONDITION_TIMEOUT_S = 30.0

@@ -105,7 +105,7 @@ def stop(job: str, lease_id: str, op: str, ms: int, state: str = "cancelled") ->
             "code": None, "ts": at(ms - 2), "t": at(ms), "r": 0}  # fmt: skip
 
 
-# -- the queue's events, as bench/chaos.py reads them from the stream (service/events.py) --------
+# -- the queue's events, as bench/chaos.py reads them from the stream (runtime/event_feeds.py) ---
 
 
 def event(kind: str, job: str, ms: int, **members: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from echomq_http.config import Settings
-from echomq_http.keys import queue_prefix
+from echomq_http.store.keys import queue_prefix
 from tests.cluster import ValkeyCluster
 from tests.replication import ProducerLog, assert_lost_only_unreplicated_writes, held_by
 from tests.server import running_service

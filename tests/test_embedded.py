@@ -1,4 +1,4 @@
-"""Tests for echomq_http.embedded against real valkey-server processes (no mocks)."""
+"""Tests for echomq_http.store.embedded against real valkey-server processes (no mocks)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,13 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from echomq_http.embedded import PID_NAME, SECRET_NAME, SHORT_SOCKET_DIR, EmbeddedValkey, socket_path_for
+from echomq_http.store.embedded import (
+    PID_NAME,
+    SECRET_NAME,
+    SHORT_SOCKET_DIR,
+    EmbeddedValkey,
+    socket_path_for,
+)
 
 AOF_FSYNC_WAIT_S = 1.5  # appendfsync everysec: after this the write is on disk
 GONE_TIMEOUT_S = 10.0

@@ -8,9 +8,9 @@ import asyncio
 import pytest
 from redis.exceptions import RedisError
 
-from echomq_http.backend import redis_client
 from echomq_http.config import Settings
-from echomq_http.events import EventHub
+from echomq_http.runtime.event_feeds import EventHub
+from echomq_http.store.backend import redis_client
 from tests.conftest import ValkeyProcess
 
 GONE_WITHIN_S = 1.0

@@ -1,4 +1,4 @@
-"""Scripts run as Redis functions where the server has them (echomq_http.luafunctions), with
+"""Scripts run as Redis functions where the server has them (echomq_http.store.luafunctions), with
 EVALSHA where it has not: a server that lost its functions gets them back within the call, and
 a user who may not call them gets the same scripts by EVALSHA."""
 
@@ -10,11 +10,11 @@ import pytest
 from msgspec import UNSET, Raw
 from redis.asyncio import Redis
 
-from echomq_http.luafunctions import library
-from echomq_http.queue import READ_ONLY_OPERATIONS, JobQueues
-from echomq_http.schemas import EnqueueRequest
-from echomq_http.scripts import Scripts, lua_dir, render_parts
-from echomq_http.telemetry import Telemetry
+from echomq_http.api.schemas import EnqueueRequest
+from echomq_http.core.queue import READ_ONLY_OPERATIONS, JobQueues
+from echomq_http.observability.telemetry import Telemetry
+from echomq_http.store.luafunctions import library
+from echomq_http.store.scripts import Scripts, lua_dir, render_parts
 from tests.conftest import ValkeyProcess
 
 QUEUE = "fq"

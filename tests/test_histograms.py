@@ -1,4 +1,4 @@
-"""echomq_http.histograms: the SDK's bucket rule, and histograms reaching an exporter with the rest."""
+"""observability.histograms: the SDK's bucket rule, and histograms reaching an exporter with the rest."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
 )
 
-from echomq_http.histograms import LocalHistogram
-from echomq_http.telemetry import Telemetry
+from echomq_http.observability.histograms import LocalHistogram
+from echomq_http.observability.telemetry import Telemetry
 
 
 def only_point(histogram: LocalHistogram) -> Any:

@@ -1,4 +1,4 @@
-"""The HTTP protocol the service runs (echomq_http.http_protocol): a response in one write.
+"""The HTTP protocol the service runs (echomq_http.api.http_protocol): a response in one write.
 
 The protocol is uvicorn's own, given a transport that records what reaches it, so the test
 sees each write the socket would get."""
@@ -13,7 +13,7 @@ from uvicorn import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from echomq_http.http_protocol import HttpLimits, JoinedWrites, JoinedWritesProtocol
+from echomq_http.api.http_protocol import HttpLimits, JoinedWrites, JoinedWritesProtocol
 
 REQUEST = b"GET /x HTTP/1.1\r\nHost: test\r\n\r\n"
 

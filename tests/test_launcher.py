@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from echomq_http.embedded import LOG_NAME, socket_path_for
 from echomq_http.launcher import CannotStart, DataDirLock, check_port
+from echomq_http.store.embedded import LOG_NAME, socket_path_for
 from tests.conftest import free_port
 from tests.launched import launched, launched_service, launcher_env
 

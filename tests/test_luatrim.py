@@ -1,11 +1,11 @@
-"""The loader keeps of an include only what a script uses (echomq_http.luatrim)."""
+"""The loader keeps of an include only what a script uses (echomq_http.store.luatrim)."""
 
 import re
 
 import pytest
 
-from echomq_http.luatrim import trimmed
-from echomq_http.scripts import lua_dir, render
+from echomq_http.store.luatrim import trimmed
+from echomq_http.store.scripts import lua_dir, render
 
 INCLUDE = """-- The include's opening comment.
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from echomq_http.__main__ import METRICS_DIR_PREFIX
-from echomq_http.replica_totals import SNAPSHOT_SUFFIX
+from echomq_http.observability.replica_totals import SNAPSHOT_SUFFIX
 from tests.conftest import free_port
 
 START_TIMEOUT_S = 30.0

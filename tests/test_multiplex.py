@@ -1,4 +1,4 @@
-"""echomq_http.multiplex against a real server: replies reach their own callers, in any mix of
+"""echomq_http.store.multiplex against a real server: replies reach their own callers, in any mix of
 concurrency, error replies, cancelled callers and broken connections."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from echomq_http.multiplex import Multiplexer
+from echomq_http.store.multiplex import Multiplexer
 from tests.conftest import ValkeyProcess
 
 

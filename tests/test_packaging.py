@@ -53,15 +53,15 @@ def test_wheel_ships_the_lua_scripts(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     scripts = {path.relative_to(ROOT).as_posix() for path in (ROOT / "lua").rglob("*.lua")}
     assert {f"echomq_http/{script}" for script in scripts} <= names
-    ui = ROOT / "service" / "ui"
+    ui = ROOT / "service" / "echomq_http" / "ui"
     ui_files = [path.relative_to(ui).as_posix() for path in ui.glob("[st]*/*") if path.is_file()]
     assert {"templates/layout.html", "static/ui.js"} <= set(ui_files)
     assert {f"echomq_http/ui/{name}" for name in ui_files} <= names
-    # The folder service/ installs under a name of its own: nothing named plain `service`.
+    # service/ is the source root: nothing named plain `service` ships.
     assert not [name for name in names if name.startswith("service/")]
     # Installed from the wheel (unpacked here), the loader reads the packaged copy.
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
-    probe = "from echomq_http.scripts import lua_dir; print(lua_dir())"
+    probe = "from echomq_http.store.scripts import lua_dir; print(lua_dir())"
     found = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=tmp_path,

@@ -1,5 +1,5 @@
-"""echomq_http.replica_totals and echomq_http.totals: the processes of a replica sharing their totals
-through a directory (each ReplicaTotals here stands for one process), added up and cut down to
+"""observability.replica_totals and observability.totals: the processes of a replica sharing their
+totals through a directory (each ReplicaTotals here stands for one process), added up and cut down to
 a token's queues."""
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from pathlib import Path
 
 import msgspec
 
-from echomq_http.exposition import Family, render
-from echomq_http.replica_totals import (
+from echomq_http.observability.exposition import Family, render
+from echomq_http.observability.replica_totals import (
     GAUGES_FRESH_FOR_S,
     SNAPSHOT_SUFFIX,
     WRITING_SUFFIX,
     ReplicaTotals,
     Snapshot,
 )
-from echomq_http.telemetry import Telemetry
-from echomq_http.totals import HistogramCounts, Totals, add_up, only_queues
+from echomq_http.observability.telemetry import Telemetry
+from echomq_http.observability.totals import HistogramCounts, Totals, add_up, only_queues
 
 Q1 = (("queue", "emails"),)
 Q2 = (("queue", "sms"),)

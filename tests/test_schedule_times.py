@@ -1,4 +1,4 @@
-"""Run times of schedules (echomq_http.schedule_times): cron in a timezone across DST changes in
+"""Run times of schedules (echomq_http.core.schedule_times): cron in a timezone across DST changes in
 two timezones, macros and names, fixed grids, start/end bounds, and the validation messages."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from echomq_http.schedule_times import Clock, cron_expression, timezone
+from echomq_http.core.schedule_times import Clock, cron_expression, timezone
 
 BERLIN, NEW_YORK = "Europe/Berlin", "America/New_York"
 HALF_DAY_MS = 12 * 3600 * 1000

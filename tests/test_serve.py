@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from echomq_http.embedded import PID_NAME
+from echomq_http.store.embedded import PID_NAME
 from tests.conftest import free_port
 
 START_TIMEOUT_S = 30.0

@@ -16,8 +16,8 @@ import httpx
 import pytest
 import redis
 
-from echomq_http import limits
-from echomq_http.keys import QueueKeys
+from echomq_http.core import limits
+from echomq_http.store.keys import QueueKeys
 from tests.conftest import ValkeyProcess, free_port
 from tests.consistency import violations
 from tests.support import wait_for_long_polls, wait_until

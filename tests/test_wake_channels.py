@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from echomq_http import longpoll
-from echomq_http.longpoll import ShardedWakeHub
+from echomq_http.runtime import wakeups as longpoll
+from echomq_http.runtime.wakeups import ShardedWakeHub
 
 IDLE_S = 0.05
 

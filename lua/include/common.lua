@@ -1,5 +1,5 @@
--- Shared by every script; the loader (service/scripts.py) inlines it where a script says
--- "@include common" and fills in the placeholders between at-signs (service/scripts.py).
+-- Shared by every script; the loader (service/echomq_http/store/scripts.py) inlines it where a script says
+-- "@include common" and fills in the placeholders between at-signs (service/echomq_http/store/scripts.py).
 -- Every script takes the same eleven KEYS, in the order of service.keys.QueueKeys.script_keys,
 -- and ARGV[1] = the queue's key prefix "emq:{queue}:". Per-job and per-worker keys are derived
 -- from that prefix, so they carry the same hash tag and live in the queue's cluster slot.

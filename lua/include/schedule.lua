@@ -1,7 +1,7 @@
 -- A queue's schedules, for the scripts that write them (put, fire, trigger, delete) and the
--- readers (due, listing). A schedule is a HASH "<schedule>:sched" (service/keys.py): spec (the
+-- readers (due, listing). A schedule is a HASH "<schedule>:sched" (service/echomq_http/store/keys.py): spec (the
 -- request's fields but the job's payload, JSON), job (the options of the job each run makes, as
--- include/store.lua reads them), payload (raw JSON), clock (what service/schedules.py computes
+-- include/store.lua reads them), payload (raw JSON), clock (what service/echomq_http/core/schedules.py computes
 -- run times from), timing (the fields that, changed, move the next run), overlap ("skip" or
 -- absent), run_limit and paused (absent: none), next_run_at, last_run_at, last_job_id, runs,
 -- skipped, created_at, updated_at, and version (+1 by every write that moves a run, so a PUT can

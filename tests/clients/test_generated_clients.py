@@ -66,7 +66,7 @@ def test_openapi_python_client_runs_a_job_cycle(
     try:
         package = importlib.import_module("emq_generated")
         models = importlib.import_module("emq_generated.models")
-        # One package per tag of the document (echomq_http.openapi.TAGS), a module per operation in it.
+        # One package per tag of the document (echomq_http.api.openapi.TAGS), a module per operation in it.
         jobs = importlib.import_module("emq_generated.api.jobs")
         working = importlib.import_module("emq_generated.api.working")
         for module in ("jobs.enqueue", "jobs.get_job", "working.lease", "working.heartbeat", "working.ack"):

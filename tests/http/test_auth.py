@@ -14,9 +14,9 @@ import pytest
 from redis.asyncio import Redis as AsyncRedis
 
 from echomq_http.__main__ import is_loopback
-from echomq_http.auth import Action, Authenticator, Forbidden, Unauthorized
+from echomq_http.api.auth import Action, Authenticator, Forbidden, Unauthorized
 from echomq_http.config import ConfigError, Settings
-from echomq_http.keys import QUEUE_REGISTRY, queue_prefix
+from echomq_http.store.keys import QUEUE_REGISTRY, queue_prefix
 from tests.server import running_service
 from tests.support import assert_problem
 

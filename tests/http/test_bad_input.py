@@ -29,9 +29,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis as AsyncRedis
 
-from echomq_http import limits
 from echomq_http.config import Settings
-from echomq_http.keys import QUEUE_REGISTRY, queue_prefix
+from echomq_http.core import limits
+from echomq_http.store.keys import QUEUE_REGISTRY, queue_prefix
 from tests.conftest import HTTP_TIMEOUT_S, TEST_SWEEP_INTERVAL_MS
 from tests.server import running_service
 

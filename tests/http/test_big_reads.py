@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 import msgspec
 from httpx import AsyncClient
 
-from echomq_http.routes import json_with_streamed_list
-from echomq_http.schemas import FailedPage, JobView
+from echomq_http.api.routes import json_with_streamed_list
+from echomq_http.api.schemas import FailedPage, JobView
 from tests.support import enqueue, job_call, lease_one
 
 T = TypeVar("T")
@@ -75,7 +75,7 @@ async def dead_letter(client: AsyncClient, queue: str, job_id: str, payload: obj
 async def test_a_page_of_several_chunks_answers_the_job_views_most_recent_first(
     client: AsyncClient, queue: str
 ) -> None:
-    # Ten payloads of 300 KB: four chunks of at most 1 MiB (echomq_http.chunked_read).
+    # Ten payloads of 300 KB: four chunks of at most 1 MiB (echomq_http.store.chunked_read).
     ids = [f"j{index:02d}" for index in range(10)]  # in failure order; ties sort the same way
     for index, job_id in enumerate(ids):
         await dead_letter(client, queue, job_id, big_payload(index, 300 * KB))

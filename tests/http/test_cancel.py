@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from echomq_http import limits
+from echomq_http.core import limits
 from tests.support import assert_problem, counts, enqueue, eventually, get_job, job_call, lease, lease_one
 
 

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
+from echomq_http.api.docs import IMMUTABLE
 from echomq_http.config import Settings
-from echomq_http.docs import IMMUTABLE
 from tests.server import running_service
 
 ASSET_URL = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']""")

@@ -1,4 +1,4 @@
-"""Which requests echomq_http.fastpath serves itself; every other test checks that it answers as
+"""Which requests echomq_http.api.fastpath serves itself; every other test checks that it answers as
 litestar does (the hot routes go through it in the whole HTTP suite)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 import httpx
 import pytest
 
+from echomq_http.api.fastpath import FastPath
 from echomq_http.app import HOT_OPERATIONS, create_app
 from echomq_http.config import Settings
-from echomq_http.fastpath import FastPath
-from echomq_http.telemetry import Telemetry
+from echomq_http.observability.telemetry import Telemetry
 from tests.server import running_service
 from tests.support import enqueue, lease_one
 

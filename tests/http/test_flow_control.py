@@ -12,8 +12,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from echomq_http import limits
-from echomq_http.keys import keys_of
+from echomq_http.core import limits
+from echomq_http.store.keys import keys_of
 from tests.conftest import TEST_SWEEP_INTERVAL_MS
 from tests.support import (
     assert_problem,

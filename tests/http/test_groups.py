@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from echomq_http.keys import keys_of
+from echomq_http.store.keys import keys_of
 from tests.support import (
     counts,
     enqueue,

@@ -1,5 +1,5 @@
 """A long poll whose client hangs up after jobs were leased for it: the service gives the jobs
-straight back, unspent (service/routes.py, lease: the client_gone branch).
+straight back, unspent (service/echomq_http/api/routes.py, lease: the client_gone branch).
 
 The hang-up must land while the lease call is in flight. The fault proxy between the service
 and Redis holds the lease's reply back until the client has hung up and the service has closed
@@ -19,7 +19,7 @@ import pytest
 from redis.asyncio import Redis
 
 from echomq_http.config import Settings
-from echomq_http.keys import QueueKeys
+from echomq_http.store.keys import QueueKeys
 from tests.conftest import ValkeyProcess
 from tests.faultproxy import FaultProxy, fault_proxy
 from tests.server import running_service
@@ -129,7 +129,7 @@ async def test_jobs_leased_for_a_client_that_hung_up_are_given_straight_back(
         view = await get_job(http, queue, job_id)
         assert (view["state"], view["worker"], view["lease_expires_at"]) == ("waiting", None, None)
     keys = QueueKeys.for_queue(queue)
-    assert await backend.exists(keys.active, keys.deadlines, keys.held(WORKER)) == 0
+    assert await backend.exists(keys.active, keys.body_timeouts, keys.held(WORKER)) == 0
     assert await backend.exists(*(keys.lock(job_id) for job_id in ids)) == 0
     assert not await backend.sismember(keys.workers, WORKER)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from echomq_http import limits
+from echomq_http.core import limits
 from tests.support import assert_problem, enqueue, get_job, lease, lease_one
 
 WRONG_LEASE = "0" * 32

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from echomq_http.config import Settings
-from echomq_http.limits import MAX_EVENT_PROGRESS_BYTES, MAX_PROGRESS_BYTES
+from echomq_http.core.limits import MAX_EVENT_PROGRESS_BYTES, MAX_PROGRESS_BYTES
 from tests.conftest import TEST_SWEEP_INTERVAL_MS
 from tests.launched import LaunchedService, launched
 from tests.server import running_service

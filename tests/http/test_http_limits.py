@@ -1,6 +1,6 @@
 """HTTP limits that hold under abuse, through real sockets against `python -m echomq_http`: the
 head timeout, the keep-alive timeout, the header size and count caps, idle connections that keep
-no one out (echomq_http.http_protocol)."""
+no one out (echomq_http.api.http_protocol)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from echomq_http import limits
 from echomq_http.config import Settings
+from echomq_http.core import limits
 from tests.launched import launched_service
 from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, job_call, lease_one

@@ -15,9 +15,9 @@ import jsonschema_rs
 import msgspec
 import pytest
 
-from echomq_http import examples, schemas
-from echomq_http.errors import PROBLEMS
-from echomq_http.openapi import PROBLEM_CODES, TAG_NAMES, document, render
+from echomq_http.api import examples, schemas
+from echomq_http.api.openapi import PROBLEM_CODES, TAG_NAMES, document, render
+from echomq_http.core.errors import PROBLEMS
 
 COMMITTED = Path(__file__).parents[2] / "openapi" / "openapi.json"
 

@@ -15,12 +15,12 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from echomq_http import limits
+from echomq_http.api.schemas import EnqueueRequest
 from echomq_http.config import DEFAULT_METRICS_MAX_QUEUES, Settings
-from echomq_http.keys import QUEUE_REGISTRY, queue_prefix
-from echomq_http.queue import JobQueues
-from echomq_http.schemas import EnqueueRequest
-from echomq_http.telemetry import Telemetry
+from echomq_http.core import limits
+from echomq_http.core.queue import JobQueues
+from echomq_http.observability.telemetry import Telemetry
+from echomq_http.store.keys import QUEUE_REGISTRY, queue_prefix
 from tests.conftest import TEST_SWEEP_INTERVAL_MS, ValkeyProcess
 from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from echomq_http import limits
 from echomq_http.config import Settings
-from echomq_http.keys import QueueKeys, queue_prefix
-from echomq_http.queue import REDRIVE_STEP
+from echomq_http.core import limits
+from echomq_http.core.queue import REDRIVE_STEP
+from echomq_http.store.keys import QueueKeys, queue_prefix
 from tests.conftest import ValkeyProcess
 from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, get_job, job_call, lease, lease_one

@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from echomq_http.config import Settings
-from echomq_http.keys import keys_of
+from echomq_http.store.keys import keys_of
 from tests.http.test_flow_control import enqueue_many, put_settings
 from tests.server import running_service
 from tests.support import (

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from echomq_http.config import Settings
-from echomq_http.schedules import run_job_id
+from echomq_http.core.schedules import run_job_id
 from tests.conftest import TEST_SWEEP_INTERVAL_MS
 from tests.http.test_events import subscribed
 from tests.server import running_service

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 
-from echomq_http.keys import keys_of
+from echomq_http.store.keys import keys_of
 from tests.conftest import TEST_SWEEP_INTERVAL_MS
 from tests.http.test_events import subscribed
 from tests.support import assert_problem, enqueue, eventually, get_job, job_call, lease, lease_one

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from echomq_http.config import Settings
-from echomq_http.telemetry import JsonLogFormatter, Telemetry
+from echomq_http.observability.telemetry import JsonLogFormatter, Telemetry
 from tests.conftest import HTTP_TIMEOUT_S, TEST_SWEEP_INTERVAL_MS
 from tests.server import running_service
 from tests.support import (

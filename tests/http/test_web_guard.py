@@ -1,4 +1,4 @@
-"""What any web page can make a browser send, refused with or without tokens (echomq_http.webguard):
+"""What any web page can make a browser send, refused with or without tokens (echomq_http.api.webguard):
 bodies not declared JSON (a cross-site form, a no-cors fetch) and Host headers the service does not
 answer to (DNS rebinding). Bodyless calls and the SDKs' JSON still pass; nothing refused is stored."""
 
@@ -9,8 +9,8 @@ import dataclasses
 import httpx
 import pytest
 
+from echomq_http.api.webguard import AllowedHosts, host_name, is_cross_site_type, is_json
 from echomq_http.config import ConfigError, Settings
-from echomq_http.webguard import AllowedHosts, host_name, is_cross_site_type, is_json
 from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, get_job
 

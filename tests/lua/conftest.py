@@ -1,7 +1,7 @@
 """Helpers for the script tests: a LuaQueue wraps Scripts + QueueKeys for one test queue.
 
-Tests call the scripts exactly as service/queue.py does (keys = QueueKeys.script_keys, ARGV[1] =
-the key prefix) but read the raw replies, and inspect the Redis keys a transition leaves.
+Tests call the scripts exactly as echomq_http.core.queue does (keys = QueueKeys.script_keys,
+ARGV[1] = the key prefix) but read the raw replies, and inspect the Redis keys a transition leaves.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
-from echomq_http import limits
-from echomq_http.keys import DUE_INDEX, QueueKeys
-from echomq_http.scripts import Scripts, retention_placeholders
+from echomq_http.core import limits
+from echomq_http.store.keys import DUE_INDEX, QueueKeys
+from echomq_http.store.scripts import Scripts, retention_placeholders
 
 LEASE_MS = 30_000
 REQUEST_TTL_MS = 60_000
@@ -43,7 +43,7 @@ def decoded(value: Any) -> Any:
 
 
 def random_lease_ids(max_jobs: int) -> str:
-    """ARGV[5] of lease-10.lua, made as service/queue.py makes it: max_jobs random ids, concatenated."""
+    """ARGV[5] of lease-10.lua, made as echomq_http.core.queue makes it: max_jobs random ids, concatenated."""
     return os.urandom(limits.LEASE_ID_BYTES * max_jobs).hex()
 
 
@@ -73,7 +73,7 @@ def spec(
     }
     if group is not None:
         options["group"] = group
-    # The service always sends an id: the client's, or a random one it made (echomq_http.queue).
+    # The service always sends an id: the client's, or a random one it made (echomq_http.core.queue).
     options["id"] = job_id if job_id is not None else f"gen-{next(_GENERATED)}"
     return {"options": options, "payload": payload}
 
@@ -279,7 +279,7 @@ class LuaQueue:
         return decoded(await self.call("release-worker", worker, bound, step, offset))
 
     async def release_worker(self, worker: str) -> list[str]:
-        """All steps, as service/queue.py runs them: the released ids, oldest lease first."""
+        """All steps, as service/echomq_http/core/queue.py runs them: the released ids, oldest lease first."""
         steps, bound, offset = [], "", 0
         while True:
             bound, more, _, offset, *released = await self.release_worker_step(worker, bound, offset=offset)
@@ -441,7 +441,7 @@ class LuaQueue:
     async def expire_lease(self, job_id: str, deadline_ms: int = PAST_MS) -> None:
         """The lock expired and the deadline index says so: the sweep will find the job."""
         await self.expire_lock(job_id)
-        await self.redis.zadd(self.keys.deadlines, {job_id: deadline_ms})
+        await self.redis.zadd(self.keys.body_timeouts, {job_id: deadline_ms})
 
     async def make_due(self, job_id: str, due_ms: int = PAST_MS) -> None:
         await self.redis.zadd(self.keys.delayed, {job_id: due_ms})

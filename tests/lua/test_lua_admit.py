@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import secrets
 
-from echomq_http.errors import ScriptCode
-from echomq_http.keys import QUEUE_REGISTRY
-from echomq_http.queue import NEW_QUEUE_ARG
+from echomq_http.core.errors import ScriptCode
+from echomq_http.core.queue import NEW_QUEUE_ARG
+from echomq_http.store.keys import QUEUE_REGISTRY
 
 
 def private_registry() -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from echomq_http import limits
+from echomq_http.core import limits
 
 LEASE_ID = re.compile(r"^[0-9a-f]{32}$")
 PAYLOAD = b'{"to":  "a@example.com",\n "n": [1, 2.50, null], "s": "\\u00e9"}'  # odd spacing on purpose
@@ -171,7 +171,7 @@ async def test_lease_moves_the_job_into_the_ledger_under_its_lock(q):
     assert await q.active() == ["a"]
     assert await q.lock("a") == f"{lease_id}:w1"
     assert 4000 < await q.lock_pttl("a") <= 5000
-    assert await q.zset(q.keys.deadlines) == {"a": job.lease_expires_at}
+    assert await q.zset(q.keys.body_timeouts) == {"a": job.lease_expires_at}
     assert await q.members(q.keys.held("w1")) == {"a"}
     assert await q.members(q.keys.workers) == {"w1"}
     stored = await q.job("a")

@@ -3,9 +3,9 @@ and the due time and reason the job view shows while a job is delayed (run_at, d
 
 from __future__ import annotations
 
-from echomq_http.errors import ScriptCode
-from echomq_http.queue import job_view
-from echomq_http.schemas import JobView
+from echomq_http.api.schemas import JobView
+from echomq_http.core.errors import ScriptCode
+from echomq_http.core.queue import job_view
 from tests.lua.conftest import LuaQueue
 
 HOUR_MS = 3600 * 1000
@@ -19,7 +19,7 @@ async def last_events(q: LuaQueue) -> list[str]:
 
 
 async def view(q: LuaQueue, job_id: str) -> JobView:
-    """The job as the API shows it (its hash as echomq_http.queue reads it)."""
+    """The job as the API shows it (its hash as echomq_http.core.queue reads it)."""
     return job_view("any", job_id, await q.redis.hgetall(q.keys.job(job_id)))
 
 

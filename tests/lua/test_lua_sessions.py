@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from echomq_http.errors import ScriptCode
+from echomq_http.core.errors import ScriptCode
 from tests.lua.conftest import LEASE_MS, PAST_MS, decoded, decoded_dict, random_lease_ids
 
 NO_SESSION = ScriptCode.NO_SESSION.value

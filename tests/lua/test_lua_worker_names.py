@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from echomq_http.errors import ScriptCode
-from echomq_http.limits import WORKER_OWNER_GRACE_MS
+from echomq_http.core.errors import ScriptCode
+from echomq_http.core.limits import WORKER_OWNER_GRACE_MS
 from tests.lua.conftest import LEASE_MS, REQUEST_TTL_MS, decoded, random_lease_ids
 
 WORKER_OWNED = ScriptCode.WORKER_OWNED.value

@@ -46,8 +46,8 @@ from hypothesis.stateful import (
 from redis.commands.core import Script
 
 from echomq_http.config import Settings
-from echomq_http.keys import QUEUE_REGISTRY, QueueKeys, queue_prefix
-from echomq_http.scripts import lua_dir, render
+from echomq_http.store.keys import QUEUE_REGISTRY, QueueKeys, queue_prefix
+from echomq_http.store.scripts import lua_dir, render
 from tests.server import running_service
 
 GROUPS = ("g1", "g2", "g3")
@@ -363,7 +363,7 @@ class GroupsMachine(RuleBasedStateMachine):
         job = self.draw_active(data)
         with self.env.redis.pipeline(transaction=True) as pipe:
             pipe.delete(self.keys.lock(job.id))
-            pipe.zadd(self.keys.deadlines, {job.id: 1}, xx=True)
+            pipe.zadd(self.keys.body_timeouts, {job.id: 1}, xx=True)
             pipe.execute()
         self.env.sweep_script(
             keys=self.keys.script_keys, args=(self.keys.prefix, self.env.settings.sweep_batch, 0)

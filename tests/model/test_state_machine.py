@@ -44,9 +44,9 @@ from hypothesis.stateful import (
 from redis.commands.core import Script
 
 from echomq_http.config import Settings
-from echomq_http.events import parse_entry
-from echomq_http.keys import QUEUE_REGISTRY, QueueKeys, queue_prefix
-from echomq_http.scripts import lua_dir, render
+from echomq_http.runtime.event_feeds import parse_entry
+from echomq_http.store.keys import QUEUE_REGISTRY, QueueKeys, queue_prefix
+from echomq_http.store.scripts import lua_dir, render
 from tests.server import running_service
 
 STATES = ("waiting", "delayed", "active", "completed", "failed", "cancelled")
@@ -326,7 +326,7 @@ class QueueModel:
 class Env:
     http: httpx.Client
     redis: redis.Redis  # decode_responses=True
-    raw: redis.Redis  # bytes, for the event stream (read as service/events.py reads it)
+    raw: redis.Redis  # bytes, for the event stream (read as runtime/event_feeds.py reads it)
     settings: Settings
     sweep_script: Script  # lua/sweep-*.lua, registered on the client above
 
@@ -619,7 +619,7 @@ class QueueMachine(RuleBasedStateMachine):
         deadline = self.model.expire(job)
         with self.env.redis.pipeline(transaction=True) as pipe:
             pipe.delete(self.keys.lock(job.id))
-            pipe.zadd(self.keys.deadlines, {job.id: deadline}, xx=True)
+            pipe.zadd(self.keys.body_timeouts, {job.id: deadline}, xx=True)
             assert pipe.execute() == [1, 0]  # the lock existed; the deadline entry existed
 
     @precondition(lambda self: self.has("active"))  # with live leases too: those must stay

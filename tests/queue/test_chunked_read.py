@@ -1,4 +1,4 @@
-"""The failed page read in chunks (echomq_http.chunked_read): how ids are grouped, and what a page
+"""The failed page read in chunks (echomq_http.store.chunked_read): how ids are grouped, and what a page
 answers for jobs that changed between the read of its ids and the read of their hashes."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 from msgspec import Raw
 from redis.asyncio import Redis
 
-from echomq_http.chunked_read import CHUNK_BYTES, CHUNK_JOBS, chunked, read_hashes
-from echomq_http.keys import keys_of
-from echomq_http.queue import JobQueues
-from echomq_http.schemas import EnqueueRequest
-from echomq_http.telemetry import Telemetry
+from echomq_http.api.schemas import EnqueueRequest
+from echomq_http.core.queue import JobQueues
+from echomq_http.observability.telemetry import Telemetry
+from echomq_http.store.chunked_read import CHUNK_BYTES, CHUNK_JOBS, chunked, read_hashes
+from echomq_http.store.keys import keys_of
 
 HOUR_S = 3600
 CALLS_AT_ONCE = 8

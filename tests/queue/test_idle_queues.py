@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from echomq_http.config import Settings
-from echomq_http.keys import DUE_INDEX, QUEUE_REGISTRY, due_index_key, queue_prefix
+from echomq_http.store.keys import DUE_INDEX, QUEUE_REGISTRY, due_index_key, queue_prefix
 from tests.conftest import TEST_SWEEP_INTERVAL_MS, ValkeyProcess
 from tests.server import running_service
 from tests.support import enqueue, eventually, get_job, lease_one

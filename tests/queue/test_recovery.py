@@ -14,9 +14,9 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from echomq_http import limits
 from echomq_http.config import Settings
-from echomq_http.keys import QueueKeys
+from echomq_http.core import limits
+from echomq_http.store.keys import QueueKeys
 from tests.server import running_service
 from tests.support import (
     assert_problem,

@@ -15,14 +15,14 @@ import pytest
 from redis import Redis
 from redis.cluster import RedisCluster
 
+from echomq_http.api.webguard import AllowedHosts
 from echomq_http.config import Settings
-from echomq_http.keys import keys_of, ui_session_key
+from echomq_http.store.keys import keys_of, ui_session_key
 from echomq_http.ui import pages, sessions
 from echomq_http.ui.access import SESSION_COOKIE
 from echomq_http.ui.csrf import origin_refusal
 from echomq_http.ui.render import iso, timestamp
 from echomq_http.ui.sessions import SESSION_TTL_S
-from echomq_http.webguard import AllowedHosts
 from tests.conftest import CLUSTER, TEST_SWEEP_INTERVAL_MS
 from tests.server import running_service
 from tests.ui.conftest import ADMIN, ONLY_OURS, PRODUCER, WORKER, csrf_of, signed_in

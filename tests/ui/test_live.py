@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import secrets
 
-from echomq_http.backend import connect
 from echomq_http.config import Settings
-from echomq_http.events import EventHub
+from echomq_http.runtime.event_feeds import EventHub
+from echomq_http.store.backend import connect
 from echomq_http.ui.live import changed_queues
 
 KEEPALIVE_S = 30.0  # longer than the test: the stream is inside its wait when the page leaves

@@ -1,0 +1,172 @@
+"""The routes workers call in a loop, dispatched without litestar's per-request machinery.
+
+Routing, the middleware stack, the signature model and the Response-to-ASGI conversion took
+about a third of a small request's CPU (docs/PERFORMANCE.md). For a POST to one of the routes
+given, this ASGI wrapper matches the path itself and runs what litestar would have run: the same
+auth guard, the same handler function, the same exception handlers and the same request metric.
+Everything else goes to litestar: other paths and methods, paths that are not plain (percent
+escapes, empty segments, a trailing slash), a query string (its middleware refuses repeated
+parameters), a host header litestar would refuse, a root path, and every request while request
+tracing is on (litestar's plugin makes the server spans).
+
+Being the outermost app, it is also where every request, hot or not, meets the web guard
+(echomq_http.api.webguard) first: a refused one is answered here and reaches no route.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from litestar import Litestar, Request, Response
+from litestar._asgi.utils import is_valid_host
+from litestar.handlers import HTTPRouteHandler
+from litestar.routes import HTTPRoute
+from litestar.types import Receive, Scope, Send
+
+from echomq_http.api.routes import authorize
+from echomq_http.api.webguard import WebGuard
+from echomq_http.observability.telemetry import Telemetry, route_label
+
+ExceptionHandler = Callable[[Request[Any, Any, Any], Any], Response[Any]]
+REFUSED_LABEL = "refused"  # the request metric's route for what the web guard refused
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """One route template, as the segments after /v1/queues/: a literal, or None for a parameter."""
+
+    segments: tuple[str | None, ...]
+    params: tuple[tuple[int, str], ...]  # (segment index, parameter name)
+    handler: HTTPRouteHandler
+    label: str  # the template, as the request metric names it
+
+
+def _route(path: str, prefix: str, handler: HTTPRouteHandler) -> _Route:
+    segments: list[str | None] = []
+    params: list[tuple[int, str]] = []
+    for index, segment in enumerate(path[len(prefix) :].split("/")):
+        if segment.startswith("{"):
+            params.append((index, segment[1:-1].split(":")[0]))
+            segments.append(None)
+        else:
+            segments.append(segment)
+    return _Route(tuple(segments), tuple(params), handler, route_label(path))
+
+
+class FastPath:
+    """ASGI app: the given POST routes under prefix served directly, the rest by litestar."""
+
+    def __init__(
+        self,
+        app: Litestar,
+        telemetry: Telemetry,
+        operation_ids: Iterable[str],
+        exception_handlers: Mapping[type[Exception], ExceptionHandler],
+        guard: WebGuard,
+        prefix: str = "/v1/queues/",
+    ) -> None:
+        self.app = app
+        self.guard = guard
+        self.telemetry = telemetry
+        self.prefix = prefix
+        self.exception_handlers = exception_handlers
+        wanted = set(operation_ids)
+        # litestar's registered handlers, not the decorated originals: only these resolve the
+        # app's settings (the request body limit).
+        self.routes: dict[tuple[int, str], list[_Route]] = {}
+        for route in app.routes:
+            if not isinstance(route, HTTPRoute):
+                continue
+            for handler in route.route_handlers:
+                if handler.operation_id in wanted and "POST" in handler.http_methods:
+                    for path in handler.paths:
+                        entry = _route(path, prefix, handler)
+                        shape = (len(entry.segments), entry.segments[-1] or "")
+                        self.routes.setdefault(shape, []).append(entry)
+                    wanted.discard(str(handler.operation_id))
+        if wanted:
+            raise ValueError(f"no POST route for {sorted(wanted)}")
+
+    def match(self, scope: Scope) -> tuple[_Route, dict[str, str]] | None:
+        path: str = scope["path"]
+        if (
+            scope["method"] != "POST"
+            or not path.startswith(self.prefix)
+            or scope.get("root_path")
+            or scope.get("query_string")
+            or scope.get("raw_path", path.encode()) != path.encode()
+        ):
+            return None
+        segments = path[len(self.prefix) :].split("/")
+        for route in self.routes.get((len(segments), segments[-1]), ()):
+            if all(
+                (literal is None and segment) or literal == segment
+                for literal, segment in zip(route.segments, segments, strict=True)
+            ):
+                return route, {name: segments[index] for index, name in route.params}
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        matched = None
+        if scope["type"] == "http":
+            refused = self.guard.refusal(scope)
+            if refused is not None:
+                await self._refuse(scope, receive, send, refused)
+                return
+            if not self.telemetry.tracing and _host_ok(scope):
+                matched = self.match(scope)
+        if matched is None:
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        route, path_params = matched
+        # What litestar's app and router put in the scope before a handler runs.
+        scope["app"] = scope["litestar_app"] = self.app
+        scope.setdefault("state", {})
+        scope["path_params"] = path_params
+        scope["route_handler"] = route.handler
+        request: Request[Any, Any, Any] = Request(scope, receive, send)
+        try:
+            await authorize(request, route.handler)
+            response = await route.handler.fn(request)
+        except Exception as error:  # each is answered as litestar would
+            response = self._answer(request, error)
+        await _send(response, send)
+        self.telemetry.record_http(route.label, "POST", response.status_code, time.perf_counter() - started)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, error: Exception) -> None:
+        started = time.perf_counter()
+        response = self._answer(Request(scope, receive, send), error)
+        await _send(response, send)
+        seconds = time.perf_counter() - started
+        self.telemetry.record_http(REFUSED_LABEL, scope["method"], response.status_code, seconds)
+
+    def _answer(self, request: Request[Any, Any, Any], error: Exception) -> Response[Any]:
+        for kind in type(error).__mro__:
+            handler = self.exception_handlers.get(kind)
+            if handler is not None:
+                return handler(request, error)
+        raise error
+
+
+async def _send(response: Response[Any], send: Send) -> None:
+    """A response whose content is bytes already (every handler served here answers so)."""
+    body = response.content
+    headers = [
+        (b"content-type", response.media_type.encode()),
+        (b"content-length", str(len(body)).encode()),
+        *((name.lower().encode(), value.encode()) for name, value in response.headers.items()),
+    ]
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _host_ok(scope: Scope) -> bool:
+    """litestar answers 400 to a malformed host header: leave those to it."""
+    for name, value in scope["headers"]:
+        if name == b"host":
+            return bool(is_valid_host(value))
+    return True

@@ -1,0 +1,1 @@
+"""The queue domain: operations, leasing, schedules, cursors, limits and domain errors."""

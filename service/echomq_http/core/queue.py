@@ -1,0 +1,1074 @@
+"""The queue operations: one method per transition, each exactly one script call.
+
+Knows Redis keys (through echomq_http.store.keys) and scripts (through
+echomq_http.store.scripts); knows nothing of HTTP. Payloads and results pass through as raw JSON bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import dataclasses
+import itertools
+import math
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, Raw, UnsetType
+from opentelemetry.trace import SpanKind
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from echomq_http import config
+from echomq_http.api.schemas import (
+    AckItem,
+    AckItemResult,
+    CancelResponse,
+    Counts,
+    DelayReason,
+    EnqueueRequest,
+    EnqueueResponse,
+    FailResponse,
+    GroupLimitResponse,
+    GroupView,
+    HeartbeatItem,
+    HeartbeatItemResult,
+    HeartbeatResponse,
+    HistoryMinute,
+    JobView,
+    LeasedJob,
+    LedgerEntry,
+    PromoteResponse,
+    QueueSettings,
+    QueueView,
+    RateLimit,
+    SessionHeartbeatResponse,
+    WorkerHoldings,
+    WorkerSession,
+)
+from echomq_http.core import cursors, limits
+from echomq_http.core.errors import JobActive, ScriptCode, problem_code_of, raise_for_code
+from echomq_http.observability.telemetry import Telemetry
+from echomq_http.store.chunked_read import chunked, read_hashes
+from echomq_http.store.due_index import DueIndex
+from echomq_http.store.keys import QUEUE_REGISTRY, QueueKeys, keys_of
+from echomq_http.store.scripts import Scripts, WriteNotConfirmed, retention_placeholders
+
+_LEASED_JOB_FIELDS = 10
+_ACK_REPLY_FIELDS = 2
+_HEARTBEAT_REPLY_FIELDS = 3
+_LEDGER_ENTRY_FIELDS = 5
+_ENQUEUE_REPLY_FIELDS = 3
+_NO_RESULT = b""
+READ_ONLY_OPERATIONS = frozenset(
+    {
+        "counts",
+        "ledger",
+        "workers",
+        "failed-page",
+        "job",
+        "list-jobs",
+        "groups",
+        "due-schedules",
+        "schedules",
+        "schedule",
+        "search-jobs",
+    }
+)
+_GROUP_REPLY_FIELDS = 4
+RELEASED_AS_CANCELLED = 3  # release-11.lua: the job ended cancelled (its cancellation was requested)
+FINAL_STATES = frozenset({"completed", "failed", "cancelled"})
+
+# A lease request's record (what it leased, under its request id): a client's request_id is
+# honoured for the contract's 5 minutes; the id the service gives every other lease call only
+# has to outlive a re-send of the same call (the socket timeout and one retry).
+CLIENT_REQUEST_TTL_MS = 5 * 60 * 1000
+INTERNAL_REQUEST_TTL_MS = 10_000
+INTERNAL_REQUEST_PREFIX = "_"  # never the start of a client's request_id (a name)
+
+# Steps of the long operations (operator release, redrive of all, queue deletion): each one
+# script call short enough that other requests' calls get through between two of them.
+RELEASE_STEP = 250  # ~12 ms a step on a slow 2-core VM at 100,000 in flight (docs/PERFORMANCE.md)
+REDRIVE_STEP = 1000
+DELETE_STEP = 1000
+REQUEST_SCAN_COUNT = 1000  # keys one SCAN call looks at when a deleted queue's requests are found
+NEW_QUEUE_ARG = "new"  # enqueue-11.lua: a queue with no keys yet is refused, to be admitted first
+
+
+def new_job_id() -> str:
+    """A server-chosen id: random, so it can never take an id a client has used or will use."""
+    return os.urandom(limits.GENERATED_ID_BYTES).hex()
+
+
+_PROCESS_TOKEN = os.urandom(limits.LEASE_ID_BYTES).hex()  # this process's calls apart from others'
+_request_numbers = itertools.count()
+
+
+def new_request_id() -> str:
+    """The internal request id of a lease call that came without one (see lua/lease-11.lua):
+    unique without a system call per lease (a random token per process and a counter)."""
+    return f"{INTERNAL_REQUEST_PREFIX}{_PROCESS_TOKEN}{next(_request_numbers)}"
+
+
+def _lease_args(worker: str, lease_ms: int, max_jobs: int, request_id: str) -> tuple[object, ...]:
+    """The lease script's arguments after the prefix, up to the owner: an internal request id's
+    record is kept briefly (it only guards a re-sent call), a client's for CLIENT_REQUEST_TTL_MS."""
+    internal = request_id.startswith(INTERNAL_REQUEST_PREFIX)
+    ttl_ms = INTERNAL_REQUEST_TTL_MS if internal else CLIENT_REQUEST_TTL_MS
+    lease_ids = os.urandom(limits.LEASE_ID_BYTES * max_jobs).hex()
+    return (worker, lease_ms, max_jobs, lease_ids, request_id, ttl_ms)
+
+
+def _refused(reply: list[Any], worker: str) -> None:
+    """A script that acts for a worker answers its code alone when the worker name belongs to
+    another token (lua/include/common.lua claim_worker): raised here."""
+    if len(reply) == 1:
+        raise_for_code(reply[0], worker)
+
+
+def _ack_args(acks: Sequence[tuple[str, str, Raw | UnsetType]]) -> tuple[bytes, list[bytes]]:
+    """The ack scripts' arguments: [id, lease_id] pairs as JSON, and each result ("" for none)."""
+    pairs = [(job_id, lease_id) for job_id, lease_id, _ in acks]
+    return _encode(pairs), [_NO_RESULT if result is UNSET else bytes(result) for _, _, result in acks]
+
+
+# An ack's lease_next, as the lease script takes it: worker, lease_ms, max_jobs, request id.
+NextLease = tuple[str, int, int, str | None]
+
+
+def _ack_results(acks: Sequence[AckItem], codes: Sequence[int]) -> list[AckItemResult]:
+    return [
+        AckItemResult(id=ack.id, ok=True, state="completed")
+        if code > 0
+        else AckItemResult(id=ack.id, ok=False, code=problem_code_of(code))  # type: ignore[arg-type]
+        for ack, code in zip(acks, codes, strict=True)
+    ]
+
+
+class ScriptJob(msgspec.Struct, omit_defaults=True):
+    """One job's options as include/store.lua reads them: enqueue's jobs (with their ids), and
+    the job a schedule's runs make (no id: each run's is made then)."""
+
+    name: str
+    priority: int
+    delay_ms: int
+    max_attempts: int
+    backoff_type: str
+    backoff_ms: int
+    id: str = ""
+    traceparent: str | None = None
+    group: str | None = None
+
+
+class _FailOptions(msgspec.Struct, omit_defaults=True):
+    retry: bool
+    retry_after_ms: int | None = None
+
+
+_encode = msgspec.json.encode
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode()
+
+
+def _int(value: bytes | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _compact(value: Raw | UnsetType) -> str:
+    """JSON text without layout (a progress is one line of an event), or "" for none."""
+    if value is UNSET:
+        return ""
+    return _encode(msgspec.json.decode(value)).decode()  # type: ignore[arg-type]
+
+
+SEARCH_STATES = ("failed", "completed", "cancelled", "delayed")  # lua/search-jobs-11.lua
+# Lua's string.lower folds ASCII letters only: the text is folded the same way here, so that it
+# matches what the script compares it with.
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+HISTORY_KINDS = ("enqueued", "completed", "failed", "reclaimed")  # HistoryMinute's order
+
+
+def delay_reason(attempt: int) -> DelayReason:
+    """Why a delayed job is delayed, without a field of its own: only an enqueue's delay_ms delays
+    a job that was never leased (attempt 0), and only a failed attempt's backoff one that was (a
+    lease counts an attempt; a redrive resets it but makes the job waiting)."""
+    return "retry" if attempt > 0 else "delay"
+
+
+def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
+    """A job's hash (HGETALL) as the API's job view. The hash leaves out fields that hold
+    their default (lua/include/common.lua), so those are filled in here."""
+    name = fields.get(b"name") or None
+    result = fields.get(b"result")
+    progress = fields.get(b"progress")
+    active = fields[b"state"] == b"active"
+    # The hash keeps run_at after the job left DELAYED (include/common.lua delayed_to_waiting).
+    delayed = fields[b"state"] == b"delayed"
+    attempt = int(fields.get(b"attempt", 0))
+    created_at = int(fields[b"created_at"])
+    return JobView(
+        id=job_id,
+        queue=queue,
+        name=_text(name),
+        state=fields[b"state"].decode(),  # type: ignore[arg-type]
+        payload=Raw(fields[b"payload"]),
+        result=None if result is None else Raw(result),
+        error=_text(fields.get(b"error")),
+        attempt=attempt,
+        max_attempts=int(fields.get(b"max_attempts", limits.DEFAULT_MAX_ATTEMPTS)),
+        priority=int(fields.get(b"priority", 0)),
+        created_at=created_at,
+        updated_at=int(fields.get(b"updated_at", created_at)),
+        worker=_text(fields.get(b"worker")) if active else None,
+        lease_expires_at=_int(fields.get(b"lease_expires_at")) if active else None,
+        progress=None if progress is None else Raw(progress),
+        cancel_requested=b"cancel_requested" in fields,
+        group=_text(fields.get(b"group")),
+        stalls=int(fields.get(b"stalls", 0)),
+        schedule=_text(fields.get(b"schedule")),
+        finished_at=_int(fields.get(b"finished_at")),
+        run_at=_int(fields.get(b"run_at")) if delayed else None,
+        delay_reason=delay_reason(attempt) if delayed else None,
+    )
+
+
+def _session(fields: list[Any]) -> WorkerSession | None:
+    """A session as lua/workers-11.lua answers it ([] when the worker has no live session)."""
+    if not fields:
+        return None
+    state, started_at, last_seen_at, expires_at, info = fields
+    return WorkerSession(
+        state=state.decode(),
+        started_at=started_at,
+        last_seen_at=last_seen_at,
+        expires_at=expires_at,
+        info=None if info is None else Raw(info),
+    )
+
+
+def _sized_ids(listing: list[Any]) -> list[tuple[str, int]]:
+    """A listing script's flat {id, payload bytes, ...} as (id, bytes) pairs."""
+    return [(job_id.decode(), size) for job_id, size in zip(listing[::2], listing[1::2], strict=True)]
+
+
+def _outcome(reply: Any) -> dict[str, Any]:
+    if isinstance(reply, int):
+        return {"emq.outcome": "ok" if reply >= 0 else ScriptCode(reply).name.lower()}
+    if isinstance(reply, list):
+        if reply and isinstance(reply[0], int) and reply[0] < 0:
+            return {"emq.outcome": ScriptCode(reply[0]).name.lower()}
+        return {"emq.outcome": "ok", "emq.reply_items": len(reply)}
+    return {"emq.outcome": "ok"}
+
+
+@dataclass(frozen=True, slots=True)
+class Leases:
+    """What a lease call leased, and retry_after_ms: when the rate limit that held it back has
+    room again (ms from the call; 0: no limit held it back)."""
+
+    jobs: list[LeasedJob]
+    retry_after_ms: int = 0
+
+
+# A queue's settings as META fields (lua/settings-11.lua), in the order they are read.
+SETTINGS_FIELDS = (
+    "max_in_flight",
+    "group_max_in_flight",
+    "rate_max",
+    "rate_per_ms",
+    "max_stalls",
+    "events_off",
+    "completed_retention_s",
+    "failed_retention_s",
+)
+
+
+class _ScriptSettings(msgspec.Struct, omit_defaults=True):
+    """The settings as settings-11.lua takes them: the fields not at their default."""
+
+    max_in_flight: int | None = None
+    group_max_in_flight: int | None = None
+    rate_max: int | None = None
+    rate_per_ms: int | None = None
+    max_stalls: int | None = None
+    events_off: int | None = None
+    completed_retention_s: int | None = None
+    failed_retention_s: int | None = None
+
+
+def settings_of(values: Sequence[bytes | None]) -> QueueSettings:
+    """A queue's settings from its META fields (SETTINGS_FIELDS' order; absent = default)."""
+    found = dict(zip(SETTINGS_FIELDS, (_int(value) for value in values), strict=True))
+    rate_max, rate_per_ms = found["rate_max"], found["rate_per_ms"]
+    rate = None if rate_max is None or rate_per_ms is None else RateLimit(max=rate_max, per_ms=rate_per_ms)
+    return QueueSettings(
+        max_in_flight=found["max_in_flight"],
+        group_max_in_flight=found["group_max_in_flight"],
+        rate_limit=rate,
+        max_stalls=found["max_stalls"],
+        events=found["events_off"] is None,
+        completed_retention_s=found["completed_retention_s"],
+        failed_retention_s=found["failed_retention_s"],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    reclaimed: int = 0
+    dead_lettered: int = 0
+    promoted: int = 0
+    deleted: int = 0
+    schedules_due: int = 0  # queues the sweep found a schedule's run due in (fired next)
+    runs_fired: int = 0  # schedule runs that made a job
+    runs_skipped: int = 0  # schedule runs skipped (overlap "skip")
+
+    def __add__(self, other: SweepReport) -> SweepReport:
+        return SweepReport(
+            *(getattr(self, field.name) + getattr(other, field.name) for field in dataclasses.fields(self))
+        )
+
+
+class JobQueues:
+    """All queues of one Redis server: every operation the API offers."""
+
+    def __init__(
+        self,
+        client: Redis | RedisCluster,
+        *,
+        completed_retention_s: int,
+        failed_retention_s: int,
+        sweep_batch: int,
+        telemetry: Telemetry,
+        max_concurrent_calls: int,
+        confirm_replicas: int = 0,
+        confirm_timeout_ms: int = 0,
+        completed_max: int = config.DEFAULT_COMPLETED_MAX,
+        failed_max: int = config.DEFAULT_FAILED_MAX,
+        events_maxlen: int = config.DEFAULT_EVENTS_MAXLEN,
+        max_queues: int = config.DEFAULT_MAX_QUEUES,
+        scripts_dir: Path | None = None,
+    ) -> None:
+        """scripts_dir: where the Lua scripts are (default: the service's own; bench/lua_cost.py
+        runs others)."""
+        self.client = client
+        self.cluster = isinstance(client, RedisCluster)
+        self.telemetry = telemetry
+        # At most this many Redis calls at once: requests beyond wait for a turn instead of
+        # opening connections without bound (a cluster client's pools do not wait by themselves).
+        self._gate = asyncio.Semaphore(max_concurrent_calls)
+        self.confirm_replicas = confirm_replicas  # durable mode: WAIT for this many replicas
+        self.confirm_timeout_ms = confirm_timeout_ms
+        self.scripts = Scripts(
+            client,
+            directory=scripts_dir,
+            placeholders=retention_placeholders(
+                completed_retention_s, failed_retention_s, completed_max, failed_max, events_maxlen
+            ),
+            read_only=READ_ONLY_OPERATIONS,
+        )
+        self.sweep_batch = sweep_batch
+        self.events_maxlen = events_maxlen
+        self.max_queues = max_queues
+        self.due_index = DueIndex(client)
+
+    async def aclose(self) -> None:
+        await self.scripts.aclose()
+
+    async def _call(self, operation: str, queue: str, *args: object, job_id: str | None = None) -> Any:
+        """One script call, traced as a child span of the request with what it did (when
+        tracing is on: even a no-op span costs about a tenth of a request's CPU)."""
+        if not self.telemetry.tracing:
+            return await self._run(operation, queue, args)
+        attributes = {"emq.queue": queue, "emq.operation": operation}
+        if job_id is not None:
+            attributes["emq.job_id"] = job_id
+        with self.telemetry.tracer.start_as_current_span(
+            f"emq {operation}", kind=SpanKind.CLIENT, attributes=attributes
+        ) as span:
+            reply = await self._run(operation, queue, args)
+            span.set_attributes(_outcome(reply))
+            return reply
+
+    def keys(self, queue: str) -> QueueKeys:
+        return keys_of(queue, self.cluster)
+
+    async def _run(self, operation: str, queue: str, args: tuple[object, ...]) -> Any:
+        queue_keys = self.keys(queue)
+        if self.cluster:
+            self.due_index.note(queue_keys.due)
+        replicas = 0 if operation in READ_ONLY_OPERATIONS else self.confirm_replicas
+        async with self._gate:
+            return await self.scripts.call(
+                operation,
+                queue_keys.script_keys,
+                (queue_keys.prefix, *args),
+                replicas=replicas,
+                timeout_ms=self.confirm_timeout_ms,
+            )
+
+    async def call_script(self, operation: str, queue: str, *args: object) -> Any:
+        """One script call, for the modules that own operations of their own (schedules)."""
+        return await self._call(operation, queue, *args)
+
+    async def register(self, queue: str) -> None:
+        """List the queue in the registry (a queue configured before its first job is listed);
+        TooManyQueues when it is not listed and the registry is full (EMQ_MAX_QUEUES)."""
+        await self._admit(queue)
+
+    async def _admit(self, queue: str) -> None:
+        # The registry is global (another cluster slot), so it has a script of its own, which
+        # checks the cap and lists the queue in one step: concurrent new queues cannot overshoot.
+        async with self._gate:
+            admitted = await self.scripts.call("admit-queue", (QUEUE_REGISTRY,), (queue, self.max_queues))
+        raise_for_code(admitted, queue)
+
+    async def _register(self, queue: str) -> None:
+        """List a queue that has keys again (after a deletion raced with its first job): it was
+        admitted when it was started, so the cap is not checked again."""
+        async with self._gate:
+            await self.client.sadd(QUEUE_REGISTRY, queue)
+
+    async def enqueue(
+        self, queue: str, jobs: Sequence[EnqueueRequest], traceparent: str | None = None
+    ) -> list[EnqueueResponse]:
+        options = [
+            ScriptJob(
+                id=job.id or new_job_id(),
+                name=job.name or "",
+                priority=job.priority,
+                delay_ms=job.delay_ms,
+                max_attempts=job.max_attempts,
+                backoff_type=job.backoff.type if job.backoff else "exponential",
+                backoff_ms=job.backoff.delay_ms if job.backoff else limits.DEFAULT_BACKOFF_MS,
+                traceparent=traceparent,
+                group=job.group,
+            )
+            for job in jobs
+        ]
+        payloads = [bytes(job.payload) for job in jobs]
+        encoded = _encode(options)
+        # A queue that has keys is listed: one call. A new one is refused by the script (nothing
+        # stored), admitted within the cap, and then started by a second call.
+        first_of_queue, *reply = await self._call("enqueue", queue, encoded, *payloads, NEW_QUEUE_ARG)
+        if first_of_queue == ScriptCode.NEW_QUEUE:
+            await self._admit(queue)
+            first_of_queue, *reply = await self._call("enqueue", queue, encoded, *payloads)
+            if first_of_queue:
+                # Listed again now, after the script, so that a deletion of the queue that ran
+                # since its admission cannot leave it out of the registry (delete_queue checks
+                # the queue is still empty after removing its entry).
+                await self._register(queue)
+        answers = []
+        for job, job_options, i in zip(
+            jobs, options, range(0, len(reply), _ENQUEUE_REPLY_FIELDS), strict=True
+        ):
+            if job.id is None:
+                # An id the service made is new by construction: a re-sent call (which finds
+                # the job its first run stored) answers what the first run did.
+                state = "delayed" if job_options.delay_ms > 0 else "waiting"
+                answers.append(EnqueueResponse(id=job_options.id, queue=queue, state=state, created=True))
+            else:
+                answers.append(
+                    EnqueueResponse(
+                        id=reply[i].decode(),
+                        queue=queue,
+                        state=reply[i + 1].decode(),
+                        created=reply[i + 2] == 1,
+                    )
+                )
+        self.telemetry.record_enqueued(
+            queue, sum(reply[i + 2] == 1 for i in range(0, len(reply), _ENQUEUE_REPLY_FIELDS))
+        )
+        return answers
+
+    async def lease(
+        self, queue: str, worker: str, lease_ms: int, max_jobs: int, request_id: str | None = None
+    ) -> list[LeasedJob]:
+        """Lease up to max_jobs: the jobs of lease_answer."""
+        return (await self.lease_answer(queue, worker, lease_ms, max_jobs, request_id)).jobs
+
+    async def lease_answer(
+        self,
+        queue: str,
+        worker: str,
+        lease_ms: int,
+        max_jobs: int,
+        request_id: str | None = None,
+        owner: str = "",
+    ) -> Leases:
+        """Lease up to max_jobs (fewer when the queue's max_in_flight or rate_limit hold it back).
+        Every call carries a request id (the client's, else a new one):
+        the same call re-sent after a timeout answers the jobs the first run leased instead of
+        leasing more (lua/lease-11.lua). In durable mode, jobs whose lease no replica confirmed
+        are given straight back (unspent) before the 503 reaches the client. owner: the calling
+        token's id ("" for none): WorkerOwned when the worker name belongs to another token."""
+        request_id = request_id or new_request_id()
+        args = _lease_args(worker, lease_ms, max_jobs, request_id)
+        try:
+            reply = await self._call("lease", queue, *args, owner)
+        except WriteNotConfirmed as unconfirmed:
+            if isinstance(unconfirmed.reply, list):
+                await self._give_back_unconfirmed(queue, unconfirmed.reply, worker, request_id)
+            raise
+        _refused(reply, worker)
+        leases = self._leased_jobs(queue, reply)
+        self.telemetry.record_leased(queue, len(leases.jobs))
+        return leases
+
+    async def _give_back_unconfirmed(
+        self, queue: str, lease_reply: list[Any], worker: str, request_id: str
+    ) -> None:
+        """Durable mode: jobs leased by a write no replica confirmed go straight back, unspent
+        (unless a retry of the request got them meanwhile), and the request is forgotten."""
+        # A reply of one entry is a refusal (_refused): nothing was leased.
+        jobs = self._leased_jobs(queue, lease_reply).jobs if len(lease_reply) > 1 else []
+        with contextlib.suppress(WriteNotConfirmed):
+            await self.give_back(queue, jobs, worker, request_id)
+
+    async def _ack_and_lease(
+        self,
+        queue: str,
+        acks: Sequence[tuple[str, str, Raw | UnsetType]],
+        next_lease: NextLease,
+        *,
+        only_if_all_taken: bool,
+        job_id: str | None = None,
+        owner: str = "",
+    ) -> tuple[list[int], Leases | None]:
+        """Acks, then a lease (worker, lease_ms, max_jobs, request_id), in one script call
+        (lua/ack-lease-11.lua): each ack's code, and the jobs leased (None when it did not lease:
+        only_if_all_taken and an ack was refused). WorkerOwned, nothing acked, when the lease's
+        worker name belongs to another token than owner's."""
+        pairs, results = _ack_args(acks)
+        worker, lease_ms, max_jobs, request_id = next_lease
+        request_id = request_id or new_request_id()
+        lease = _lease_args(worker, lease_ms, max_jobs, request_id)
+        condition = b"1" if only_if_all_taken else b"0"
+        split = len(acks) * _ACK_REPLY_FIELDS
+        try:
+            reply = await self._call(
+                "ack-lease", queue, pairs, *lease, condition, owner, *results, job_id=job_id
+            )
+        except WriteNotConfirmed as unconfirmed:
+            if isinstance(unconfirmed.reply, list) and len(unconfirmed.reply) > split:
+                await self._give_back_unconfirmed(queue, unconfirmed.reply[split:], worker, request_id)
+            raise
+        _refused(reply, worker)
+        codes = self._completed(queue, reply[:split])
+        if len(reply) == split:
+            return codes, None
+        leases = self._leased_jobs(queue, reply[split:])
+        self.telemetry.record_leased(queue, len(leases.jobs))
+        return codes, leases
+
+    def _leased_jobs(self, queue: str, reply: list[Any]) -> Leases:
+        stale, retry_after_ms, *fields = reply
+        self.telemetry.record_stale(queue, stale)
+        jobs = [
+            LeasedJob(
+                id=fields[i].decode(),
+                queue=queue,
+                name=_text(fields[i + 1]) or None,
+                payload=Raw(fields[i + 2]),
+                attempt=fields[i + 3],
+                max_attempts=fields[i + 4],
+                lease_id=fields[i + 5].decode(),
+                lease_expires_at=fields[i + 6],
+                fence=fields[i + 7],
+                enqueued_at=fields[i + 8],
+                traceparent=_text(fields[i + 9]),
+            )
+            for i in range(0, len(fields), _LEASED_JOB_FIELDS)
+        ]
+        return Leases(jobs, retry_after_ms)
+
+    async def _renewals(
+        self,
+        queue: str,
+        leases: Sequence[tuple[str, str, int | None, Raw | UnsetType]],
+        job_id: str | None = None,
+        owner: str = "",
+    ) -> list[tuple[int, int, int]]:
+        """(code, new lease_expires_at, cancel requested) per (id, lease id, lease_ms, progress)
+        given, in order; owner: the calling token's id ("" for none)."""
+        entries = [
+            (lease_job, lease_id, lease_ms or 0, _compact(progress))
+            for lease_job, lease_id, lease_ms, progress in leases
+        ]
+        reply = await self._call("heartbeat", queue, _encode(entries), owner, job_id=job_id)
+        step = _HEARTBEAT_REPLY_FIELDS
+        return list(zip(reply[::step], reply[1::step], reply[2::step], strict=True))
+
+    async def heartbeat(
+        self,
+        queue: str,
+        job_id: str,
+        lease_id: str,
+        lease_ms: int | None,
+        progress: Raw | UnsetType = UNSET,
+        owner: str = "",
+    ) -> HeartbeatResponse:
+        ((code, expires_at, cancel),) = await self._renewals(
+            queue, [(job_id, lease_id, lease_ms, progress)], job_id=job_id, owner=owner
+        )
+        raise_for_code(code, job_id)
+        return HeartbeatResponse(
+            id=job_id, lease_id=lease_id, lease_expires_at=expires_at, cancel_requested=cancel == 1
+        )
+
+    async def heartbeat_many(
+        self, queue: str, leases: Sequence[HeartbeatItem], owner: str = ""
+    ) -> list[HeartbeatItemResult]:
+        renewals = await self._renewals(
+            queue, [(item.id, item.lease_id, item.lease_ms, item.progress) for item in leases], owner=owner
+        )
+        return [
+            HeartbeatItemResult(
+                id=item.id,
+                ok=True,
+                lease_id=item.lease_id,
+                lease_expires_at=expires_at,
+                cancel_requested=cancel == 1,
+            )
+            if code > 0
+            else HeartbeatItemResult(id=item.id, ok=False, code=problem_code_of(code))  # type: ignore[arg-type]
+            for item, (code, expires_at, cancel) in zip(leases, renewals, strict=True)
+        ]
+
+    async def _ack_codes(
+        self, queue: str, acks: Sequence[tuple[str, str, Raw | UnsetType]], job_id: str | None = None
+    ) -> list[int]:
+        pairs, results = _ack_args(acks)
+        reply = await self._call("ack", queue, pairs, *results, job_id=job_id)
+        return self._completed(queue, reply)
+
+    def _completed(self, queue: str, ack_reply: list[Any]) -> list[int]:
+        """The ack script's codes, its completions counted."""
+        codes, held_ms = ack_reply[::_ACK_REPLY_FIELDS], ack_reply[1::_ACK_REPLY_FIELDS]
+        self.telemetry.record_completed(
+            queue, (ms for code, ms in zip(codes, held_ms, strict=True) if code == 1)
+        )
+        return codes
+
+    async def ack_one(self, queue: str, job_id: str, lease_id: str, result: Raw | UnsetType) -> None:
+        (code,) = await self._ack_codes(queue, [(job_id, lease_id, result)], job_id=job_id)
+        raise_for_code(code, job_id)
+
+    async def ack(self, queue: str, acks: Sequence[AckItem]) -> list[AckItemResult]:
+        codes = await self._ack_codes(queue, [(ack.id, ack.lease_id, ack.result) for ack in acks])
+        return _ack_results(acks, codes)
+
+    async def ack_one_and_lease(
+        self,
+        queue: str,
+        job_id: str,
+        lease_id: str,
+        result: Raw | UnsetType,
+        next_lease: NextLease,
+        owner: str = "",
+    ) -> Leases:
+        """ack_one, then (only if the ack was taken) a lease, in one script call."""
+        (code,), leases = await self._ack_and_lease(
+            queue,
+            [(job_id, lease_id, result)],
+            next_lease,
+            only_if_all_taken=True,
+            job_id=job_id,
+            owner=owner,
+        )
+        raise_for_code(code, job_id)
+        return leases or Leases([])
+
+    async def ack_and_lease(
+        self, queue: str, acks: Sequence[AckItem], next_lease: NextLease, owner: str = ""
+    ) -> tuple[list[AckItemResult], Leases]:
+        """ack, then a lease whatever the acks' codes, in one script call."""
+        codes, leases = await self._ack_and_lease(
+            queue,
+            [(ack.id, ack.lease_id, ack.result) for ack in acks],
+            next_lease,
+            only_if_all_taken=False,
+            owner=owner,
+        )
+        return _ack_results(acks, codes), leases or Leases([])
+
+    async def fail(
+        self,
+        queue: str,
+        job_id: str,
+        lease_id: str,
+        error: str,
+        retry: bool,
+        retry_after_ms: int | None,
+    ) -> FailResponse:
+        options = _encode(_FailOptions(retry=retry, retry_after_ms=retry_after_ms))
+        reply = await self._call("fail", queue, job_id, lease_id, options, error, job_id=job_id)
+        raise_for_code(reply[0], job_id)
+        state = reply[1].decode()
+        if state != "cancelled":
+            self.telemetry.record_failed(queue, state)
+        return FailResponse(id=job_id, state=state, attempt=reply[2])  # type: ignore[arg-type]
+
+    async def release(self, queue: str, job_id: str, lease_id: str) -> str:
+        """The job's state after the release: waiting, or cancelled (its cancellation was requested)."""
+        (code,) = await self._call("release", queue, _encode([(job_id, lease_id)]), job_id=job_id)
+        raise_for_code(code, job_id)
+        return "cancelled" if code == RELEASED_AS_CANCELLED else "waiting"
+
+    async def give_back(self, queue: str, jobs: Sequence[LeasedJob], worker: str, request_id: str) -> None:
+        """The jobs a lease request leased, whose answer never reached its client, back to
+        waiting, unspent, and the request forgotten so that a retry of it leases anew; in one
+        call, which leaves them leased if a retry of the request was answered them meanwhile."""
+        if jobs:
+            pairs = _encode([(job.id, job.lease_id) for job in jobs])
+            await self._call("release", queue, pairs, worker, request_id)
+
+    async def release_worker(
+        self, queue: str, worker: str, end_session: bool = False, owner: str = ""
+    ) -> list[str]:
+        """Every job the worker holds back to waiting, oldest lease first in line: bounded steps
+        from the newest lease to the oldest, up to the fence of the first step's time. With
+        end_session, the first step also ends the worker's session (a clean shutdown). owner:
+        the calling token's id ("" for none): WorkerOwned when the name is another token's."""
+        steps: list[list[str]] = []
+        bound: bytes | str = ""
+        offset = 0
+        ending = "1" if end_session else "0"
+        while True:
+            reply = await self._call(
+                "release-worker", queue, worker, bound, RELEASE_STEP, offset, ending, owner
+            )
+            _refused(reply, worker)
+            bound, more, stale, offset, *released = reply
+            self.telemetry.record_stale(queue, stale)
+            steps.append([job_id.decode() for job_id in released])
+            if not more:
+                break
+        return [job_id for step in reversed(steps) for job_id in step]
+
+    async def session_heartbeat(
+        self, queue: str, worker: str, ttl_ms: int, info: Raw | UnsetType, owner: str = ""
+    ) -> SessionHeartbeatResponse:
+        """Start or renew the worker's session (lua/session-11.lua); owner: the calling token's
+        id ("" for none): WorkerOwned when the worker name belongs to another token."""
+        reply = await self._call("session", queue, worker, ttl_ms, _compact(info), owner)
+        _refused(reply, worker)
+        expires_at, state = reply
+        return SessionHeartbeatResponse(worker=worker, session_expires_at=expires_at, state=state.decode())
+
+    async def quiet(self, queue: str, worker: str) -> None:
+        """The worker's live session turns quiet; NoSession when it has none."""
+        raise_for_code(await self._call("quiet", queue, worker), worker)
+
+    async def end_session(self, queue: str, worker: str, owner: str = "") -> list[str]:
+        """End the worker's session and give back every job it holds, unspent."""
+        return await self.release_worker(queue, worker, end_session=True, owner=owner)
+
+    async def delete(self, queue: str, job_id: str) -> None:
+        raise_for_code(await self._call("delete", queue, job_id, job_id=job_id), job_id)
+
+    async def delete_queue(self, queue: str, force: bool) -> None:
+        """Every key of the queue, in bounded steps, then its registry entry. The registry is
+        another slot's key (on a Cluster), so it is dropped after the data and then checked:
+        an enqueue that recreated the queue meanwhile registers it again, or is seen here."""
+        first = True
+        while True:
+            done = await self._call(
+                "delete-queue", queue, "1" if force else "0", "1" if first else "0", DELETE_STEP
+            )
+            if done == ScriptCode.JOB_ACTIVE:
+                raise JobActive(f"queue {queue!r} has jobs in flight: delete it with force=true")
+            if done == 1:
+                break
+            first = False
+        await self._forget_requests(queue)
+        async with self._gate:
+            await self.client.srem(QUEUE_REGISTRY, queue)
+            queue_keys = self.keys(queue)
+            recreated = await self.client.exists(
+                queue_keys.meta, queue_keys.wait, queue_keys.prio, queue_keys.delayed, queue_keys.active
+            )
+        if recreated:
+            await self._register(queue)
+
+    async def _forget_requests(self, queue: str) -> None:
+        """The queue's lease request records are keys of their own that expire by themselves
+        (lua/include/lease.lua), listed nowhere a script could reach in bounded steps: a deleted
+        queue's are found by SCAN on the queue's node, a page (REQUEST_SCAN_COUNT keys looked
+        at) per call, and unlinked. It costs about one call per REQUEST_SCAN_COUNT keys of that
+        node, only when a queue is deleted."""
+        queue_keys = self.keys(queue)
+        node = self.client.get_node_from_key(queue_keys.meta) if self.cluster else self.client
+        cursor = 0
+        while True:
+            async with self._gate:
+                cursor, found = await node.execute_command(
+                    "SCAN", cursor, "MATCH", queue_keys.request_pattern, "COUNT", REQUEST_SCAN_COUNT
+                )
+                if found:
+                    await self.client.unlink(*found)
+            if int(cursor) == 0:
+                return
+
+    async def get_job(self, queue: str, job_id: str) -> JobView:
+        async with self._gate:
+            fields = await self.client.hgetall(self.keys(queue).job(job_id))
+        if not fields:
+            raise_for_code(ScriptCode.JOB_NOT_FOUND, job_id)
+        return job_view(queue, job_id, fields)
+
+    async def cancel(self, queue: str, job_id: str, reason: str | None) -> CancelResponse:
+        reply = await self._call("cancel", queue, job_id, reason or "", job_id=job_id)
+        if isinstance(reply, int):
+            raise_for_code(reply, job_id)
+        state, requested = reply
+        return CancelResponse(id=job_id, state=state.decode(), cancel_requested=requested == 1)  # type: ignore[arg-type]
+
+    async def promote(self, queue: str, job_id: str) -> PromoteResponse:
+        """A delayed job becomes waiting now (lua/promote-11.lua); NotDelayed when it is in
+        another state."""
+        raise_for_code(await self._call("promote", queue, job_id, job_id=job_id), job_id)
+        return PromoteResponse(id=job_id, state="waiting")
+
+    async def job_and_position(self, queue: str, job_id: str) -> tuple[JobView | None, int]:
+        """The job (None when there is none) and the number of the queue's last event, read in
+        one step: every event after that number happened after this view of the job."""
+        position, *flat = await self._call("job", queue, job_id, job_id=job_id)
+        if not flat:
+            return None, int(position)
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        return job_view(queue, job_id, fields), int(position)
+
+    async def job_details(self, queue: str, job_id: str) -> tuple[JobView | None, int | None, int]:
+        """The job (None: there is none), the fence of its last lease (None: never leased) and
+        the number of the queue's last event, read in one step (lua/job-11.lua)."""
+        position, *flat = await self._call("job", queue, job_id, job_id=job_id)
+        if not flat:
+            return None, None, int(position)
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        return job_view(queue, job_id, fields), _int(fields.get(b"fence")), int(position)
+
+    async def history(self, queue: str, minutes: int) -> list[HistoryMinute]:
+        """Per-minute counts of the last `minutes` minutes (the last one the current), from the
+        queue's history hash (lua/include/common.lua count_history), zeros included."""
+        async with self._gate:
+            seconds, micros = await self.client.time()
+            history_key = self.keys(queue).history
+            now = seconds * 1000 + micros // 1000
+            current = now - now % 60_000
+            starts = [current - 60_000 * back for back in range(minutes - 1, -1, -1)]
+            fields = [f"{start}:{kind}" for start in starts for kind in HISTORY_KINDS]
+            counts = await self.client.hmget(history_key, fields)
+        values = [int(count) if count is not None else 0 for count in counts]
+        width = len(HISTORY_KINDS)
+        return [HistoryMinute(start, *values[i * width : (i + 1) * width]) for i, start in enumerate(starts)]
+
+    async def search_jobs(
+        self, queue: str, state: str, text: str, offset: int, budget: int, limit: int
+    ) -> tuple[list[str], int, int]:
+        """One bounded step of a search for text in the payloads and errors of a state's jobs
+        (lua/search-jobs-11.lua): the ids that hold it, where the next step starts, and how many
+        entries the state holds (the scan is done when the next step would start there)."""
+        next_offset, total, *ids = await self._call(
+            "search-jobs", queue, state, text.translate(_ASCII_LOWER), offset, budget, limit
+        )
+        return [job_id.decode() for job_id in ids], next_offset, total
+
+    async def recent_events(
+        self, queue: str, before: int | None, count: int
+    ) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        """Up to `count` entries of the queue's event stream, newest first, from just before the
+        entry numbered `before` (None: from the newest); an entry is one script call's events."""
+        end = "+" if before is None else f"(0-{before}"
+        async with self._gate:
+            return await self.client.xrevrange(self.keys(queue).events, end, "-", count=count)  # type: ignore[no-any-return]
+
+    async def server_time_ms(self) -> int:
+        """Redis's clock, the one every time the service stores comes from."""
+        async with self._gate:
+            seconds, micros = await self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    async def get_settings(self, queue: str) -> QueueSettings:
+        """The queue's settings, read from its META now (a queue never used has the defaults)."""
+        async with self._gate:
+            values = await self.client.hmget(self.keys(queue).meta, SETTINGS_FIELDS)
+        return settings_of(values)
+
+    async def put_settings(self, queue: str, settings: QueueSettings) -> QueueSettings:
+        """Replace the queue's settings (lua/settings-11.lua). The queue is registered: a queue
+        configured before its first job is listed, as a paused one is."""
+        await self._admit(queue)
+        rate = settings.rate_limit
+        fields = _ScriptSettings(
+            max_in_flight=settings.max_in_flight,
+            group_max_in_flight=settings.group_max_in_flight,
+            rate_max=rate.max if rate else None,
+            rate_per_ms=rate.per_ms if rate else None,
+            max_stalls=settings.max_stalls,
+            events_off=None if settings.events else 1,
+            completed_retention_s=settings.completed_retention_s,
+            failed_retention_s=settings.failed_retention_s,
+        )
+        await self._call("settings", queue, _encode(fields))
+        return settings
+
+    async def events_off(self, queue: str) -> bool:
+        """Whether the queue's settings turned its events off (read now: one HEXISTS)."""
+        async with self._gate:
+            return bool(await self.client.hexists(self.keys(queue).meta, "events_off"))
+
+    async def set_paused(self, queue: str, paused: bool) -> bool:
+        await self._admit(queue)
+        return await self._call("set-paused", queue, "1" if paused else "0") == 1
+
+    async def redrive(self, queue: str, ids: Sequence[str] | None) -> list[str]:
+        """The listed dead letters, or all of them in bounded steps (each one script call, the
+        oldest failures first, up to those that failed before the first step)."""
+        if ids is not None:
+            if not ids:
+                return []
+            _, _, *redriven = await self._call("redrive", queue, _encode(list(ids)), 0, "")
+            return [job_id.decode() for job_id in redriven]
+        redriven_all: list[str] = []
+        bound: bytes | str = ""
+        while True:
+            bound, read, *redriven = await self._call("redrive", queue, b"[]", REDRIVE_STEP, bound)
+            redriven_all.extend(job_id.decode() for job_id in redriven)
+            if read < REDRIVE_STEP:
+                return redriven_all
+
+    async def set_group_limit(self, queue: str, group: str, max_in_flight: int | None) -> GroupLimitResponse:
+        """A group's own cap on its jobs in flight (None: the queue's group_max_in_flight)."""
+        await self._call("set-group", queue, group, "" if max_in_flight is None else max_in_flight)
+        return GroupLimitResponse(group=group, max_in_flight=max_in_flight)
+
+    async def groups(self, queue: str, after: str | None, limit: int) -> tuple[list[GroupView], str | None]:
+        """A page of the queue's groups by name after `after` (None: from the first), and the
+        next page's cursor (the page's last group; None on the last page)."""
+        queue_cap, more, *flat = await self._call("groups", queue, after or "", limit)
+        default = int(queue_cap) if queue_cap else None
+        views = []
+        for i in range(0, len(flat), _GROUP_REPLY_FIELDS):
+            own = int(flat[i + 3]) if flat[i + 3] else None
+            views.append(
+                GroupView(
+                    group=flat[i].decode(),
+                    waiting=flat[i + 1],
+                    active=flat[i + 2],
+                    max_in_flight=own,
+                    effective_max_in_flight=own if own is not None else default,
+                )
+            )
+        return views, views[-1].group if more and views else None
+
+    async def queue_view(self, queue: str) -> QueueView:
+        paused, *counts = await self._call("counts", queue)
+        return QueueView(name=queue, paused=paused == 1, counts=Counts(*counts))
+
+    async def queue_names(self) -> list[str]:
+        """Every registered queue, by name: at most EMQ_MAX_QUEUES (one SMEMBERS)."""
+        async with self._gate:
+            names = await self.client.smembers(QUEUE_REGISTRY)
+        return sorted(name.decode() for name in names)
+
+    async def queue_page(
+        self, after: str | None, limit: int, prefix: str = "", covers: Callable[[str], bool] | None = None
+    ) -> tuple[list[str], str | None]:
+        """A page of the registered queues by name: up to `limit` names after `after` (None: from
+        the first) that start with `prefix` and that `covers` lets through (None: all), and the
+        next page's cursor (the page's last name; None on the last page). The registry is a SET
+        of at most EMQ_MAX_QUEUES names, read whole and sorted here: a few ms at the cap, and
+        what is costly (each queue's counts) is then read for one page only."""
+        names = [
+            name
+            for name in await self.queue_names()
+            if name.startswith(prefix) and (covers is None or covers(name))
+        ]
+        start = bisect.bisect_right(names, after) if after is not None else 0
+        page = names[start : start + limit]
+        return page, page[-1] if start + limit < len(names) else None
+
+    async def ledger(self, queue: str, worker: str | None, offset: int, limit: int) -> list[LedgerEntry]:
+        reply = await self._call("ledger", queue, offset, limit, worker or "")
+        return [
+            LedgerEntry(
+                id=reply[i].decode(),
+                worker=reply[i + 1].decode(),
+                attempt=int(reply[i + 2]),
+                leased_at=int(reply[i + 3]),
+                lease_expires_at=int(reply[i + 4]),
+            )
+            for i in range(0, len(reply), _LEDGER_ENTRY_FIELDS)
+        ]
+
+    async def workers(self, queue: str) -> list[WorkerHoldings]:
+        reply = await self._call("workers", queue)
+        return [
+            WorkerHoldings(
+                worker=worker.decode(), jobs=[job_id.decode() for job_id in ids], session=_session(session)
+            )
+            for worker, ids, session in reply
+        ]
+
+    async def failed_page(
+        self, queue: str, offset: int, limit: int
+    ) -> tuple[AsyncIterator[list[JobView]], int]:
+        """The page's jobs, chunk by chunk as the caller iterates, and the total. The ids (and
+        payload sizes) come from one short script call; the hashes from chunked reads
+        (echomq_http.store.chunked_read), so a page of large jobs never holds anything for long."""
+        total, *listing = await self._call("failed-page", queue, offset, limit)
+        return self._jobs_still_in(queue, "failed", _sized_ids(listing)), total
+
+    async def list_jobs(
+        self, queue: str, state: str, limit: int, cursor: str | None
+    ) -> tuple[AsyncIterator[list[JobView]], str | None]:
+        """A page of the jobs in a state, from a cursor (None: the first page): the jobs chunk by
+        chunk as the caller iterates, and the next page's cursor (None: this is the last). The
+        ids come from one bounded script call (lua/list-jobs-11.lua), the hashes as for
+        failed_page. A malformed cursor, or one of another state, is an InvalidRequest."""
+        after = cursors.decode(cursor, state) if cursor is not None else [""]
+        listing, script_cursor = await self._call("list-jobs", queue, state, limit, *after)
+        return self._jobs_still_in(queue, state, _sized_ids(listing)), cursors.encode(state, script_cursor)
+
+    async def _jobs_still_in(
+        self, queue: str, state: str, sized_ids: list[tuple[str, int]]
+    ) -> AsyncIterator[list[JobView]]:
+        """Each chunk's jobs that are still in the state when it is read: one that left it (a
+        dead letter redriven, a job deleted) since its id was read is left out."""
+        queue_keys = keys_of(queue)
+        wanted = state.encode()
+        for ids in chunked(sized_ids):
+            async with self._gate:
+                hashes = await read_hashes(self.client, [queue_keys.job(job_id) for job_id in ids])
+            yield [
+                job_view(queue, job_id, fields)
+                for job_id, fields in zip(ids, hashes, strict=True)
+                if fields.get(b"state") == wanted
+            ]
+
+    async def sweep_queue(self, queue: str, max_steps: int, budget_s: float = math.inf) -> SweepReport:
+        """Bounded steps until nothing is left to do, or max_steps ran, or budget_s passed. Each
+        step reads one window of the ledger; the next goes on where it stopped."""
+        report = SweepReport()
+        offset = 0
+        deadline = time.monotonic() + budget_s
+        for _ in range(max_steps):
+            reclaimed, dead, promoted, deleted, more, stale, offset, schedules_due = await self._call(
+                "sweep", queue, self.sweep_batch, offset
+            )
+            report += SweepReport(reclaimed, dead, promoted, deleted, schedules_due)
+            self.telemetry.record_sweep(queue, reclaimed, dead)
+            self.telemetry.record_stale(queue, stale)
+            if not more or time.monotonic() > deadline:
+                break
+        return report

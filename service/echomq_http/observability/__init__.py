@@ -1,0 +1,1 @@
+"""Metrics, histograms, totals, their exposition, and tracing."""

@@ -1,0 +1,331 @@
+"""Long-poll leases without a Redis connection per waiting request.
+
+Each replica holds one pub/sub connection (``WakeHub``). Scripts that make jobs leasable
+publish "<n>" on the queue's wake channel; the hub wakes up to n of that queue's waiters, which
+retry the lease script. A waiter also retries on a coarse timer, so a missed message (or a
+pub/sub reconnect) costs latency, never a lost wake-up. A lease held back by the queue's rate
+limit says when its window has room again (retry_after_ms): the waiter retries then, as no
+message announces a window opening (one try per waiter, not a polling loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Protocol, TypeVar
+
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import Connection
+from redis.exceptions import RedisError
+
+from echomq_http.runtime.background import stop_task
+from echomq_http.store.keys import WAKE_CHANNEL_PATTERN, keys_of, queue_of_wake_channel
+
+log = logging.getLogger(__name__)
+
+FALLBACK_POLL_S = 1.0  # a waiter re-tries this often even when no message arrives
+# What a sharded subscriber takes over from its node's connection settings (no read timeout).
+_SUBSCRIBER_OPTIONS = frozenset(
+    {
+        "username",
+        "password",
+        "credential_provider",
+        "socket_connect_timeout",
+        "socket_keepalive",
+        "socket_keepalive_options",
+    }
+)
+RECONNECT_DELAY_S = 0.5
+# Cluster: a queue's wake channel stays subscribed this long after its last long poll.
+CHANNEL_IDLE_S = 300.0
+
+
+class LeaseAttempt(Protocol):
+    """What one try of a lease answers: its jobs, and when a rate limit that held it back has
+    room again (ms; 0: none did)."""
+
+    @property
+    def jobs(self) -> list[object]: ...  # pragma: no cover
+
+    @property
+    def retry_after_ms(self) -> int: ...  # pragma: no cover
+
+
+L = TypeVar("L", bound=LeaseAttempt)
+
+
+class TooManyWaiters(Exception):
+    """The replica already holds its maximum number of long-poll requests."""
+
+
+class Waiter:
+    __slots__ = ("event",)
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+
+class WakeHub:
+    def __init__(self, client: Redis, max_waiters: int) -> None:
+        self._client = client
+        self._max_waiters = max_waiters
+        self._waiters: dict[str, list[Waiter]] = {}
+        self._count = 0
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+
+    @property
+    def waiting(self) -> int:
+        return self._count
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._listen(), name="emq-wake-hub")
+
+    def begin_closing(self) -> None:
+        """Shutdown has begun: waiting lease requests answer now with what they have (usually
+        nothing), and new ones take no jobs."""
+        self._closing = True
+        self._wake_all()
+
+    async def stop(self) -> None:
+        """Answer every waiter and close the subscription."""
+        self.begin_closing()
+        await stop_task(self._task, self._stopping)
+
+    @contextlib.contextmanager
+    def register(self, queue: str) -> Iterator[Waiter]:
+        if self._count >= self._max_waiters:
+            raise TooManyWaiters(f"{self._count} long-poll requests are waiting already")
+        waiter = Waiter()
+        waiters = self._waiters.setdefault(queue, [])
+        waiters.append(waiter)
+        self._count += 1
+        try:
+            yield waiter
+        finally:
+            self._count -= 1
+            waiters.remove(waiter)
+            if not waiters:
+                del self._waiters[queue]
+
+    def wake(self, queue: str, count: int) -> None:
+        """Wake up to count waiters of a queue, oldest first, skipping ones already woken."""
+        for waiter in self._waiters.get(queue, ()):
+            if count <= 0:
+                return
+            if not waiter.event.is_set():
+                waiter.event.set()
+                count -= 1
+
+    async def ensure_subscribed(self, queue: str) -> None:
+        """Make sure this queue's wake-ups reach the hub (a pattern subscription covers all)."""
+
+    def _on_message(self, channel: bytes, data: bytes) -> None:
+        try:
+            count = int(data)
+        except ValueError:
+            log.debug("ignored a wake message that is not a count: %r", data)
+            return
+        self.wake(queue_of_wake_channel(channel.decode()), count)
+
+    def _wake_queue(self, queue: str) -> None:
+        for waiter in self._waiters.get(queue, ()):
+            waiter.event.set()
+
+    def _wake_all(self) -> None:
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                waiter.event.set()
+
+    async def _listen(self) -> None:
+        while not self._stopping.is_set():
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.psubscribe(WAKE_CHANNEL_PATTERN)
+                # Anything published while we were not subscribed was missed: let everyone look.
+                self._wake_all()
+                async for message in pubsub.listen():
+                    if message["type"] == "pmessage":
+                        self._on_message(message["channel"], message["data"])
+            except (RedisError, OSError) as error:
+                log.warning("wake subscription lost (%s); reconnecting", error)
+                await asyncio.sleep(RECONNECT_DELAY_S)
+            except Exception:
+                # The hub must outlive any surprise: without it, waiters only have the slow poll.
+                log.exception("wake subscription failed; reconnecting")
+                await asyncio.sleep(RECONNECT_DELAY_S)
+            finally:
+                with contextlib.suppress(RedisError, OSError):
+                    await pubsub.aclose()
+
+
+class ShardedWakeHub(WakeHub):
+    """Redis Cluster: scripts SPUBLISH on their queue's shard, so a wake-up travels to that
+    shard's subscribers only instead of every node. The hub SSUBSCRIBEs a queue's channel the
+    first time one of its requests waits, on the primary that owns the channel's slot, with one
+    listener per primary. A slot that moves (failover, resharding) breaks that listener, and
+    the next round subscribes again where the slot now lives."""
+
+    def __init__(self, client: RedisCluster, max_waiters: int) -> None:
+        super().__init__(client, max_waiters)  # type: ignore[arg-type]
+        self._cluster = client
+        self._channels: dict[str, float] = {}  # channel -> when a long poll last waited on it
+        self._changed = asyncio.Event()  # a new channel: listeners are rebuilt
+
+    @property
+    def channels(self) -> int:
+        return len(self._channels)
+
+    async def ensure_subscribed(self, queue: str) -> None:
+        channel = keys_of(queue).wake
+        fresh = channel not in self._channels
+        self._channels[channel] = asyncio.get_running_loop().time()
+        if fresh:
+            self._changed.set()
+            await asyncio.sleep(0)  # let the listeners start over with it before the first lease try
+
+    def _forget_idle_channels(self) -> None:
+        """Channels no long poll has waited on for CHANNEL_IDLE_S leave at a rebuild: without
+        this every queue ever long-polled stays subscribed, and each rebuild (one per queue
+        newly waited on) subscribes them all again, one command each."""
+        cutoff = asyncio.get_running_loop().time() - CHANNEL_IDLE_S
+        for channel, waited_at in list(self._channels.items()):
+            if waited_at < cutoff and queue_of_wake_channel(channel) not in self._waiters:
+                del self._channels[channel]
+
+    async def _listen(self) -> None:
+        while not self._stopping.is_set():
+            self._changed.clear()
+            self._forget_idle_channels()
+            by_node: dict[tuple[str, int], list[str]] = {}
+            for channel in sorted(self._channels):
+                node = self._cluster.get_node_from_key(channel)
+                by_node.setdefault((node.host, node.port), []).append(channel)
+            listeners = [
+                asyncio.create_task(
+                    self._listen_node(host, port, channels), name=f"emq-wake-hub-{host}:{port}"
+                )
+                for (host, port), channels in by_node.items()
+            ]
+            rebuild = asyncio.create_task(self._changed.wait())
+            try:
+                done, _ = await asyncio.wait({rebuild, *listeners}, return_when=asyncio.FIRST_COMPLETED)
+                if rebuild not in done:  # a listener broke: the slot map may have changed
+                    with contextlib.suppress(RedisError, OSError):
+                        await self._cluster.nodes_manager.initialize()
+                    await asyncio.sleep(RECONNECT_DELAY_S)
+            finally:
+                for task in (rebuild, *listeners):
+                    task.cancel()
+                await asyncio.gather(rebuild, *listeners, return_exceptions=True)
+            self._wake_all()  # anything published while (re)subscribing was missed
+
+    async def _listen_node(self, host: str, port: int, channels: list[str]) -> None:
+        node = self._cluster.get_node(host=host, port=port)
+        # The node's credentials and TLS settings; no read timeout: a subscriber waits for ever.
+        options = {
+            key: value
+            for key, value in (node.connection_kwargs if node is not None else {}).items()
+            if key in _SUBSCRIBER_OPTIONS or key.startswith("ssl")
+        }
+        pool = ConnectionPool(
+            connection_class=node.connection_class if node is not None else Connection,
+            host=host,
+            port=port,
+            **options,
+        )
+        client = Redis.from_pool(pool)
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        try:
+            # One SSUBSCRIBE per channel: a node refuses channels of several slots in one.
+            for channel in channels:
+                await pubsub.execute_command("SSUBSCRIBE", channel)
+            while True:
+                message = await pubsub.parse_response(block=True)
+                if not message:
+                    continue
+                if message[0] in (b"smessage", "smessage"):
+                    self._on_message(message[1], message[2])
+                elif message[0] in (b"ssubscribe", "ssubscribe"):
+                    # Subscribed from now on: a wake-up published while this round of listeners
+                    # was being set up was missed, so the channel's waiters look again now
+                    # rather than at their fallback poll.
+                    self._wake_queue(queue_of_wake_channel(_text(message[1])))
+        except (RedisError, OSError) as error:
+            log.warning("sharded wake subscription on %s:%s lost (%s)", host, port, error)
+        except Exception:
+            log.exception("sharded wake subscription on %s:%s failed", host, port)
+        finally:
+            with contextlib.suppress(RedisError, OSError):
+                await pubsub.aclose()
+                await client.aclose()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def lease_with_wait(
+    hub: WakeHub,
+    queue: str,
+    wait_ms: int,
+    lease: Callable[[], Awaitable[L]],
+    client_gone: asyncio.Event | None = None,
+) -> L | None:
+    """Lease now; with wait_ms, keep trying on each wake-up (or when the rate limit said room
+    comes back) until a job comes or time is up: the last try's answer, or None when no try
+    was made (shutting down, the client gone). Once the replica is shutting down it leases
+    nothing: a job handed out now could not be worked on here, and its worker's calls may find
+    the replica gone. Nor once the client has hung up (client_gone): a job leased for nobody
+    would only wait out its lease."""
+    gone = client_gone or asyncio.Event()
+    if hub.closing:
+        return None
+    answer = await lease()
+    if answer.jobs or wait_ms <= 0:
+        return answer
+    deadline = asyncio.get_running_loop().time() + wait_ms / 1000
+    with hub.register(queue) as waiter:
+        await hub.ensure_subscribed(queue)
+        hang_up = asyncio.create_task(_wake_when(gone, waiter))
+        try:
+            return await _wait_and_lease(hub, waiter, deadline, lease, gone)
+        finally:
+            hang_up.cancel()
+
+
+async def _wake_when(gone: asyncio.Event, waiter: Waiter) -> None:
+    await gone.wait()
+    waiter.event.set()
+
+
+async def _wait_and_lease(
+    hub: WakeHub,
+    waiter: Waiter,
+    deadline: float,
+    lease: Callable[[], Awaitable[L]],
+    gone: asyncio.Event,
+) -> L | None:
+    loop = asyncio.get_running_loop()
+    while True:
+        # Registered before this lease attempt: a wake-up during it is not lost.
+        waiter.event.clear()
+        if hub.closing or gone.is_set():
+            return None
+        answer = await lease()
+        remaining_s = deadline - loop.time()
+        if answer.jobs or remaining_s <= 0:
+            return answer
+        timeout_s = min(remaining_s, FALLBACK_POLL_S)
+        if answer.retry_after_ms > 0:  # the rate window has room again then: no message says so
+            timeout_s = min(timeout_s, answer.retry_after_ms / 1000)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiter.event.wait(), timeout_s)
