@@ -40,6 +40,7 @@ from echomq_http.api.schemas import Health, Problem
 from echomq_http.api.webguard import AllowedHosts, WebGuard
 from echomq_http.config import Settings
 from echomq_http.core.errors import PROBLEMS, QueueError, problem_type
+from echomq_http.core.leasing import Leasing
 from echomq_http.core.queue import JobQueues
 from echomq_http.core.schedules import Schedules
 from echomq_http.observability import exposition, metrics
@@ -328,6 +329,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
             queues=queues,
             schedules=schedules,
             hub=hub,
+            leasing=Leasing(queues, hub),
             events=events,
             sweeper=sweeper,
             auth=auth,

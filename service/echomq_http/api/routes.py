@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar, get_args
 
 import msgspec
@@ -74,10 +74,10 @@ from echomq_http.api.schemas import (
 )
 from echomq_http.core import limits
 from echomq_http.core.errors import BodyTimeout, InvalidRequest, ScriptCode, raise_for_code
-from echomq_http.core.queue import FINAL_STATES, JobQueues, Leases, NextLease, new_request_id
+from echomq_http.core.leasing import LeaseAsk, Leases, Leasing
+from echomq_http.core.queue import FINAL_STATES, JobQueues
 from echomq_http.core.schedules import Schedules
 from echomq_http.runtime.event_feeds import EVENT_TYPES, OUTCOME_TYPES, EventHub, event_stream
-from echomq_http.runtime.wakeups import WakeHub, lease_with_wait
 
 S = TypeVar("S", bound=msgspec.Struct)
 
@@ -283,8 +283,8 @@ def traceparent_of(request: Request[Any, Any, State], queues: JobQueues) -> str 
     return queues.telemetry.traceparent_to_store(None if header is None else header.decode("latin-1"))
 
 
-def hub_of(request: Request[Any, Any, State]) -> WakeHub:
-    return request.app.state.hub  # type: ignore[no-any-return]
+def leasing_of(request: Request[Any, Any, State]) -> Leasing:
+    return request.app.state.leasing  # type: ignore[no-any-return]
 
 
 def events_of(request: Request[Any, Any, State]) -> EventHub:
@@ -399,8 +399,8 @@ async def enqueue_many(request: Request[Any, Any, State]) -> Response[bytes]:
 )
 async def lease(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
-    ask = await read_body(request, LeaseRequest)
-    leases = await lease_jobs(request, queue, ask)
+    ask = lease_ask(request, await read_body(request, LeaseRequest))
+    leases = await leasing_of(request).lease(queue, ask, hang_up_of(request))
     return json_response(LeaseResponse(jobs=leases.jobs, retry_after_ms=retry_after(leases)))
 
 
@@ -409,50 +409,22 @@ def retry_after(leases: Leases) -> int | UnsetType:
     return leases.retry_after_ms if leases.retry_after_ms > 0 else UNSET
 
 
-async def lease_jobs(
-    request: Request[Any, Any, State], queue: str, ask: LeaseRequest, request_id: str | None = None
-) -> Leases:
-    """What a lease request answers: the lease route's, and an ack's lease_next (whose first try
-    came with the acks, under request_id). The request's body must have been read (a hang-up is
-    then the next thing it can receive)."""
-    queues = queues_of(request)
-    loop = asyncio.get_running_loop()
-    tried_at = 0.0
-
-    # One request id for every try of a long poll: a re-sent try answers what an earlier one leased.
-    request_id = request_id or ask.request_id or new_request_id()
-    owner = worker_owner(request)
-
-    async def lease_now() -> Leases:
-        nonlocal tried_at
-        tried_at = loop.time()
-        return await queues.lease_answer(queue, ask.worker, ask.lease_ms, ask.max_jobs, request_id, owner)
-
-    if ask.wait_ms <= 0:
-        return await lease_now()
-    client_gone = asyncio.Event()
-    watcher = asyncio.create_task(_watch_hang_up(request, client_gone))
-    try:
-        leases = await lease_with_wait(hub_of(request), queue, ask.wait_ms, lease_now, client_gone)
-    finally:
-        watcher.cancel()
-    if leases is None:
-        return Leases([])
-    if client_gone.is_set() and leases.jobs:
-        # The client hung up while its jobs were being leased: give them straight back, unspent
-        # (a retry of the request then leases anew; one answered meanwhile keeps them).
-        await queues.give_back(queue, leases.jobs, ask.worker, request_id)
-    if leases.retry_after_ms > 0:  # counted from the last try, not from the answer
-        left_ms = leases.retry_after_ms - int((loop.time() - tried_at) * 1000)
-        return Leases(leases.jobs, max(left_ms, 1))
-    return leases
+def lease_ask(request: Request[Any, Any, State], body: LeaseRequest) -> LeaseAsk:
+    """A lease request (the lease route's body, or an ack's lease_next), for the calling token."""
+    return LeaseAsk.of(
+        body.worker, body.lease_ms, body.max_jobs, body.request_id, body.wait_ms, worker_owner(request)
+    )
 
 
-async def _watch_hang_up(request: Request[Any, Any, State], client_gone: asyncio.Event) -> None:
-    """The body is read, so the next ASGI message can only be the client's disconnect."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-    client_gone.set()
+def hang_up_of(request: Request[Any, Any, State]) -> Callable[[], Awaitable[None]]:
+    """What waits for the client to hang up: its body is read, so the next ASGI message can only
+    be its disconnect."""
+
+    async def hung_up() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    return hung_up
 
 
 @post(
@@ -527,15 +499,13 @@ LEASE_NEXT_ERRORS = ("too_many_requests",)
 async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
     queue, id = path_queue(request), path_job_id(request)
     done = await read_body(request, AckRequest)
-    queues, ask = queues_of(request), done.lease_next
-    if ask is None:
-        await queues.ack_one(queue, id, done.lease_id, done.result)
+    if done.lease_next is None:
+        await queues_of(request).ack_one(queue, id, done.lease_id, done.result)
         return json_response(AckResponse(id=id, state="completed"))
-    lease = next_lease(ask)
-    leases = await queues.ack_one_and_lease(
-        queue, id, done.lease_id, done.result, lease, owner=worker_owner(request)
+    ask = lease_ask(request, done.lease_next)
+    leases = await leasing_of(request).ack_and_lease(
+        queue, id, done.lease_id, done.result, ask, hang_up_of(request)
     )
-    leases = await lease_later(request, queue, ask, lease, leases)
     return json_response(
         AckResponse(id=id, state="completed", jobs=leases.jobs, retry_after_ms=retry_after(leases))
     )
@@ -556,33 +526,15 @@ async def ack(request: Request[Any, Any, State]) -> Response[bytes]:
 async def ack_many(request: Request[Any, Any, State]) -> Response[bytes]:
     queue = path_queue(request)
     batch = await read_body(request, AckManyRequest)
-    queues, ask = queues_of(request), batch.lease_next
-    if ask is None:
-        return json_response(AckManyResponse(results=await queues.ack(queue, batch.acks)))
-    lease = next_lease(ask)
-    results, leases = await queues.ack_and_lease(queue, batch.acks, lease, worker_owner(request))
-    leases = await lease_later(request, queue, ask, lease, leases)
+    if batch.lease_next is None:
+        return json_response(AckManyResponse(results=await queues_of(request).ack(queue, batch.acks)))
+    ask = lease_ask(request, batch.lease_next)
+    results, leases = await leasing_of(request).ack_many_and_lease(
+        queue, batch.acks, ask, hang_up_of(request)
+    )
     return json_response(
         AckManyResponse(results=results, jobs=leases.jobs, retry_after_ms=retry_after(leases))
     )
-
-
-# lease_next: the acks and a first try of the lease go in one script call; a long poll
-# (wait_ms) that found nothing waiting then waits as the lease route does, same request id.
-
-
-def next_lease(ask: LeaseRequest) -> NextLease:
-    return (ask.worker, ask.lease_ms, ask.max_jobs, ask.request_id or new_request_id())
-
-
-async def lease_later(
-    request: Request[Any, Any, State], queue: str, ask: LeaseRequest, lease: NextLease, first: Leases
-) -> Leases:
-    """The answer of the first try (with the acks), or, when it leased nothing and the request
-    long-polls, what the wait leases."""
-    if first.jobs or ask.wait_ms <= 0:
-        return first
-    return await lease_jobs(request, queue, ask, lease[3])
 
 
 @post(

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 import dataclasses
-import itertools
 import math
 import os
 import time
@@ -54,6 +52,7 @@ from echomq_http.api.schemas import (
 )
 from echomq_http.core import cursors, limits
 from echomq_http.core.errors import JobActive, ScriptCode, problem_code_of, raise_for_code
+from echomq_http.core.leasing import LeaseAsk, Leases, LeasesNotConfirmed
 from echomq_http.observability.telemetry import Telemetry
 from echomq_http.store.chunked_read import chunked, read_hashes
 from echomq_http.store.due_index import DueIndex
@@ -85,13 +84,6 @@ _GROUP_REPLY_FIELDS = 4
 RELEASED_AS_CANCELLED = 3  # release-11.lua: the job ended cancelled (its cancellation was requested)
 FINAL_STATES = frozenset({"completed", "failed", "cancelled"})
 
-# A lease request's record (what it leased, under its request id): a client's request_id is
-# honoured for the contract's 5 minutes; the id the service gives every other lease call only
-# has to outlive a re-send of the same call (the socket timeout and one retry).
-CLIENT_REQUEST_TTL_MS = 5 * 60 * 1000
-INTERNAL_REQUEST_TTL_MS = 10_000
-INTERNAL_REQUEST_PREFIX = "_"  # never the start of a client's request_id (a name)
-
 # Steps of the long operations (operator release, redrive of all, queue deletion): each one
 # script call short enough that other requests' calls get through between two of them.
 RELEASE_STEP = 250  # ~12 ms a step on a slow 2-core VM at 100,000 in flight (docs/PERFORMANCE.md)
@@ -106,23 +98,11 @@ def new_job_id() -> str:
     return os.urandom(limits.GENERATED_ID_BYTES).hex()
 
 
-_PROCESS_TOKEN = os.urandom(limits.LEASE_ID_BYTES).hex()  # this process's calls apart from others'
-_request_numbers = itertools.count()
-
-
-def new_request_id() -> str:
-    """The internal request id of a lease call that came without one (see lua/lease-11.lua):
-    unique without a system call per lease (a random token per process and a counter)."""
-    return f"{INTERNAL_REQUEST_PREFIX}{_PROCESS_TOKEN}{next(_request_numbers)}"
-
-
-def _lease_args(worker: str, lease_ms: int, max_jobs: int, request_id: str) -> tuple[object, ...]:
-    """The lease script's arguments after the prefix, up to the owner: an internal request id's
-    record is kept briefly (it only guards a re-sent call), a client's for CLIENT_REQUEST_TTL_MS."""
-    internal = request_id.startswith(INTERNAL_REQUEST_PREFIX)
-    ttl_ms = INTERNAL_REQUEST_TTL_MS if internal else CLIENT_REQUEST_TTL_MS
-    lease_ids = os.urandom(limits.LEASE_ID_BYTES * max_jobs).hex()
-    return (worker, lease_ms, max_jobs, lease_ids, request_id, ttl_ms)
+def _lease_args(ask: LeaseAsk) -> tuple[object, ...]:
+    """The lease script's arguments after the prefix, up to the owner: a lease id per job it
+    may lease, and how long the request's record is kept."""
+    lease_ids = os.urandom(limits.LEASE_ID_BYTES * ask.max_jobs).hex()
+    return (ask.worker, ask.lease_ms, ask.max_jobs, lease_ids, ask.request_id, ask.record_ttl_ms)
 
 
 def _refused(reply: list[Any], worker: str) -> None:
@@ -139,7 +119,6 @@ def _ack_args(acks: Sequence[tuple[str, str, Raw | UnsetType]]) -> tuple[bytes, 
 
 
 # An ack's lease_next, as the lease script takes it: worker, lease_ms, max_jobs, request id.
-NextLease = tuple[str, int, int, str | None]
 
 
 def _ack_results(acks: Sequence[AckItem], codes: Sequence[int]) -> list[AckItemResult]:
@@ -268,15 +247,6 @@ def _outcome(reply: Any) -> dict[str, Any]:
             return {"emq.outcome": ScriptCode(reply[0]).name.lower()}
         return {"emq.outcome": "ok", "emq.reply_items": len(reply)}
     return {"emq.outcome": "ok"}
-
-
-@dataclass(frozen=True, slots=True)
-class Leases:
-    """What a lease call leased, and retry_after_ms: when the rate limit that held it back has
-    room again (ms from the call; 0: no limit held it back)."""
-
-    jobs: list[LeasedJob]
-    retry_after_ms: int = 0
 
 
 # A queue's settings as META fields (lua/settings-11.lua), in the order they are read.
@@ -493,76 +463,55 @@ class JobQueues:
     async def lease(
         self, queue: str, worker: str, lease_ms: int, max_jobs: int, request_id: str | None = None
     ) -> list[LeasedJob]:
-        """Lease up to max_jobs: the jobs of lease_answer."""
-        return (await self.lease_answer(queue, worker, lease_ms, max_jobs, request_id)).jobs
+        """Lease up to max_jobs, at once: the jobs of lease_answer."""
+        return (await self.lease_answer(queue, LeaseAsk.of(worker, lease_ms, max_jobs, request_id))).jobs
 
-    async def lease_answer(
-        self,
-        queue: str,
-        worker: str,
-        lease_ms: int,
-        max_jobs: int,
-        request_id: str | None = None,
-        owner: str = "",
-    ) -> Leases:
-        """Lease up to max_jobs (fewer when the queue's max_in_flight or rate_limit hold it back).
-        Every call carries a request id (the client's, else a new one):
-        the same call re-sent after a timeout answers the jobs the first run leased instead of
-        leasing more (lua/lease-11.lua). In durable mode, jobs whose lease no replica confirmed
-        are given straight back (unspent) before the 503 reaches the client. owner: the calling
-        token's id ("" for none): WorkerOwned when the worker name belongs to another token."""
-        request_id = request_id or new_request_id()
-        args = _lease_args(worker, lease_ms, max_jobs, request_id)
+    async def lease_answer(self, queue: str, ask: LeaseAsk) -> Leases:
+        """One try of a lease request (core/leasing.py runs its waits): up to max_jobs, fewer
+        when the queue's max_in_flight or rate_limit hold it back. The same request id re-sent
+        answers the jobs the first run leased instead of leasing more (lua/lease-11.lua).
+        WorkerOwned when the worker name belongs to another token than ask.owner;
+        LeasesNotConfirmed, with the jobs, when no replica confirmed the write (durable mode)."""
         try:
-            reply = await self._call("lease", queue, *args, owner)
+            reply = await self._call("lease", queue, *_lease_args(ask), ask.owner)
         except WriteNotConfirmed as unconfirmed:
-            if isinstance(unconfirmed.reply, list):
-                await self._give_back_unconfirmed(queue, unconfirmed.reply, worker, request_id)
-            raise
-        _refused(reply, worker)
+            raise self._unconfirmed(queue, unconfirmed, 0) from None
+        _refused(reply, ask.worker)
         leases = self._leased_jobs(queue, reply)
         self.telemetry.record_leased(queue, len(leases.jobs))
         return leases
 
-    async def _give_back_unconfirmed(
-        self, queue: str, lease_reply: list[Any], worker: str, request_id: str
-    ) -> None:
-        """Durable mode: jobs leased by a write no replica confirmed go straight back, unspent
-        (unless a retry of the request got them meanwhile), and the request is forgotten."""
-        # A reply of one entry is a refusal (_refused): nothing was leased.
+    def _unconfirmed(self, queue: str, unconfirmed: WriteNotConfirmed, skip: int) -> LeasesNotConfirmed:
+        """The jobs an unconfirmed lease write leased: its reply after skip entries (a reply of
+        one entry is a refusal, _refused: nothing was leased)."""
+        reply = unconfirmed.reply if isinstance(unconfirmed.reply, list) else []
+        lease_reply = reply[skip:]
         jobs = self._leased_jobs(queue, lease_reply).jobs if len(lease_reply) > 1 else []
-        with contextlib.suppress(WriteNotConfirmed):
-            await self.give_back(queue, jobs, worker, request_id)
+        return LeasesNotConfirmed(unconfirmed, jobs)
 
     async def _ack_and_lease(
         self,
         queue: str,
         acks: Sequence[tuple[str, str, Raw | UnsetType]],
-        next_lease: NextLease,
+        ask: LeaseAsk,
         *,
         only_if_all_taken: bool,
         job_id: str | None = None,
-        owner: str = "",
     ) -> tuple[list[int], Leases | None]:
-        """Acks, then a lease (worker, lease_ms, max_jobs, request_id), in one script call
-        (lua/ack-lease-11.lua): each ack's code, and the jobs leased (None when it did not lease:
-        only_if_all_taken and an ack was refused). WorkerOwned, nothing acked, when the lease's
-        worker name belongs to another token than owner's."""
+        """Acks, then a try of the lease request, in one script call (lua/ack-lease-11.lua):
+        each ack's code, and the jobs leased (None when it did not lease: only_if_all_taken and
+        an ack was refused). WorkerOwned, nothing acked, when the lease's worker name belongs to
+        another token than ask.owner's; LeasesNotConfirmed as lease_answer."""
         pairs, results = _ack_args(acks)
-        worker, lease_ms, max_jobs, request_id = next_lease
-        request_id = request_id or new_request_id()
-        lease = _lease_args(worker, lease_ms, max_jobs, request_id)
         condition = b"1" if only_if_all_taken else b"0"
         split = len(acks) * _ACK_REPLY_FIELDS
         try:
             reply = await self._call(
-                "ack-lease", queue, pairs, *lease, condition, owner, *results, job_id=job_id
+                "ack-lease", queue, pairs, *_lease_args(ask), condition, ask.owner, *results, job_id=job_id
             )
         except WriteNotConfirmed as unconfirmed:
-            if isinstance(unconfirmed.reply, list) and len(unconfirmed.reply) > split:
-                await self._give_back_unconfirmed(queue, unconfirmed.reply[split:], worker, request_id)
-            raise
-        _refused(reply, worker)
+            raise self._unconfirmed(queue, unconfirmed, split) from None
+        _refused(reply, ask.worker)
         codes = self._completed(queue, reply[:split])
         if len(reply) == split:
             return codes, None
@@ -673,31 +622,21 @@ class JobQueues:
         job_id: str,
         lease_id: str,
         result: Raw | UnsetType,
-        next_lease: NextLease,
-        owner: str = "",
+        ask: LeaseAsk,
     ) -> Leases:
-        """ack_one, then (only if the ack was taken) a lease, in one script call."""
+        """ack_one, then (only if the ack was taken) a try of the lease request, in one script call."""
         (code,), leases = await self._ack_and_lease(
-            queue,
-            [(job_id, lease_id, result)],
-            next_lease,
-            only_if_all_taken=True,
-            job_id=job_id,
-            owner=owner,
+            queue, [(job_id, lease_id, result)], ask, only_if_all_taken=True, job_id=job_id
         )
         raise_for_code(code, job_id)
         return leases or Leases([])
 
     async def ack_and_lease(
-        self, queue: str, acks: Sequence[AckItem], next_lease: NextLease, owner: str = ""
+        self, queue: str, acks: Sequence[AckItem], ask: LeaseAsk
     ) -> tuple[list[AckItemResult], Leases]:
-        """ack, then a lease whatever the acks' codes, in one script call."""
+        """ack, then a try of the lease request whatever the acks' codes, in one script call."""
         codes, leases = await self._ack_and_lease(
-            queue,
-            [(ack.id, ack.lease_id, ack.result) for ack in acks],
-            next_lease,
-            only_if_all_taken=False,
-            owner=owner,
+            queue, [(ack.id, ack.lease_id, ack.result) for ack in acks], ask, only_if_all_taken=False
         )
         return _ack_results(acks, codes), leases or Leases([])
 

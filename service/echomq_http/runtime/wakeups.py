@@ -1,11 +1,9 @@
-"""Long-poll leases without a Redis connection per waiting request.
+"""Wake-ups for long-poll leases, without a Redis connection per waiting request.
 
 Each replica holds one pub/sub connection (``WakeHub``). Scripts that make jobs leasable
 publish "<n>" on the queue's wake channel; the hub wakes up to n of that queue's waiters, which
-retry the lease script. A waiter also retries on a coarse timer, so a missed message (or a
-pub/sub reconnect) costs latency, never a lost wake-up. A lease held back by the queue's rate
-limit says when its window has room again (retry_after_ms): the waiter retries then, as no
-message announces a window opening (one try per waiter, not a polling loop).
+retry the lease script (core/leasing.py). A waiter also retries on a coarse timer, so a missed
+message (or a pub/sub reconnect) costs latency, never a lost wake-up.
 """
 
 from __future__ import annotations
@@ -13,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Protocol, TypeVar
+from collections.abc import Iterator
 
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
@@ -41,20 +38,6 @@ _SUBSCRIBER_OPTIONS = frozenset(
 RECONNECT_DELAY_S = 0.5
 # Cluster: a queue's wake channel stays subscribed this long after its last long poll.
 CHANNEL_IDLE_S = 300.0
-
-
-class LeaseAttempt(Protocol):
-    """What one try of a lease answers: its jobs, and when a rate limit that held it back has
-    room again (ms; 0: none did)."""
-
-    @property
-    def jobs(self) -> list[object]: ...  # pragma: no cover
-
-    @property
-    def retry_after_ms(self) -> int: ...  # pragma: no cover
-
-
-L = TypeVar("L", bound=LeaseAttempt)
 
 
 class TooManyWaiters(Exception):
@@ -86,6 +69,11 @@ class WakeHub:
     def closing(self) -> bool:
         return self._closing
 
+    @property
+    def full(self) -> bool:
+        """No room for another long poll: register would refuse it."""
+        return self._count >= self._max_waiters
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._listen(), name="emq-wake-hub")
 
@@ -102,7 +90,7 @@ class WakeHub:
 
     @contextlib.contextmanager
     def register(self, queue: str) -> Iterator[Waiter]:
-        if self._count >= self._max_waiters:
+        if self.full:
             raise TooManyWaiters(f"{self._count} long-poll requests are waiting already")
         waiter = Waiter()
         waiters = self._waiters.setdefault(queue, [])
@@ -271,61 +259,3 @@ class ShardedWakeHub(WakeHub):
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-async def lease_with_wait(
-    hub: WakeHub,
-    queue: str,
-    wait_ms: int,
-    lease: Callable[[], Awaitable[L]],
-    client_gone: asyncio.Event | None = None,
-) -> L | None:
-    """Lease now; with wait_ms, keep trying on each wake-up (or when the rate limit said room
-    comes back) until a job comes or time is up: the last try's answer, or None when no try
-    was made (shutting down, the client gone). Once the replica is shutting down it leases
-    nothing: a job handed out now could not be worked on here, and its worker's calls may find
-    the replica gone. Nor once the client has hung up (client_gone): a job leased for nobody
-    would only wait out its lease."""
-    gone = client_gone or asyncio.Event()
-    if hub.closing:
-        return None
-    answer = await lease()
-    if answer.jobs or wait_ms <= 0:
-        return answer
-    deadline = asyncio.get_running_loop().time() + wait_ms / 1000
-    with hub.register(queue) as waiter:
-        await hub.ensure_subscribed(queue)
-        hang_up = asyncio.create_task(_wake_when(gone, waiter))
-        try:
-            return await _wait_and_lease(hub, waiter, deadline, lease, gone)
-        finally:
-            hang_up.cancel()
-
-
-async def _wake_when(gone: asyncio.Event, waiter: Waiter) -> None:
-    await gone.wait()
-    waiter.event.set()
-
-
-async def _wait_and_lease(
-    hub: WakeHub,
-    waiter: Waiter,
-    deadline: float,
-    lease: Callable[[], Awaitable[L]],
-    gone: asyncio.Event,
-) -> L | None:
-    loop = asyncio.get_running_loop()
-    while True:
-        # Registered before this lease attempt: a wake-up during it is not lost.
-        waiter.event.clear()
-        if hub.closing or gone.is_set():
-            return None
-        answer = await lease()
-        remaining_s = deadline - loop.time()
-        if answer.jobs or remaining_s <= 0:
-            return answer
-        timeout_s = min(remaining_s, FALLBACK_POLL_S)
-        if answer.retry_after_ms > 0:  # the rate window has room again then: no message says so
-            timeout_s = min(timeout_s, answer.retry_after_ms / 1000)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(waiter.event.wait(), timeout_s)
