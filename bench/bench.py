@@ -588,7 +588,7 @@ class Bench:
         """Enqueue count jobs with the service's own code, without HTTP (set-up, not measured)."""
         from msgspec import Raw
 
-        from echomq_http.api.schemas import EnqueueRequest
+        from echomq_http.api.schemas.jobs import EnqueueRequest
 
         payload = Raw(json.dumps(PAYLOAD, separators=(",", ":")).encode())
         batch = [EnqueueRequest(payload=payload) for _ in range(SCRIPT_CALL_BATCH)]

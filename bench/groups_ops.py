@@ -44,7 +44,7 @@ async def _script_usec(client: Any) -> int:
 async def _enqueue(queues: Any, queue: str, jobs: list[tuple[str, str | None]], payload: Any) -> None:
     from msgspec import Raw
 
-    from echomq_http.api.schemas import EnqueueRequest
+    from echomq_http.api.schemas.jobs import EnqueueRequest
 
     raw = Raw(json.dumps(payload, separators=(",", ":")).encode())
     for start in range(0, len(jobs), ENQUEUE_BATCH):

@@ -313,7 +313,7 @@ class Phase:
 async def _fill(queues: Any, queue: str, count: int, payload: Any, max_attempts: int | None) -> None:
     from msgspec import Raw
 
-    from echomq_http.api.schemas import EnqueueRequest
+    from echomq_http.api.schemas.jobs import EnqueueRequest
 
     body = Raw(json.dumps(payload, separators=(",", ":")).encode())
     options = {} if max_attempts is None else {"max_attempts": max_attempts}
@@ -700,7 +700,7 @@ async def _script_stats(client: Any) -> tuple[int, int]:
 async def echomq_ack_cost(bench: Any, size: int, samples: int, positions: Sequence[int]) -> dict[str, Any]:
     from msgspec import UNSET
 
-    from echomq_http.api.schemas import AckItem
+    from echomq_http.api.schemas.working import AckItem
 
     async with bench.job_queues() as queues:
         client = queues.client

@@ -34,7 +34,8 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bench import free_port
-from echomq_http.api.schemas import AckItem, EnqueueRequest
+from echomq_http.api.schemas.jobs import EnqueueRequest
+from echomq_http.api.schemas.working import AckItem
 from echomq_http.core.queue import JobQueues
 from echomq_http.observability.telemetry import Telemetry
 

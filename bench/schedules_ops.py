@@ -52,7 +52,7 @@ async def _put_all(stack: Any, first_run_ms: int) -> float:
     """The schedules, put with the service's own code; the set-up's seconds."""
     import msgspec
 
-    from echomq_http.api.schemas import ScheduleRequest
+    from echomq_http.api.schemas.schedules import ScheduleRequest
     from echomq_http.core.schedules import Schedules
 
     payload = stack.payload

@@ -16,7 +16,7 @@ import time
 
 import msgspec
 
-from echomq_http.api.schemas import ScheduleRequest
+from echomq_http.api.schemas.schedules import ScheduleRequest
 from echomq_http.config import Settings
 from echomq_http.core.queue import JobQueues
 from echomq_http.core.schedules import Schedules, run_job_id

@@ -10,7 +10,7 @@ import pytest
 from msgspec import UNSET, Raw
 from redis.asyncio import Redis
 
-from echomq_http.api.schemas import EnqueueRequest
+from echomq_http.api.schemas.jobs import EnqueueRequest
 from echomq_http.core.queue import READ_ONLY_OPERATIONS, JobQueues
 from echomq_http.observability.telemetry import Telemetry
 from echomq_http.store.luafunctions import library

@@ -35,8 +35,9 @@ from echomq_http.api.auth import Action, Authenticator, Forbidden, Unauthorized
 from echomq_http.api.body_timeouts import BodyReadTimeouts
 from echomq_http.api.docs import DOCS_HANDLERS
 from echomq_http.api.fastpath import FastPath
-from echomq_http.api.routes import QUEUE_HANDLERS, authorize, grant_of, json_response
-from echomq_http.api.schemas import Health, Problem
+from echomq_http.api.http import authorize, grant_of, json_response
+from echomq_http.api.routes import QUEUE_HANDLERS
+from echomq_http.api.schemas.common import Health, Problem
 from echomq_http.api.webguard import AllowedHosts, WebGuard
 from echomq_http.config import Settings
 from echomq_http.core.errors import PROBLEMS, QueueError, problem_type

@@ -12,8 +12,9 @@ from urllib.parse import urlsplit
 import msgspec
 from httpx import AsyncClient
 
-from echomq_http.api.routes import json_with_streamed_list
-from echomq_http.api.schemas import FailedPage, JobView
+from echomq_http.api.http import json_with_streamed_list
+from echomq_http.api.schemas.inspection import FailedPage
+from echomq_http.api.schemas.jobs import JobView
 from tests.support import enqueue, job_call, lease_one
 
 T = TypeVar("T")

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from echomq_http.api.schemas import EnqueueRequest
+from echomq_http.api.schemas.jobs import EnqueueRequest
 from echomq_http.config import DEFAULT_METRICS_MAX_QUEUES, Settings
 from echomq_http.core import limits
 from echomq_http.core.queue import JobQueues

@@ -3,7 +3,7 @@ and the due time and reason the job view shows while a job is delayed (run_at, d
 
 from __future__ import annotations
 
-from echomq_http.api.schemas import JobView
+from echomq_http.api.schemas.jobs import JobView
 from echomq_http.core.errors import ScriptCode
 from echomq_http.core.queue import job_view
 from tests.lua.conftest import LuaQueue

@@ -9,7 +9,7 @@ import pytest
 from msgspec import Raw
 from redis.asyncio import Redis
 
-from echomq_http.api.schemas import EnqueueRequest
+from echomq_http.api.schemas.jobs import EnqueueRequest
 from echomq_http.core.queue import JobQueues
 from echomq_http.observability.telemetry import Telemetry
 from echomq_http.store.chunked_read import CHUNK_BYTES, CHUNK_JOBS, chunked, read_hashes

@@ -26,7 +26,7 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.routes import HTTPRoute
 from litestar.types import Receive, Scope, Send
 
-from echomq_http.api.routes import authorize
+from echomq_http.api.http import authorize
 from echomq_http.api.webguard import WebGuard
 from echomq_http.observability.telemetry import Telemetry, route_label
 

@@ -22,7 +22,7 @@ from litestar.handlers import HTTPRouteHandler
 
 from echomq_http.api import examples
 from echomq_http.api.auth import ALLOWED, Action, Role
-from echomq_http.api.schemas import NAME_RULE, Health, Problem
+from echomq_http.api.schemas.common import NAME_RULE, Health, Problem
 from echomq_http.api.webguard import CHANGING_METHODS
 from echomq_http.core import limits
 

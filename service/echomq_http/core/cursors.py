@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from echomq_http.api.schemas import is_name
+from echomq_http.api.schemas.common import is_name
 from echomq_http.core import limits
 from echomq_http.core.errors import InvalidRequest
 

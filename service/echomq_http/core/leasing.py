@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from msgspec import Raw, UnsetType
 
-from echomq_http.api.schemas import AckItem, AckItemResult, LeasedJob
+from echomq_http.api.schemas.working import AckItem, AckItemResult, LeasedJob
 from echomq_http.core import limits
 from echomq_http.runtime.wakeups import FALLBACK_POLL_S, Waiter, WakeHub
 from echomq_http.store.scripts import WriteNotConfirmed

@@ -24,31 +24,33 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from echomq_http import config
-from echomq_http.api.schemas import (
-    AckItem,
-    AckItemResult,
-    CancelResponse,
+from echomq_http.api.schemas.common import DelayReason
+from echomq_http.api.schemas.inspection import (
     Counts,
-    DelayReason,
+    GroupView,
+    HistoryMinute,
+    LedgerEntry,
+    QueueView,
+    WorkerHoldings,
+    WorkerSession,
+)
+from echomq_http.api.schemas.jobs import (
+    CancelResponse,
     EnqueueRequest,
     EnqueueResponse,
+    JobView,
+    PromoteResponse,
+)
+from echomq_http.api.schemas.operations import GroupLimitResponse, QueueSettings, RateLimit
+from echomq_http.api.schemas.working import (
+    AckItem,
+    AckItemResult,
     FailResponse,
-    GroupLimitResponse,
-    GroupView,
     HeartbeatItem,
     HeartbeatItemResult,
     HeartbeatResponse,
-    HistoryMinute,
-    JobView,
     LeasedJob,
-    LedgerEntry,
-    PromoteResponse,
-    QueueSettings,
-    QueueView,
-    RateLimit,
     SessionHeartbeatResponse,
-    WorkerHoldings,
-    WorkerSession,
 )
 from echomq_http.core import cursors, limits
 from echomq_http.core.errors import JobActive, ScriptCode, problem_code_of, raise_for_code

@@ -21,7 +21,8 @@ from typing import Any
 import msgspec
 from msgspec import Raw
 
-from echomq_http.api.schemas import EnqueueResponse, ScheduleJob, ScheduleRequest, ScheduleView
+from echomq_http.api.schemas.jobs import EnqueueResponse
+from echomq_http.api.schemas.schedules import ScheduleJob, ScheduleRequest, ScheduleView
 from echomq_http.core import limits
 from echomq_http.core.errors import ScriptCode, raise_for_code
 from echomq_http.core.queue import JobQueues, ScriptJob, SweepReport, new_job_id

@@ -31,7 +31,7 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from echomq_http.api.schemas import EventType
+from echomq_http.api.schemas.inspection import EventType
 from echomq_http.runtime.background import stop_task
 from echomq_http.runtime.wakeups import TooManyWaiters
 from echomq_http.store.keys import QueueKeys, keys_of

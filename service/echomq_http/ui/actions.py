@@ -13,8 +13,8 @@ from litestar.datastructures import State
 from litestar.response import Redirect
 
 from echomq_http.api.auth import Action, Unauthorized
-from echomq_http.api.routes import checked_name, path_queue, queues_of, schedules_of
-from echomq_http.api.schemas import ScheduleRequest
+from echomq_http.api.http import checked_name, path_queue, queues_of, schedules_of
+from echomq_http.api.schemas.schedules import ScheduleRequest
 from echomq_http.core.errors import InvalidRequest
 from echomq_http.core.queue import JobQueues
 from echomq_http.ui.access import SIGN_IN_PATH, Viewer, authenticator_of, sign_in, sign_out, viewer_of

@@ -10,7 +10,8 @@ from litestar import Request
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
-from echomq_http.api.schemas import QueueSettings, is_name
+from echomq_http.api.schemas.common import is_name
+from echomq_http.api.schemas.operations import QueueSettings
 from echomq_http.core import limits
 from echomq_http.core.errors import BodyTimeout, InvalidRequest
 from echomq_http.ui.csrf import CSRF_FIELD, check_csrf

@@ -15,15 +15,8 @@ from litestar import Request, get
 from litestar.datastructures import State
 from litestar.response import Stream
 
-from echomq_http.api.routes import (
-    events_of,
-    path_queue,
-    query_int,
-    query_name,
-    queues_of,
-    sse_response,
-    sse_stream,
-)
+from echomq_http.api.http import events_of, path_queue, query_int, query_name, queues_of, sse_stream
+from echomq_http.api.inspection import sse_response
 from echomq_http.runtime.event_feeds import KEEPALIVE_FRAME, SSE_RETRY_MS, EventHub, Subscriber
 from echomq_http.ui.access import reader_of, viewer_of
 from echomq_http.ui.pages import MAX_OVERVIEW_PAGE, OVERVIEW_PAGE, QUEUE_PAGE, UI

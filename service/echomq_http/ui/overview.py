@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from echomq_http.api.schemas import HistoryMinute, QueueView
+from echomq_http.api.schemas.inspection import HistoryMinute, QueueView
 from echomq_http.core.queue import JobQueues
 
 HOUR_MINUTES = 60

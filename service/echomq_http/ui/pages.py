@@ -12,16 +12,10 @@ from litestar.datastructures import State
 from litestar.response import Template
 
 from echomq_http.api.auth import Action
-from echomq_http.api.routes import (
-    JOB_STATES,
-    checked_name,
-    path_queue,
-    query_int,
-    query_name,
-    queues_of,
-    schedules_of,
-)
-from echomq_http.api.schemas import JobView, is_name
+from echomq_http.api.http import checked_name, path_queue, query_int, query_name, queues_of, schedules_of
+from echomq_http.api.inspection import JOB_STATES
+from echomq_http.api.schemas.common import is_name
+from echomq_http.api.schemas.jobs import JobView
 from echomq_http.core import limits
 from echomq_http.core.errors import InvalidRequest, JobNotFound
 from echomq_http.core.queue import SEARCH_STATES, JobQueues
