@@ -17,7 +17,7 @@ Without EMQ_REDIS_URL it starts an embedded Valkey server that keeps its data in
 one instance owns a data dir, and a second one on the same dir is refused."""
 
 SETTINGS = """\
-settings (environment variables; the full list is in the README's Configuration):
+settings (environment variables; the full list is in docs/configuration.md):
   HOST, PORT              where to listen (127.0.0.1, 8080)
   EMQ_REDIS_URL           Redis/Valkey to use (redis://, rediss://, unix://, redis+sentinel://);
                           unset: the embedded Valkey

@@ -1,4 +1,4 @@
-"""A worker name belongs to one token (README, Security, "Worker names"): with tokens configured,
+"""A worker name belongs to one token (docs/security.md, "Worker names"): with tokens configured,
 no other worker token can lease in its name, renew or end its session, replay its lease requests
 or renew its leases while its leases or session last; an admin token may act for any worker."""
 

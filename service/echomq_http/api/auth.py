@@ -1,4 +1,4 @@
-"""Bearer tokens: who may do what to which queues (README, Security).
+"""Bearer tokens: who may do what to which queues (docs/security.md).
 
 Entries are ``ROLE:TOKEN`` or ``ROLE:TOKEN:PATTERN|PATTERN...`` (shell-style globs of queue
 names). Tokens are kept only as SHA-256 digests and compared in constant time against every

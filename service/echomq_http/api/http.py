@@ -219,7 +219,7 @@ def grant_of(request: Request[Any, Any, State]) -> Grant | None:
 
 
 def worker_owner(request: Request[Any, Any, State]) -> str:
-    """The id a worker name is claimed and checked with (README, Security, "Worker names"): the
+    """The id a worker name is claimed and checked with (docs/security.md, "Worker names"): the
     token's, "" without tokens or for an admin token (no check, no claim)."""
     grant = grant_of(request)
     return "" if grant is None else grant.worker_owner

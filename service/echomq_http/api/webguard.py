@@ -1,4 +1,4 @@
-"""What the service refuses from any web page, with tokens or without (README, Security).
+"""What the service refuses from any web page, with tokens or without (docs/security.md).
 
 A browser lets any site send the service two kinds of request without asking it first (no CORS
 preflight): a "simple" POST, whose body is a form, text/plain, or bytes of no declared type (an

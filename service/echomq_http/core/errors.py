@@ -18,7 +18,7 @@ class ScriptCode(IntEnum):
     SCHEDULE_NOT_FOUND = -5
     SCHEDULE_MOVED = -6  # put-schedule-11.lua: the schedule changed since it was read (not an error)
     NOT_DELAYED = -7
-    WORKER_OWNED = -8  # the worker name belongs to another token (README, Security, "Worker names")
+    WORKER_OWNED = -8  # the worker name belongs to another token (docs/security.md, "Worker names")
     NEW_QUEUE = -9  # enqueue-11.lua: the queue has no keys yet, so it is admitted first (not an error)
     TOO_MANY_QUEUES = -10  # admit-queue-1.lua: the registry holds EMQ_MAX_QUEUES queues already
 

@@ -32,7 +32,7 @@ HELD_SUFFIX = ":held"  # ZSET: id -> fence of the jobs a worker holds (so: by le
 # expires_at, ttl_ms, info (JSON object text); lapsed_fence while a lapse is being swept
 SESSION_SUFFIX = ":session"
 # STRING "<token id>" with a PX TTL: the token a worker name belongs to while it may hold leases
-# or a session it made (lua/include/common.lua claim_worker; README, Security, "Worker names")
+# or a session it made (lua/include/common.lua claim_worker; docs/security.md)
 OWNER_SUFFIX = ":owner"
 # STRING "<id> <lease_id> ..." with a PX TTL: what one lease request leased, under
 # "<worker>:<request_id>:req" (three segments: never a job's or a worker's key)
