@@ -7,7 +7,7 @@ import json
 import secrets
 
 from echomq_http.core.errors import ScriptCode
-from echomq_http.core.queue import NEW_QUEUE_ARG
+from echomq_http.core.bindings import NEW_QUEUE_ARG
 from echomq_http.store.keys import QUEUE_REGISTRY
 
 

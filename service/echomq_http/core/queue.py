@@ -26,13 +26,11 @@ from redis.asyncio.cluster import RedisCluster
 from echomq_http import config
 from echomq_http.api.schemas.common import DelayReason
 from echomq_http.api.schemas.inspection import (
-    Counts,
     GroupView,
     HistoryMinute,
     LedgerEntry,
     QueueView,
     WorkerHoldings,
-    WorkerSession,
 )
 from echomq_http.api.schemas.jobs import (
     CancelResponse,
@@ -53,6 +51,36 @@ from echomq_http.api.schemas.working import (
     SessionHeartbeatResponse,
 )
 from echomq_http.core import cursors, limits
+from echomq_http.core.bindings import (
+    READ_ONLY_OPERATIONS,
+    Ack,
+    Acked,
+    AckLease,
+    Cancel,
+    Enqueue,
+    Fail,
+    FailedPage,
+    Groups,
+    Heartbeat,
+    Job,
+    Lease,
+    Leased,
+    Ledger,
+    ListJobs,
+    QueueCounts,
+    Redrive,
+    Release,
+    ReleaseWorker,
+    Renewed,
+    ScriptJob,
+    SearchJobs,
+    Session,
+    Sweep,
+    Workers,
+    number,
+    refused,
+    text,
+)
 from echomq_http.core.errors import JobActive, ScriptCode, problem_code_of, raise_for_code
 from echomq_http.core.leasing import LeaseAsk, Leases, LeasesNotConfirmed
 from echomq_http.observability.telemetry import Telemetry
@@ -61,29 +89,6 @@ from echomq_http.store.due_index import DueIndex
 from echomq_http.store.keys import QUEUE_REGISTRY, QueueKeys, keys_of
 from echomq_http.store.scripts import Scripts, WriteNotConfirmed, retention_placeholders
 
-_LEASED_JOB_FIELDS = 10
-_ACK_REPLY_FIELDS = 2
-_HEARTBEAT_REPLY_FIELDS = 3
-_LEDGER_ENTRY_FIELDS = 5
-_ENQUEUE_REPLY_FIELDS = 3
-_NO_RESULT = b""
-READ_ONLY_OPERATIONS = frozenset(
-    {
-        "counts",
-        "ledger",
-        "workers",
-        "failed-page",
-        "job",
-        "list-jobs",
-        "groups",
-        "due-schedules",
-        "schedules",
-        "schedule",
-        "search-jobs",
-    }
-)
-_GROUP_REPLY_FIELDS = 4
-RELEASED_AS_CANCELLED = 3  # release-11.lua: the job ended cancelled (its cancellation was requested)
 FINAL_STATES = frozenset({"completed", "failed", "cancelled"})
 
 # Steps of the long operations (operator release, redrive of all, queue deletion): each one
@@ -92,35 +97,11 @@ RELEASE_STEP = 250  # ~12 ms a step on a slow 2-core VM at 100,000 in flight (do
 REDRIVE_STEP = 1000
 DELETE_STEP = 1000
 REQUEST_SCAN_COUNT = 1000  # keys one SCAN call looks at when a deleted queue's requests are found
-NEW_QUEUE_ARG = "new"  # enqueue-11.lua: a queue with no keys yet is refused, to be admitted first
 
 
 def new_job_id() -> str:
     """A server-chosen id: random, so it can never take an id a client has used or will use."""
     return os.urandom(limits.GENERATED_ID_BYTES).hex()
-
-
-def _lease_args(ask: LeaseAsk) -> tuple[object, ...]:
-    """The lease script's arguments after the prefix, up to the owner: a lease id per job it
-    may lease, and how long the request's record is kept."""
-    lease_ids = os.urandom(limits.LEASE_ID_BYTES * ask.max_jobs).hex()
-    return (ask.worker, ask.lease_ms, ask.max_jobs, lease_ids, ask.request_id, ask.record_ttl_ms)
-
-
-def _refused(reply: list[Any], worker: str) -> None:
-    """A script that acts for a worker answers its code alone when the worker name belongs to
-    another token (lua/include/common.lua claim_worker): raised here."""
-    if len(reply) == 1:
-        raise_for_code(reply[0], worker)
-
-
-def _ack_args(acks: Sequence[tuple[str, str, Raw | UnsetType]]) -> tuple[bytes, list[bytes]]:
-    """The ack scripts' arguments: [id, lease_id] pairs as JSON, and each result ("" for none)."""
-    pairs = [(job_id, lease_id) for job_id, lease_id, _ in acks]
-    return _encode(pairs), [_NO_RESULT if result is UNSET else bytes(result) for _, _, result in acks]
-
-
-# An ack's lease_next, as the lease script takes it: worker, lease_ms, max_jobs, request id.
 
 
 def _ack_results(acks: Sequence[AckItem], codes: Sequence[int]) -> list[AckItemResult]:
@@ -132,42 +113,7 @@ def _ack_results(acks: Sequence[AckItem], codes: Sequence[int]) -> list[AckItemR
     ]
 
 
-class ScriptJob(msgspec.Struct, omit_defaults=True):
-    """One job's options as include/store.lua reads them: enqueue's jobs (with their ids), and
-    the job a schedule's runs make (no id: each run's is made then)."""
-
-    name: str
-    priority: int
-    delay_ms: int
-    max_attempts: int
-    backoff_type: str
-    backoff_ms: int
-    id: str = ""
-    traceparent: str | None = None
-    group: str | None = None
-
-
-class _FailOptions(msgspec.Struct, omit_defaults=True):
-    retry: bool
-    retry_after_ms: int | None = None
-
-
 _encode = msgspec.json.encode
-
-
-def _text(value: bytes | None) -> str | None:
-    return None if value is None else value.decode()
-
-
-def _int(value: bytes | None) -> int | None:
-    return None if value is None else int(value)
-
-
-def _compact(value: Raw | UnsetType) -> str:
-    """JSON text without layout (a progress is one line of an event), or "" for none."""
-    if value is UNSET:
-        return ""
-    return _encode(msgspec.json.decode(value)).decode()  # type: ignore[arg-type]
 
 
 SEARCH_STATES = ("failed", "completed", "cancelled", "delayed")  # lua/search-jobs-11.lua
@@ -199,46 +145,27 @@ def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
     return JobView(
         id=job_id,
         queue=queue,
-        name=_text(name),
+        name=text(name),
         state=fields[b"state"].decode(),  # type: ignore[arg-type]
         payload=Raw(fields[b"payload"]),
         result=None if result is None else Raw(result),
-        error=_text(fields.get(b"error")),
+        error=text(fields.get(b"error")),
         attempt=attempt,
         max_attempts=int(fields.get(b"max_attempts", limits.DEFAULT_MAX_ATTEMPTS)),
         priority=int(fields.get(b"priority", 0)),
         created_at=created_at,
         updated_at=int(fields.get(b"updated_at", created_at)),
-        worker=_text(fields.get(b"worker")) if active else None,
-        lease_expires_at=_int(fields.get(b"lease_expires_at")) if active else None,
+        worker=text(fields.get(b"worker")) if active else None,
+        lease_expires_at=number(fields.get(b"lease_expires_at")) if active else None,
         progress=None if progress is None else Raw(progress),
         cancel_requested=b"cancel_requested" in fields,
-        group=_text(fields.get(b"group")),
+        group=text(fields.get(b"group")),
         stalls=int(fields.get(b"stalls", 0)),
-        schedule=_text(fields.get(b"schedule")),
-        finished_at=_int(fields.get(b"finished_at")),
-        run_at=_int(fields.get(b"run_at")) if delayed else None,
+        schedule=text(fields.get(b"schedule")),
+        finished_at=number(fields.get(b"finished_at")),
+        run_at=number(fields.get(b"run_at")) if delayed else None,
         delay_reason=delay_reason(attempt) if delayed else None,
     )
-
-
-def _session(fields: list[Any]) -> WorkerSession | None:
-    """A session as lua/workers-11.lua answers it ([] when the worker has no live session)."""
-    if not fields:
-        return None
-    state, started_at, last_seen_at, expires_at, info = fields
-    return WorkerSession(
-        state=state.decode(),
-        started_at=started_at,
-        last_seen_at=last_seen_at,
-        expires_at=expires_at,
-        info=None if info is None else Raw(info),
-    )
-
-
-def _sized_ids(listing: list[Any]) -> list[tuple[str, int]]:
-    """A listing script's flat {id, payload bytes, ...} as (id, bytes) pairs."""
-    return [(job_id.decode(), size) for job_id, size in zip(listing[::2], listing[1::2], strict=True)]
 
 
 def _outcome(reply: Any) -> dict[str, Any]:
@@ -279,7 +206,7 @@ class _ScriptSettings(msgspec.Struct, omit_defaults=True):
 
 def settings_of(values: Sequence[bytes | None]) -> QueueSettings:
     """A queue's settings from its META fields (SETTINGS_FIELDS' order; absent = default)."""
-    found = dict(zip(SETTINGS_FIELDS, (_int(value) for value in values), strict=True))
+    found = dict(zip(SETTINGS_FIELDS, (number(value) for value in values), strict=True))
     rate_max, rate_per_ms = found["rate_max"], found["rate_per_ms"]
     rate = None if rate_max is None or rate_per_ms is None else RateLimit(max=rate_max, per_ms=rate_per_ms)
     return QueueSettings(
@@ -427,39 +354,31 @@ class JobQueues:
             for job in jobs
         ]
         payloads = [bytes(job.payload) for job in jobs]
-        encoded = _encode(options)
         # A queue that has keys is listed: one call. A new one is refused by the script (nothing
         # stored), admitted within the cap, and then started by a second call.
-        first_of_queue, *reply = await self._call("enqueue", queue, encoded, *payloads, NEW_QUEUE_ARG)
+        first_of_queue, stored = Enqueue.reply(
+            await self._call("enqueue", queue, *Enqueue.args(options, payloads, new_queue_refused=True))
+        )
         if first_of_queue == ScriptCode.NEW_QUEUE:
             await self._admit(queue)
-            first_of_queue, *reply = await self._call("enqueue", queue, encoded, *payloads)
+            first_of_queue, stored = Enqueue.reply(
+                await self._call("enqueue", queue, *Enqueue.args(options, payloads, new_queue_refused=False))
+            )
             if first_of_queue:
                 # Listed again now, after the script, so that a deletion of the queue that ran
                 # since its admission cannot leave it out of the registry (delete_queue checks
                 # the queue is still empty after removing its entry).
                 await self._register(queue)
         answers = []
-        for job, job_options, i in zip(
-            jobs, options, range(0, len(reply), _ENQUEUE_REPLY_FIELDS), strict=True
-        ):
+        for job, job_options, one in zip(jobs, options, stored, strict=True):
             if job.id is None:
                 # An id the service made is new by construction: a re-sent call (which finds
                 # the job its first run stored) answers what the first run did.
                 state = "delayed" if job_options.delay_ms > 0 else "waiting"
                 answers.append(EnqueueResponse(id=job_options.id, queue=queue, state=state, created=True))
             else:
-                answers.append(
-                    EnqueueResponse(
-                        id=reply[i].decode(),
-                        queue=queue,
-                        state=reply[i + 1].decode(),
-                        created=reply[i + 2] == 1,
-                    )
-                )
-        self.telemetry.record_enqueued(
-            queue, sum(reply[i + 2] == 1 for i in range(0, len(reply), _ENQUEUE_REPLY_FIELDS))
-        )
+                answers.append(EnqueueResponse(id=one.id, queue=queue, state=one.state, created=one.created))  # type: ignore[arg-type]
+        self.telemetry.record_enqueued(queue, sum(one.created for one in stored))
         return answers
 
     async def lease(
@@ -475,20 +394,18 @@ class JobQueues:
         WorkerOwned when the worker name belongs to another token than ask.owner;
         LeasesNotConfirmed, with the jobs, when no replica confirmed the write (durable mode)."""
         try:
-            reply = await self._call("lease", queue, *_lease_args(ask), ask.owner)
+            reply = await self._call("lease", queue, *Lease.args(ask))
         except WriteNotConfirmed as unconfirmed:
             raise self._unconfirmed(queue, unconfirmed, 0) from None
-        _refused(reply, ask.worker)
-        leases = self._leased_jobs(queue, reply)
-        self.telemetry.record_leased(queue, len(leases.jobs))
-        return leases
+        refused(reply, ask.worker)
+        return self._leased(queue, Lease.reply(queue, reply))
 
     def _unconfirmed(self, queue: str, unconfirmed: WriteNotConfirmed, skip: int) -> LeasesNotConfirmed:
         """The jobs an unconfirmed lease write leased: its reply after skip entries (a reply of
-        one entry is a refusal, _refused: nothing was leased)."""
+        one entry is a refusal: nothing was leased)."""
         reply = unconfirmed.reply if isinstance(unconfirmed.reply, list) else []
         lease_reply = reply[skip:]
-        jobs = self._leased_jobs(queue, lease_reply).jobs if len(lease_reply) > 1 else []
+        jobs = Lease.reply(queue, lease_reply).jobs if len(lease_reply) > 1 else []
         return LeasesNotConfirmed(unconfirmed, jobs)
 
     async def _ack_and_lease(
@@ -504,43 +421,21 @@ class JobQueues:
         each ack's code, and the jobs leased (None when it did not lease: only_if_all_taken and
         an ack was refused). WorkerOwned, nothing acked, when the lease's worker name belongs to
         another token than ask.owner's; LeasesNotConfirmed as lease_answer."""
-        pairs, results = _ack_args(acks)
-        condition = b"1" if only_if_all_taken else b"0"
-        split = len(acks) * _ACK_REPLY_FIELDS
         try:
             reply = await self._call(
-                "ack-lease", queue, pairs, *_lease_args(ask), condition, ask.owner, *results, job_id=job_id
+                "ack-lease", queue, *AckLease.args(acks, ask, only_if_all_taken), job_id=job_id
             )
         except WriteNotConfirmed as unconfirmed:
-            raise self._unconfirmed(queue, unconfirmed, split) from None
-        _refused(reply, ask.worker)
-        codes = self._completed(queue, reply[:split])
-        if len(reply) == split:
-            return codes, None
-        leases = self._leased_jobs(queue, reply[split:])
-        self.telemetry.record_leased(queue, len(leases.jobs))
-        return codes, leases
+            raise self._unconfirmed(queue, unconfirmed, AckLease.split(len(acks))) from None
+        refused(reply, ask.worker)
+        acked, leased = AckLease.reply(queue, len(acks), reply)
+        codes = self._completed(queue, acked)
+        return codes, None if leased is None else self._leased(queue, leased)
 
-    def _leased_jobs(self, queue: str, reply: list[Any]) -> Leases:
-        stale, retry_after_ms, *fields = reply
-        self.telemetry.record_stale(queue, stale)
-        jobs = [
-            LeasedJob(
-                id=fields[i].decode(),
-                queue=queue,
-                name=_text(fields[i + 1]) or None,
-                payload=Raw(fields[i + 2]),
-                attempt=fields[i + 3],
-                max_attempts=fields[i + 4],
-                lease_id=fields[i + 5].decode(),
-                lease_expires_at=fields[i + 6],
-                fence=fields[i + 7],
-                enqueued_at=fields[i + 8],
-                traceparent=_text(fields[i + 9]),
-            )
-            for i in range(0, len(fields), _LEASED_JOB_FIELDS)
-        ]
-        return Leases(jobs, retry_after_ms)
+    def _leased(self, queue: str, leased: Leased) -> Leases:
+        self.telemetry.record_stale(queue, leased.stale)
+        self.telemetry.record_leased(queue, len(leased.jobs))
+        return Leases(leased.jobs, leased.retry_after_ms)
 
     async def _renewals(
         self,
@@ -548,16 +443,11 @@ class JobQueues:
         leases: Sequence[tuple[str, str, int | None, Raw | UnsetType]],
         job_id: str | None = None,
         owner: str = "",
-    ) -> list[tuple[int, int, int]]:
-        """(code, new lease_expires_at, cancel requested) per (id, lease id, lease_ms, progress)
-        given, in order; owner: the calling token's id ("" for none)."""
-        entries = [
-            (lease_job, lease_id, lease_ms or 0, _compact(progress))
-            for lease_job, lease_id, lease_ms, progress in leases
-        ]
-        reply = await self._call("heartbeat", queue, _encode(entries), owner, job_id=job_id)
-        step = _HEARTBEAT_REPLY_FIELDS
-        return list(zip(reply[::step], reply[1::step], reply[2::step], strict=True))
+    ) -> list[Renewed]:
+        """What became of each lease given, in order; owner: the calling token's id ("" for none)."""
+        return Heartbeat.reply(
+            await self._call("heartbeat", queue, *Heartbeat.args(leases, owner), job_id=job_id)
+        )
 
     async def heartbeat(
         self,
@@ -568,12 +458,15 @@ class JobQueues:
         progress: Raw | UnsetType = UNSET,
         owner: str = "",
     ) -> HeartbeatResponse:
-        ((code, expires_at, cancel),) = await self._renewals(
+        (renewed,) = await self._renewals(
             queue, [(job_id, lease_id, lease_ms, progress)], job_id=job_id, owner=owner
         )
-        raise_for_code(code, job_id)
+        raise_for_code(renewed.code, job_id)
         return HeartbeatResponse(
-            id=job_id, lease_id=lease_id, lease_expires_at=expires_at, cancel_requested=cancel == 1
+            id=job_id,
+            lease_id=lease_id,
+            lease_expires_at=renewed.lease_expires_at,
+            cancel_requested=renewed.cancel_requested,
         )
 
     async def heartbeat_many(
@@ -587,28 +480,27 @@ class JobQueues:
                 id=item.id,
                 ok=True,
                 lease_id=item.lease_id,
-                lease_expires_at=expires_at,
-                cancel_requested=cancel == 1,
+                lease_expires_at=renewed.lease_expires_at,
+                cancel_requested=renewed.cancel_requested,
             )
-            if code > 0
-            else HeartbeatItemResult(id=item.id, ok=False, code=problem_code_of(code))  # type: ignore[arg-type]
-            for item, (code, expires_at, cancel) in zip(leases, renewals, strict=True)
+            if renewed.code > 0
+            else HeartbeatItemResult(id=item.id, ok=False, code=problem_code_of(renewed.code))  # type: ignore[arg-type]
+            for item, renewed in zip(leases, renewals, strict=True)
         ]
 
     async def _ack_codes(
         self, queue: str, acks: Sequence[tuple[str, str, Raw | UnsetType]], job_id: str | None = None
     ) -> list[int]:
-        pairs, results = _ack_args(acks)
-        reply = await self._call("ack", queue, pairs, *results, job_id=job_id)
-        return self._completed(queue, reply)
-
-    def _completed(self, queue: str, ack_reply: list[Any]) -> list[int]:
-        """The ack script's codes, its completions counted."""
-        codes, held_ms = ack_reply[::_ACK_REPLY_FIELDS], ack_reply[1::_ACK_REPLY_FIELDS]
-        self.telemetry.record_completed(
-            queue, (ms for code, ms in zip(codes, held_ms, strict=True) if code == 1)
+        return self._completed(
+            queue, Ack.reply(await self._call("ack", queue, *Ack.args(acks), job_id=job_id))
         )
-        return codes
+
+    def _completed(self, queue: str, acked: Acked) -> list[int]:
+        """The acks' codes, their completions counted."""
+        self.telemetry.record_completed(
+            queue, (ms for code, ms in zip(acked.codes, acked.held_ms, strict=True) if code == 1)
+        )
+        return acked.codes
 
     async def ack_one(self, queue: str, job_id: str, lease_id: str, result: Raw | UnsetType) -> None:
         (code,) = await self._ack_codes(queue, [(job_id, lease_id, result)], job_id=job_id)
@@ -651,27 +543,27 @@ class JobQueues:
         retry: bool,
         retry_after_ms: int | None,
     ) -> FailResponse:
-        options = _encode(_FailOptions(retry=retry, retry_after_ms=retry_after_ms))
-        reply = await self._call("fail", queue, job_id, lease_id, options, error, job_id=job_id)
-        raise_for_code(reply[0], job_id)
-        state = reply[1].decode()
+        args = Fail.args(job_id, lease_id, error, retry, retry_after_ms)
+        state, attempt = Fail.reply(job_id, await self._call("fail", queue, *args, job_id=job_id))
         if state != "cancelled":
             self.telemetry.record_failed(queue, state)
-        return FailResponse(id=job_id, state=state, attempt=reply[2])  # type: ignore[arg-type]
+        return FailResponse(id=job_id, state=state, attempt=attempt)  # type: ignore[arg-type]
 
     async def release(self, queue: str, job_id: str, lease_id: str) -> str:
         """The job's state after the release: waiting, or cancelled (its cancellation was requested)."""
-        (code,) = await self._call("release", queue, _encode([(job_id, lease_id)]), job_id=job_id)
+        (code,) = Release.reply(
+            await self._call("release", queue, *Release.args([(job_id, lease_id)]), job_id=job_id)
+        )
         raise_for_code(code, job_id)
-        return "cancelled" if code == RELEASED_AS_CANCELLED else "waiting"
+        return "cancelled" if code == Release.AS_CANCELLED else "waiting"
 
     async def give_back(self, queue: str, jobs: Sequence[LeasedJob], worker: str, request_id: str) -> None:
         """The jobs a lease request leased, whose answer never reached its client, back to
         waiting, unspent, and the request forgotten so that a retry of it leases anew; in one
         call, which leaves them leased if a retry of the request was answered them meanwhile."""
         if jobs:
-            pairs = _encode([(job.id, job.lease_id) for job in jobs])
-            await self._call("release", queue, pairs, worker, request_id)
+            leases = [(job.id, job.lease_id) for job in jobs]
+            await self._call("release", queue, *Release.args(leases, worker, request_id))
 
     async def release_worker(
         self, queue: str, worker: str, end_session: bool = False, owner: str = ""
@@ -683,16 +575,13 @@ class JobQueues:
         steps: list[list[str]] = []
         bound: bytes | str = ""
         offset = 0
-        ending = "1" if end_session else "0"
         while True:
-            reply = await self._call(
-                "release-worker", queue, worker, bound, RELEASE_STEP, offset, ending, owner
-            )
-            _refused(reply, worker)
-            bound, more, stale, offset, *released = reply
-            self.telemetry.record_stale(queue, stale)
-            steps.append([job_id.decode() for job_id in released])
-            if not more:
+            args = ReleaseWorker.args(worker, bound, RELEASE_STEP, offset, end_session, owner)
+            step = ReleaseWorker.reply(worker, await self._call("release-worker", queue, *args))
+            self.telemetry.record_stale(queue, step.stale)
+            steps.append(step.released)
+            bound, offset = step.bound, step.offset
+            if not step.more:
                 break
         return [job_id for step in reversed(steps) for job_id in step]
 
@@ -701,10 +590,9 @@ class JobQueues:
     ) -> SessionHeartbeatResponse:
         """Start or renew the worker's session (lua/session-11.lua); owner: the calling token's
         id ("" for none): WorkerOwned when the worker name belongs to another token."""
-        reply = await self._call("session", queue, worker, ttl_ms, _compact(info), owner)
-        _refused(reply, worker)
-        expires_at, state = reply
-        return SessionHeartbeatResponse(worker=worker, session_expires_at=expires_at, state=state.decode())
+        reply = await self._call("session", queue, *Session.args(worker, ttl_ms, info, owner))
+        expires_at, state = Session.reply(worker, reply)
+        return SessionHeartbeatResponse(worker=worker, session_expires_at=expires_at, state=state)  # type: ignore[arg-type]
 
     async def quiet(self, queue: str, worker: str) -> None:
         """The worker's live session turns quiet; NoSession when it has none."""
@@ -769,10 +657,8 @@ class JobQueues:
 
     async def cancel(self, queue: str, job_id: str, reason: str | None) -> CancelResponse:
         reply = await self._call("cancel", queue, job_id, reason or "", job_id=job_id)
-        if isinstance(reply, int):
-            raise_for_code(reply, job_id)
-        state, requested = reply
-        return CancelResponse(id=job_id, state=state.decode(), cancel_requested=requested == 1)  # type: ignore[arg-type]
+        state, requested = Cancel.reply(job_id, reply)
+        return CancelResponse(id=job_id, state=state, cancel_requested=requested)  # type: ignore[arg-type]
 
     async def promote(self, queue: str, job_id: str) -> PromoteResponse:
         """A delayed job becomes waiting now (lua/promote-11.lua); NotDelayed when it is in
@@ -783,20 +669,16 @@ class JobQueues:
     async def job_and_position(self, queue: str, job_id: str) -> tuple[JobView | None, int]:
         """The job (None when there is none) and the number of the queue's last event, read in
         one step: every event after that number happened after this view of the job."""
-        position, *flat = await self._call("job", queue, job_id, job_id=job_id)
-        if not flat:
-            return None, int(position)
-        fields = dict(zip(flat[::2], flat[1::2], strict=True))
-        return job_view(queue, job_id, fields), int(position)
+        read = Job.reply(await self._call("job", queue, job_id, job_id=job_id))
+        return (None if read.fields is None else job_view(queue, job_id, read.fields)), read.position
 
     async def job_details(self, queue: str, job_id: str) -> tuple[JobView | None, int | None, int]:
         """The job (None: there is none), the fence of its last lease (None: never leased) and
         the number of the queue's last event, read in one step (lua/job-11.lua)."""
-        position, *flat = await self._call("job", queue, job_id, job_id=job_id)
-        if not flat:
-            return None, None, int(position)
-        fields = dict(zip(flat[::2], flat[1::2], strict=True))
-        return job_view(queue, job_id, fields), _int(fields.get(b"fence")), int(position)
+        read = Job.reply(await self._call("job", queue, job_id, job_id=job_id))
+        if read.fields is None:
+            return None, None, read.position
+        return job_view(queue, job_id, read.fields), number(read.fields.get(b"fence")), read.position
 
     async def history(self, queue: str, minutes: int) -> list[HistoryMinute]:
         """Per-minute counts of the last `minutes` minutes (the last one the current), from the
@@ -819,10 +701,10 @@ class JobQueues:
         """One bounded step of a search for text in the payloads and errors of a state's jobs
         (lua/search-jobs-11.lua): the ids that hold it, where the next step starts, and how many
         entries the state holds (the scan is done when the next step would start there)."""
-        next_offset, total, *ids = await self._call(
+        reply = await self._call(
             "search-jobs", queue, state, text.translate(_ASCII_LOWER), offset, budget, limit
         )
-        return [job_id.decode() for job_id in ids], next_offset, total
+        return SearchJobs.reply(reply)
 
     async def recent_events(
         self, queue: str, before: int | None, count: int
@@ -878,13 +760,14 @@ class JobQueues:
         if ids is not None:
             if not ids:
                 return []
-            _, _, *redriven = await self._call("redrive", queue, _encode(list(ids)), 0, "")
-            return [job_id.decode() for job_id in redriven]
+            _, _, redriven = Redrive.reply(await self._call("redrive", queue, *Redrive.args(ids, 0, "")))
+            return redriven
         redriven_all: list[str] = []
         bound: bytes | str = ""
         while True:
-            bound, read, *redriven = await self._call("redrive", queue, b"[]", REDRIVE_STEP, bound)
-            redriven_all.extend(job_id.decode() for job_id in redriven)
+            reply = await self._call("redrive", queue, *Redrive.args(None, REDRIVE_STEP, bound))
+            bound, read, redriven = Redrive.reply(reply)
+            redriven_all.extend(redriven)
             if read < REDRIVE_STEP:
                 return redriven_all
 
@@ -896,25 +779,12 @@ class JobQueues:
     async def groups(self, queue: str, after: str | None, limit: int) -> tuple[list[GroupView], str | None]:
         """A page of the queue's groups by name after `after` (None: from the first), and the
         next page's cursor (the page's last group; None on the last page)."""
-        queue_cap, more, *flat = await self._call("groups", queue, after or "", limit)
-        default = int(queue_cap) if queue_cap else None
-        views = []
-        for i in range(0, len(flat), _GROUP_REPLY_FIELDS):
-            own = int(flat[i + 3]) if flat[i + 3] else None
-            views.append(
-                GroupView(
-                    group=flat[i].decode(),
-                    waiting=flat[i + 1],
-                    active=flat[i + 2],
-                    max_in_flight=own,
-                    effective_max_in_flight=own if own is not None else default,
-                )
-            )
+        views, more = Groups.reply(await self._call("groups", queue, after or "", limit))
         return views, views[-1].group if more and views else None
 
     async def queue_view(self, queue: str) -> QueueView:
-        paused, *counts = await self._call("counts", queue)
-        return QueueView(name=queue, paused=paused == 1, counts=Counts(*counts))
+        paused, counts = QueueCounts.reply(await self._call("counts", queue))
+        return QueueView(name=queue, paused=paused, counts=counts)
 
     async def queue_names(self) -> list[str]:
         """Every registered queue, by name: at most EMQ_MAX_QUEUES (one SMEMBERS)."""
@@ -940,26 +810,10 @@ class JobQueues:
         return page, page[-1] if start + limit < len(names) else None
 
     async def ledger(self, queue: str, worker: str | None, offset: int, limit: int) -> list[LedgerEntry]:
-        reply = await self._call("ledger", queue, offset, limit, worker or "")
-        return [
-            LedgerEntry(
-                id=reply[i].decode(),
-                worker=reply[i + 1].decode(),
-                attempt=int(reply[i + 2]),
-                leased_at=int(reply[i + 3]),
-                lease_expires_at=int(reply[i + 4]),
-            )
-            for i in range(0, len(reply), _LEDGER_ENTRY_FIELDS)
-        ]
+        return Ledger.reply(await self._call("ledger", queue, offset, limit, worker or ""))
 
     async def workers(self, queue: str) -> list[WorkerHoldings]:
-        reply = await self._call("workers", queue)
-        return [
-            WorkerHoldings(
-                worker=worker.decode(), jobs=[job_id.decode() for job_id in ids], session=_session(session)
-            )
-            for worker, ids, session in reply
-        ]
+        return Workers.reply(await self._call("workers", queue))
 
     async def failed_page(
         self, queue: str, offset: int, limit: int
@@ -967,8 +821,8 @@ class JobQueues:
         """The page's jobs, chunk by chunk as the caller iterates, and the total. The ids (and
         payload sizes) come from one short script call; the hashes from chunked reads
         (echomq_http.store.chunked_read), so a page of large jobs never holds anything for long."""
-        total, *listing = await self._call("failed-page", queue, offset, limit)
-        return self._jobs_still_in(queue, "failed", _sized_ids(listing)), total
+        listing, total = FailedPage.reply(await self._call("failed-page", queue, offset, limit))
+        return self._jobs_still_in(queue, "failed", listing), total
 
     async def list_jobs(
         self, queue: str, state: str, limit: int, cursor: str | None
@@ -978,8 +832,8 @@ class JobQueues:
         ids come from one bounded script call (lua/list-jobs-11.lua), the hashes as for
         failed_page. A malformed cursor, or one of another state, is an InvalidRequest."""
         after = cursors.decode(cursor, state) if cursor is not None else [""]
-        listing, script_cursor = await self._call("list-jobs", queue, state, limit, *after)
-        return self._jobs_still_in(queue, state, _sized_ids(listing)), cursors.encode(state, script_cursor)
+        listing, script_cursor = ListJobs.reply(await self._call("list-jobs", queue, state, limit, *after))
+        return self._jobs_still_in(queue, state, listing), cursors.encode(state, script_cursor)
 
     async def _jobs_still_in(
         self, queue: str, state: str, sized_ids: list[tuple[str, int]]
@@ -1004,12 +858,13 @@ class JobQueues:
         offset = 0
         deadline = time.monotonic() + budget_s
         for _ in range(max_steps):
-            reclaimed, dead, promoted, deleted, more, stale, offset, schedules_due = await self._call(
-                "sweep", queue, self.sweep_batch, offset
+            step = Sweep.reply(await self._call("sweep", queue, self.sweep_batch, offset))
+            report += SweepReport(
+                step.reclaimed, step.dead_lettered, step.promoted, step.deleted, step.schedules_due
             )
-            report += SweepReport(reclaimed, dead, promoted, deleted, schedules_due)
-            self.telemetry.record_sweep(queue, reclaimed, dead)
-            self.telemetry.record_stale(queue, stale)
-            if not more or time.monotonic() > deadline:
+            self.telemetry.record_sweep(queue, step.reclaimed, step.dead_lettered)
+            self.telemetry.record_stale(queue, step.stale)
+            offset = step.offset
+            if not step.more or time.monotonic() > deadline:
                 break
         return report

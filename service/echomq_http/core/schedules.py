@@ -24,8 +24,9 @@ from msgspec import Raw
 from echomq_http.api.schemas.jobs import EnqueueResponse
 from echomq_http.api.schemas.schedules import ScheduleJob, ScheduleRequest, ScheduleView
 from echomq_http.core import limits
+from echomq_http.core.bindings import ScriptJob
 from echomq_http.core.errors import ScriptCode, raise_for_code
-from echomq_http.core.queue import JobQueues, ScriptJob, SweepReport, new_job_id
+from echomq_http.core.queue import JobQueues, SweepReport, new_job_id
 from echomq_http.core.schedule_times import Clock, cron_expression
 
 FIRE_BATCH = 200  # due runs read and fired per script call
