@@ -18,6 +18,7 @@ from uvicorn.config import STARTUP_FAILURE
 
 from echomq_http.config import Settings
 from echomq_http.store.backend import CONFIG_DENIED, UnsuitableServer, check_server, redis_client
+from echomq_http.store.backends import backend_for
 from tests.conftest import ValkeyProcess
 from tests.faultproxy import FaultProxy, fault_proxy
 from tests.launched import launched_service
@@ -60,10 +61,10 @@ def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
 async def test_a_server_that_may_evict_keys_is_refused(private_valkey: ValkeyProcess) -> None:
     client = redis_client(Settings(redis_url=private_valkey.url))
     try:
-        await check_server(client)  # noeviction: accepted
+        await check_server(backend_for(client))  # noeviction: accepted
         await client.config_set("maxmemory-policy", "allkeys-lru")
         with pytest.raises(UnsuitableServer, match="noeviction"):
-            await check_server(client)
+            await check_server(backend_for(client))
     finally:
         await client.aclose()
 
@@ -75,7 +76,7 @@ async def test_an_unreachable_server_is_not_fatal_at_start_up(
     client: Redis = redis_client(Settings(redis_url=private_valkey.url, redis_timeout_s=0.5))
     try:
         with caplog.at_level(logging.WARNING, logger="echomq_http.store.backend"):
-            await check_server(client)  # no exception: the service starts anyway
+            await check_server(backend_for(client))  # no exception: the service starts anyway
     finally:
         await client.aclose()
     # ...and says why it will answer 503 for now, once.
@@ -90,10 +91,10 @@ async def test_servers_older_than_6_2_are_refused(proxy: FaultProxy) -> None:
         for old in ("5.0.14", "6.0.20"):
             proxy.pose_as_redis(old)
             with pytest.raises(UnsuitableServer, match=f"^{re.escape(too_old(old))}$"):
-                await check_server(client)
+                await check_server(backend_for(client))
         for recent in ("6.2.0", "7.0.15"):
             proxy.pose_as_redis(recent)
-            await check_server(client)
+            await check_server(backend_for(client))
     finally:
         await client.aclose()
 
@@ -115,14 +116,14 @@ async def test_a_server_that_persists_nothing_is_warned_about(
     client = redis_client(Settings(redis_url=private_valkey.url))
     try:
         with caplog.at_level(logging.WARNING, logger="echomq_http.store.backend"):
-            await check_server(client)  # the test servers keep no AOF and take no snapshots
+            await check_server(backend_for(client))  # the test servers keep no AOF and take no snapshots
             assert warnings_of(caplog) == [NO_PERSISTENCE]
             await client.config_set("appendonly", "yes")
-            await check_server(client)
+            await check_server(backend_for(client))
             assert warnings_of(caplog) == []
             await client.config_set("appendonly", "no")
             await client.config_set("save", "3600 1")
-            await check_server(client)
+            await check_server(backend_for(client))
             assert warnings_of(caplog) == []
     finally:
         await client.aclose()
@@ -144,7 +145,7 @@ async def test_a_user_denied_config_is_warned_about_and_accepted(
     client = redis_client(Settings(redis_url=no_config_url))
     try:
         with caplog.at_level(logging.WARNING, logger="echomq_http.store.backend"):
-            await check_server(client)
+            await check_server(backend_for(client))
             # It cannot read the snapshot schedule, so it says so instead of "persists nothing".
             assert warnings_of(caplog) == [CONFIG_DENIED]
     finally:
@@ -160,7 +161,7 @@ async def test_a_user_denied_config_is_still_refused_a_server_that_may_evict(
     client = redis_client(Settings(redis_url=no_config_url))
     try:
         with pytest.raises(UnsuitableServer, match="maxmemory-policy is 'allkeys-lru'"):
-            await check_server(client)
+            await check_server(backend_for(client))
     finally:
         await admin.config_set("maxmemory-policy", "noeviction")
         await admin.aclose()

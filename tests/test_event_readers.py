@@ -11,6 +11,7 @@ from redis.exceptions import RedisError
 from echomq_http.config import Settings
 from echomq_http.runtime.event_feeds import EventHub
 from echomq_http.store.backend import redis_client
+from echomq_http.store.backends import backend_for
 from tests.conftest import ValkeyProcess
 
 GONE_WITHIN_S = 1.0
@@ -19,7 +20,7 @@ GONE_WITHIN_S = 1.0
 def hub_of(url: str) -> EventHub:
     client = redis_client(Settings(redis_url=url, redis_timeout_s=1.0))
     return EventHub(
-        client,
+        backend_for(client),
         max_subscribers=10,
         buffer_events=100,
         buffer_bytes=64 * 1024,

@@ -11,8 +11,10 @@ from msgspec import UNSET, Raw
 from redis.asyncio import Redis
 
 from echomq_http.api.schemas.jobs import EnqueueRequest
-from echomq_http.core.queue import READ_ONLY_OPERATIONS, JobQueues
+from echomq_http.core.bindings import READ_ONLY_OPERATIONS
+from echomq_http.core.queue import JobQueues
 from echomq_http.observability.telemetry import Telemetry
+from echomq_http.store.backends import backend_for
 from echomq_http.store.luafunctions import library
 from echomq_http.store.scripts import Scripts, lua_dir, render_parts
 from tests.conftest import ValkeyProcess
@@ -129,7 +131,7 @@ async def test_a_user_who_may_not_call_functions_runs_the_same_scripts_by_evalsh
 
 
 async def test_a_read_only_script_is_a_function_that_writes_nothing() -> None:
-    scripts = Scripts(Redis(), read_only=READ_ONLY_OPERATIONS)
+    scripts = Scripts(backend_for(Redis()), read_only=READ_ONLY_OPERATIONS)
     for operation in scripts.operations:
         text = scripts._scripts[operation].library
         assert ("flags = {'no-writes'}" in text) == (operation in READ_ONLY_OPERATIONS)

@@ -49,9 +49,9 @@ from echomq_http.observability.replica_totals import ReplicaTotals
 from echomq_http.observability.telemetry import Telemetry, http_metrics_middleware
 from echomq_http.runtime.event_feeds import EventHub
 from echomq_http.runtime.sweeper import Sweeper
-from echomq_http.runtime.wakeups import ShardedWakeHub, TooManyWaiters, WakeHub
+from echomq_http.runtime.wakeups import TooManyWaiters, WakeHub
 from echomq_http.store.backend import check_server, close, connect
-from echomq_http.store.scripts import WriteNotConfirmed
+from echomq_http.store.backends import WriteNotConfirmed
 from echomq_http.ui import template_config, ui_handlers
 from echomq_http.ui.pages import UI
 
@@ -300,20 +300,16 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         client = await connect(settings)
-        await check_server(client)
         queues = job_queues(client, settings, telemetry, settings.redis_pool_size)
+        await check_server(queues.backend)
         # The sweep on connections of its own: no load on the request path can make it skip.
         sweep_client = await connect(dataclasses.replace(settings, redis_pool_size=SWEEP_CONNECTIONS))
         sweep_queues = job_queues(sweep_client, settings, telemetry, SWEEP_CONNECTIONS)
-        sweep_queues.due_index = queues.due_index.reading_with(sweep_client)
-        hub = (
-            ShardedWakeHub(client, settings.max_waiters)
-            if isinstance(client, RedisCluster)
-            else WakeHub(client, settings.max_waiters)
-        )
+        sweep_queues.due_index = sweep_queues.backend.due_index(sharing=queues.due_index)
+        hub = queues.backend.wake_hub(settings.max_waiters)
         telemetry.waiters = lambda: hub.waiting
         events = EventHub(
-            client,
+            queues.backend,
             max_subscribers=settings.max_waiters,
             buffer_events=settings.events_buffer,
             buffer_bytes=settings.events_buffer_bytes,

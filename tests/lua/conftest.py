@@ -21,6 +21,7 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
 from echomq_http.core import limits
+from echomq_http.store.backends import backend_for
 from echomq_http.store.keys import DUE_INDEX, QueueKeys
 from echomq_http.store.scripts import Scripts, retention_placeholders
 
@@ -315,7 +316,7 @@ class LuaQueue:
         placeholders = {**retention_placeholders(), **{name: str(value) for name, value in settings.items()}}
         key = tuple(sorted(placeholders.items()))
         if key not in self._variants:
-            self._variants[key] = Scripts(self.redis, placeholders=placeholders)
+            self._variants[key] = Scripts(backend_for(self.redis), placeholders=placeholders)
         return self._variants[key]
 
     async def aclose(self) -> None:
@@ -456,7 +457,7 @@ def decoded_dict(fields: dict[bytes, bytes]) -> dict[str, str]:
 
 @pytest.fixture
 async def scripts(redis_client: Redis) -> AsyncIterator[Scripts]:
-    scripts = Scripts(redis_client)
+    scripts = Scripts(backend_for(redis_client))
     yield scripts
     await scripts.aclose()
 

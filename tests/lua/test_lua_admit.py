@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import secrets
 
-from echomq_http.core.errors import ScriptCode
 from echomq_http.core.bindings import NEW_QUEUE_ARG
+from echomq_http.core.errors import ScriptCode
 from echomq_http.store.keys import QUEUE_REGISTRY
 
 

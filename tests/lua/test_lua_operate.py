@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from echomq_http.core.errors import ScriptCode
+from echomq_http.store.backends import backend_for
 from echomq_http.store.scripts import Scripts, lua_dir
 
 NOT_FOUND, JOB_ACTIVE = ScriptCode.JOB_NOT_FOUND.value, ScriptCode.JOB_ACTIVE.value
@@ -418,14 +419,14 @@ async def test_failed_page_lists_a_dead_letter_whose_hash_is_gone_with_size_0(q)
 
 
 def test_loader_registers_every_script(redis_client):
-    assert Scripts(redis_client).operations == OPERATIONS
+    assert Scripts(backend_for(redis_client)).operations == OPERATIONS
 
 
 @pytest.mark.parametrize("name", ["lease.lua", "lease-x.lua", "Lease-10.lua", "lease-10.txt.lua"])
 def test_loader_rejects_a_file_name_without_the_key_count(redis_client, tmp_path: Path, name: str):
     (tmp_path / name).write_text("return 1\n")
     with pytest.raises(ValueError, match=r"<operation>-<numkeys>\.lua"):
-        Scripts(redis_client, tmp_path)
+        Scripts(backend_for(redis_client), tmp_path)
 
 
 async def test_loader_checks_the_key_count_on_every_call(q, redis_client):
@@ -439,7 +440,7 @@ async def test_loader_checks_the_key_count_on_every_call(q, redis_client):
 
 async def test_loader_reads_the_key_count_from_the_file_name(redis_client, tmp_path: Path):
     (tmp_path / "pair-2.lua").write_text("return {KEYS[1], KEYS[2], ARGV[1]}\n")
-    scripts = Scripts(redis_client, tmp_path)
+    scripts = Scripts(backend_for(redis_client), tmp_path)
     assert scripts.operations == ["pair"]
     try:
         assert await scripts.call("pair", ["{t}k1", "{t}k2"], ["v"]) == [b"{t}k1", b"{t}k2", b"v"]  # one slot

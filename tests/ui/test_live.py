@@ -9,6 +9,7 @@ import secrets
 from echomq_http.config import Settings
 from echomq_http.runtime.event_feeds import EventHub
 from echomq_http.store.backend import connect
+from echomq_http.store.backends import backend_for
 from echomq_http.ui.live import changed_queues
 
 KEEPALIVE_S = 30.0  # longer than the test: the stream is inside its wait when the page leaves
@@ -28,7 +29,7 @@ def readiness_waits(hub: EventHub) -> list[asyncio.Task[object]]:
 async def test_a_page_that_leaves_mid_wait_leaves_no_wait_behind(redis_url: str) -> None:
     client = await connect(Settings(redis_url=redis_url))
     hub = EventHub(
-        client,
+        backend_for(client),
         max_subscribers=10,
         buffer_events=100,
         buffer_bytes=64 * 1024,

@@ -24,7 +24,7 @@ from msgspec import Raw, UnsetType
 from echomq_http.api.schemas.working import AckItem, AckItemResult, LeasedJob
 from echomq_http.core import limits
 from echomq_http.runtime.wakeups import FALLBACK_POLL_S, Waiter, WakeHub
-from echomq_http.store.scripts import WriteNotConfirmed
+from echomq_http.store.backends import WriteNotConfirmed
 
 if TYPE_CHECKING:
     from echomq_http.core.queue import JobQueues

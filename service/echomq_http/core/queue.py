@@ -84,10 +84,10 @@ from echomq_http.core.bindings import (
 from echomq_http.core.errors import JobActive, ScriptCode, problem_code_of, raise_for_code
 from echomq_http.core.leasing import LeaseAsk, Leases, LeasesNotConfirmed
 from echomq_http.observability.telemetry import Telemetry
+from echomq_http.store.backends import WriteNotConfirmed, backend_for
 from echomq_http.store.chunked_read import chunked, read_hashes
-from echomq_http.store.due_index import DueIndex
 from echomq_http.store.keys import QUEUE_REGISTRY, QueueKeys, keys_of
-from echomq_http.store.scripts import Scripts, WriteNotConfirmed, retention_placeholders
+from echomq_http.store.scripts import Scripts, retention_placeholders
 
 FINAL_STATES = frozenset({"completed", "failed", "cancelled"})
 
@@ -259,15 +259,14 @@ class JobQueues:
         """scripts_dir: where the Lua scripts are (default: the service's own; bench/lua_cost.py
         runs others)."""
         self.client = client
-        self.cluster = isinstance(client, RedisCluster)
+        self.backend = backend_for(client, confirm_replicas, confirm_timeout_ms)
+        self.cluster = self.backend.cluster
         self.telemetry = telemetry
         # At most this many Redis calls at once: requests beyond wait for a turn instead of
         # opening connections without bound (a cluster client's pools do not wait by themselves).
         self._gate = asyncio.Semaphore(max_concurrent_calls)
-        self.confirm_replicas = confirm_replicas  # durable mode: WAIT for this many replicas
-        self.confirm_timeout_ms = confirm_timeout_ms
         self.scripts = Scripts(
-            client,
+            self.backend,
             directory=scripts_dir,
             placeholders=retention_placeholders(
                 completed_retention_s, failed_retention_s, completed_max, failed_max, events_maxlen
@@ -277,7 +276,7 @@ class JobQueues:
         self.sweep_batch = sweep_batch
         self.events_maxlen = events_maxlen
         self.max_queues = max_queues
-        self.due_index = DueIndex(client)
+        self.due_index = self.backend.due_index()
 
     async def aclose(self) -> None:
         await self.scripts.aclose()
@@ -304,15 +303,8 @@ class JobQueues:
         queue_keys = self.keys(queue)
         if self.cluster:
             self.due_index.note(queue_keys.due)
-        replicas = 0 if operation in READ_ONLY_OPERATIONS else self.confirm_replicas
         async with self._gate:
-            return await self.scripts.call(
-                operation,
-                queue_keys.script_keys,
-                (queue_keys.prefix, *args),
-                replicas=replicas,
-                timeout_ms=self.confirm_timeout_ms,
-            )
+            return await self.scripts.call(operation, queue_keys.script_keys, (queue_keys.prefix, *args))
 
     async def call_script(self, operation: str, queue: str, *args: object) -> Any:
         """One script call, for the modules that own operations of their own (schedules)."""
@@ -636,7 +628,7 @@ class JobQueues:
         at) per call, and unlinked. It costs about one call per REQUEST_SCAN_COUNT keys of that
         node, only when a queue is deleted."""
         queue_keys = self.keys(queue)
-        node = self.client.get_node_from_key(queue_keys.meta) if self.cluster else self.client
+        node = self.backend.node_of(queue_keys.meta)
         cursor = 0
         while True:
             async with self._gate:

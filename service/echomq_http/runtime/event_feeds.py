@@ -22,7 +22,7 @@ import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import msgspec
 from redis.asyncio import Redis
@@ -35,6 +35,9 @@ from echomq_http.api.schemas.inspection import EventType
 from echomq_http.runtime.background import stop_task
 from echomq_http.runtime.wakeups import TooManyWaiters
 from echomq_http.store.keys import QueueKeys, keys_of
+
+if TYPE_CHECKING:
+    from echomq_http.store.backends import Backend
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +347,7 @@ class EventHub:
 
     def __init__(
         self,
-        client: Redis | RedisCluster,
+        backend: Backend,
         max_subscribers: int,
         buffer_events: int,
         keepalive_s: float,
@@ -354,8 +357,9 @@ class EventHub:
         block_ms: int = READ_BLOCK_MS,
         idle_stop_s: float = IDLE_STOP_S,
     ) -> None:
-        self.client = client
-        self.cluster = isinstance(client, RedisCluster)
+        self.backend = backend
+        self.client = backend.client
+        self.cluster = backend.cluster
         self.max_subscribers = max_subscribers
         self.buffer_events = buffer_events
         self.buffer_bytes = buffer_bytes
@@ -387,15 +391,7 @@ class EventHub:
         """The reader of the feed's queue: by a hash of its name, among the readers of the node
         that owns its slot on a Cluster (all a queue's keys share one)."""
         shard = zlib.crc32(feed.queue.encode()) % self.reader_count
-        if isinstance(self.client, RedisCluster):
-            node = self.client.get_node_from_key(feed.keys.events)
-            name = f"{node.name}/{shard}"
-
-            def make_connection() -> AbstractConnection:
-                return node.connection_class(**node.connection_kwargs)  # type: ignore[no-any-return]
-        else:
-            name = str(shard)
-            make_connection = self.client.connection_pool.make_connection
+        name, make_connection = self.backend.stream_connection(feed.keys.events, shard)
         reader = self._readers.get(name)
         if reader is None or reader.task.done():
             reader = self._readers[name] = FeedReader(self, name, make_connection)
@@ -404,10 +400,8 @@ class EventHub:
     async def reader_failed(self, reader: FeedReader) -> None:
         """On a Cluster a slot may have moved (failover, resharding): ask for the slot map
         again and hand the reader's feeds to the readers of the nodes now owning them."""
-        if not isinstance(self.client, RedisCluster) or not reader.feeds:
+        if not reader.feeds or not await self.backend.slots_moved():
             return
-        with contextlib.suppress(RedisError, OSError):
-            await self.client.nodes_manager.initialize()
         for feed in list(reader.feeds.values()):
             target = self._reader_for(feed)
             if target is not reader:

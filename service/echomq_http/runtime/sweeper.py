@@ -19,8 +19,8 @@ from redis.exceptions import RedisError
 from echomq_http.core.queue import JobQueues, SweepReport
 from echomq_http.core.schedules import Schedules
 from echomq_http.runtime.background import stop_task
+from echomq_http.store.backends import WriteNotConfirmed
 from echomq_http.store.keys import DUE_INDEX_FILLED
-from echomq_http.store.scripts import WriteNotConfirmed
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError, ResponseError
 
 from echomq_http.config import Settings
+from echomq_http.store.backends import Backend
 
 log = logging.getLogger(__name__)
 
@@ -156,10 +157,9 @@ CONFIG_DENIED = (
 )
 
 
-async def check_server(client: Redis | RedisCluster) -> None:
+async def check_server(backend: Backend) -> None:
     """Check every server that holds queue data (each primary of a cluster)."""
-    nodes = client.get_primaries() if isinstance(client, RedisCluster) else [client]
-    for node in nodes:  # a ClusterNode answers execute_command like a client
+    for node in backend.primaries():
         try:
             await _check_one(node)
         except UnsuitableServer as refusal:

@@ -42,36 +42,40 @@ def _pairs(reply: list[Any]) -> list[tuple[bytes, float]]:
 
 
 class DueIndex:
-    def __init__(self, client: Redis | RedisCluster, slot_keys: set[str] | None = None) -> None:
-        self._client = client
-        self._cluster = isinstance(client, RedisCluster)
-        # Cluster: the index keys of the known queues' slots (shared: see reading_with).
-        self._slot_keys: set[str] = set() if slot_keys is None else slot_keys
-        self._registry_size = -1
-        self._registry_read_at = 0.0
+    """A single server's index: one key."""
 
-    def reading_with(self, client: Redis | RedisCluster) -> DueIndex:
-        """The same index read through another client, knowing the same slots: the sweep (on
-        its own connections) must see at once the queues the request path has called, not
-        only after the registry is read again."""
-        return DueIndex(client, self._slot_keys)
+    def __init__(self, client: Redis) -> None:
+        self._client = client
 
     def note(self, due_key: str) -> None:
-        """The index key of a queue this process has called (on a Cluster: read from now on)."""
-        if self._cluster:
-            self._slot_keys.add(due_key)
+        """The index key of a queue this process has called: a Cluster's index reads it from now on."""
 
     async def due(self, limit: int) -> list[str]:
         """Up to `limit` queues whose next sweep is due now (Redis clock), earliest first."""
-        if isinstance(self._client, RedisCluster):
-            return await self._due_on_cluster(self._client, limit)
         async with self._client.pipeline(transaction=False) as pipe:
             pipe.time()
             pipe.zrange(DUE_INDEX, 0, limit - 1, withscores=True)
             now, entries = await pipe.execute()
         return _due_names(entries, _ms(now))
 
-    async def _due_on_cluster(self, client: RedisCluster, limit: int) -> list[str]:
+
+class SlotDueIndex(DueIndex):
+    """A Cluster's index: a key per slot that holds a queue, each read on its node."""
+
+    def __init__(self, client: RedisCluster, sharing: DueIndex | None = None) -> None:
+        self._cluster_client = client
+        # The index keys of the known queues' slots, shared with `sharing`: the sweep (on its own
+        # connections) must see at once the queues the request path has called, not only after
+        # the registry is read again.
+        self._slot_keys: set[str] = sharing._slot_keys if isinstance(sharing, SlotDueIndex) else set()
+        self._registry_size = -1
+        self._registry_read_at = 0.0
+
+    def note(self, due_key: str) -> None:
+        self._slot_keys.add(due_key)
+
+    async def due(self, limit: int) -> list[str]:
+        client = self._cluster_client
         await self._learn_slots(client)
         by_node: dict[str, tuple[Any, list[str]]] = {}
         for key in self._slot_keys:

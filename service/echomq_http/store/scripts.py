@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
-from redis.asyncio.cluster import PipelineCommand, RedisCluster
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from echomq_http import config
 from echomq_http.core import limits
 from echomq_http.store import keys
 from echomq_http.store.luafunctions import library, library_name
 from echomq_http.store.luatrim import trimmed
-from echomq_http.store.multiplex import Multiplexer, Packed
+
+if TYPE_CHECKING:
+    from echomq_http.store.backends import Backend
 
 _SCRIPT_NAME = re.compile(r"^(?P<operation>[a-z][a-z-]*)-(?P<numkeys>\d+)\.lua$")
 _INCLUDE = re.compile(r"^-- @include (?P<name>[a-z_]+)$", re.MULTILINE)
@@ -130,49 +130,12 @@ def render(path: Path, extra: Mapping[str, str] | None = None) -> str:
     return render_parts(path, extra).text
 
 
-async def _pipelined(
-    client: Redis | RedisCluster, commands: Sequence[tuple[Any, ...]], key: str
-) -> list[Any]:
-    """Commands sent together on one connection: the connection of the node that owns key."""
-    if isinstance(client, RedisCluster):
-        node = client.get_node_from_key(key)
-        queued = [PipelineCommand(position, *command) for position, command in enumerate(commands)]
-        await node.execute_pipeline(queued)
-        return [command.result for command in queued]
-    async with client.pipeline(transaction=False) as pipe:
-        for command in commands:
-            pipe.execute_command(*command)
-        return await pipe.execute(raise_on_error=False)
+class LoadedScript:
+    """One script, as each backend calls it (store/backends.py): by EVAL (redis-py's Script:
+    EVALSHA, loaded when missing) and as a function library (echomq_http.store.luafunctions),
+    which single-server calls use where the server has functions."""
 
-
-@lru_cache(maxsize=4096)
-def _evalsha_head(sha: str, numkeys: int, keys: tuple[str, ...]) -> Packed:
-    """EVALSHA, the script and a queue's keys: the same for every call of it on that queue."""
-    return Packed(("EVALSHA", sha, numkeys, *keys))
-
-
-@lru_cache(maxsize=4096)
-def _fcall_head(function: str, numkeys: int, keys: tuple[str, ...]) -> Packed:
-    """FCALL, the script's function and a queue's keys, packed once like _evalsha_head."""
-    return Packed(("FCALL", function, numkeys, *keys))
-
-
-def _function_missing(error: ResponseError) -> bool:
-    """The server has not (or no longer: a restart, FUNCTION FLUSH) got the function."""
-    return "function not found" in str(error).lower()
-
-
-def _functions_unknown(error: ResponseError) -> bool:
-    """A server without functions (Redis < 7.0), or whose ACL user may not call them."""
-    return isinstance(error, NoPermissionError) or "unknown command" in str(error).lower()
-
-
-class _Script:
-    """One script: as EVAL runs it (redis-py's Script: EVALSHA, loaded when missing) and as a
-    function library (echomq_http.store.luafunctions), which single-server calls use where the
-    server has functions."""
-
-    __slots__ = ("eval", "function", "library", "numkeys")
+    __slots__ = ("eval", "function", "library", "numkeys", "operation", "read_only")
 
     def __init__(
         self,
@@ -183,147 +146,55 @@ class _Script:
         *,
         read_only: bool,
     ) -> None:
+        self.operation = operation
         self.eval: AsyncScript = client.register_script(rendered.text)
         self.function = library_name(operation, self.eval.sha)
         self.library = library(self.function, rendered.includes, rendered.body, read_only=read_only)
         self.numkeys = numkeys
-
-
-class WriteNotConfirmed(Exception):
-    """Durable mode: the write took effect on the primary, but not on enough replicas in time.
-    ``reply`` is what the script answered on the primary."""
-
-    def __init__(self, message: str, reply: Any = None) -> None:
-        super().__init__(message)
-        self.reply = reply
+        self.read_only = read_only
 
 
 class Scripts:
-    """Every script of lua/, registered on one client, callable by operation name."""
+    """Every script of lua/, rendered for one backend, callable by operation name."""
 
     def __init__(
         self,
-        client: Redis | RedisCluster,
+        backend: Backend,
         directory: Path | None = None,
         placeholders: Mapping[str, str] | None = None,
         read_only: frozenset[str] = frozenset(),
     ) -> None:
         """placeholders: the service's settings the scripts read (retention_placeholders);
         read_only: the operations whose scripts write nothing (their functions say so, so
-        Redis runs them even when it is out of memory, as it does such EVAL scripts)."""
-        self._client = client
-        # One pipelined connection for a single server's calls (echomq_http.store.multiplex); a Cluster's
-        # calls go through its client, which routes each to its slot's node.
-        self._multiplexer = None if isinstance(client, RedisCluster) else Multiplexer(client.connection_pool)
+        Redis runs them even when it is out of memory, as it does such EVAL scripts; durable
+        mode does not wait for replicas after them)."""
+        self._backend = backend
         # On a Cluster, wake-ups go by sharded pub/sub to the queue's shard only (runtime.wakeups).
-        extra = {
-            **(placeholders or {}),
-            "PUBLISH": "SPUBLISH" if isinstance(client, RedisCluster) else "PUBLISH",
-        }
-        self._scripts: dict[str, _Script] = {}
+        extra = {**(placeholders or {}), "PUBLISH": backend.publish_command}
+        self._scripts: dict[str, LoadedScript] = {}
         for path in sorted((directory or lua_dir()).glob("*.lua")):
             match = _SCRIPT_NAME.match(path.name)
             if match is None:
                 raise ValueError(f"script file name must be <operation>-<numkeys>.lua: {path}")
             operation = match["operation"]
-            self._scripts[operation] = _Script(
-                client,
+            self._scripts[operation] = LoadedScript(
+                backend.client,
                 operation,
                 render_parts(path, extra),
                 int(match["numkeys"]),
                 read_only=operation in read_only,
             )
-        # Whether the server takes FCALL: unknown until the first call says (Redis >= 7.0 and
-        # Valkey do; Redis 6.2 answers "unknown command", and then EVALSHA serves every call).
-        self._functions: bool | None = None
-
-    async def _with_wait(self, evalsha: tuple[Any, ...], wait: tuple[Any, ...], key: str) -> list[Any]:
-        """EVALSHA then WAIT on the same connection, which is what WAIT's count refers to."""
-        reply, confirmed = await _pipelined(self._client, (evalsha, wait), key)
-        if isinstance(reply, ResponseError) and str(reply).startswith(("MOVED", "ASK")):
-            await self._client.nodes_manager.initialize()  # type: ignore[union-attr]  # the slot moved
-            reply, confirmed = await _pipelined(self._client, (evalsha, wait), key)
-        return [reply, confirmed]
-
-    async def _fcall(
-        self, multiplexer: Multiplexer, entry: _Script, keys: Sequence[str], args: Sequence[Any]
-    ) -> tuple[bool, Any]:
-        """The script's function called: (True, its reply), or (False, None) when the server
-        has no functions (from then on this Scripts uses EVALSHA). A server that lost the
-        function (a restart, FUNCTION FLUSH) gets its library again, once per call; no attempt
-        ran anything, so nothing is done twice."""
-        head = _fcall_head(entry.function, entry.numkeys, tuple(keys))
-        try:
-            try:
-                reply = await multiplexer.execute_packed(head, args)
-            except ResponseError as error:
-                if not _function_missing(error):
-                    raise
-                await multiplexer.execute("FUNCTION", "LOAD", "REPLACE", entry.library)
-                reply = await multiplexer.execute_packed(head, args)
-        except ResponseError as error:
-            if not _functions_unknown(error):
-                raise
-            self._functions = False
-            return False, None
-        self._functions = True
-        return True, reply
-
-    @property
-    def multiplexer(self) -> Multiplexer | None:
-        """The shared connection script calls go through, when there is one (not on a Cluster)."""
-        return self._multiplexer
 
     async def aclose(self) -> None:
-        if self._multiplexer is not None:
-            await self._multiplexer.aclose()
+        await self._backend.aclose()
 
     @property
     def operations(self) -> list[str]:
         return sorted(self._scripts)
 
-    async def call(
-        self,
-        operation: str,
-        keys: Sequence[str],
-        args: Sequence[Any],
-        *,
-        replicas: int = 0,
-        timeout_ms: int = 0,
-    ) -> Any:
-        """Run a script; with replicas > 0, answer only once WAIT saw that many replicas take
-        its writes (sent right after it, on the same connection), else raise WriteNotConfirmed."""
-        entry = self._scripts[operation]
-        script, numkeys = entry.eval, entry.numkeys
-        if len(keys) != numkeys:
-            raise ValueError(f"{operation} takes {numkeys} keys, got {len(keys)}")
-        if replicas <= 0 and self._multiplexer is not None:
-            if self._functions is not False:
-                done, reply = await self._fcall(self._multiplexer, entry, keys, args)
-                if done:
-                    return reply
-            head = _evalsha_head(script.sha, numkeys, tuple(keys))
-            try:
-                return await self._multiplexer.execute_packed(head, args)
-            except NoScriptError:  # the server lost its scripts (a restart, SCRIPT FLUSH)
-                await self._multiplexer.execute("SCRIPT", "LOAD", script.script)
-                return await self._multiplexer.execute_packed(head, args)
-        if replicas <= 0:
-            return await script(keys=keys, args=args)
-        evalsha = ("EVALSHA", script.sha, numkeys, *keys, *args)
-        wait = ("WAIT", replicas, timeout_ms)
-        for _ in range(2):  # a second round only after loading a script the server had forgotten
-            reply, confirmed = await self._with_wait(evalsha, wait, keys[0])
-            if isinstance(reply, NoScriptError):
-                await self._client.script_load(script.script)
-                continue
-            if isinstance(reply, Exception):
-                raise reply
-            if isinstance(confirmed, Exception):  # the write happened; whether it is replicated is unknown
-                raise WriteNotConfirmed(f"{operation}: WAIT failed: {confirmed}", reply)
-            if confirmed < replicas:
-                raise WriteNotConfirmed(
-                    f"{operation} reached {confirmed} of {replicas} replicas within {timeout_ms} ms", reply
-                )
-            return reply
-        raise NoScriptError(f"{operation}: the server keeps forgetting the script")
+    async def call(self, operation: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run a script; in durable mode WriteNotConfirmed when too few replicas took its writes."""
+        script = self._scripts[operation]
+        if len(keys) != script.numkeys:
+            raise ValueError(f"{operation} takes {script.numkeys} keys, got {len(keys)}")
+        return await self._backend.call(script, keys, args)
