@@ -82,7 +82,7 @@ READ_ONLY_OPERATIONS = frozenset(
     }
 )
 _GROUP_REPLY_FIELDS = 4
-RELEASED_AS_CANCELLED = 3  # release-11.lua: the job ended cancelled (its cancellation was requested)
+RELEASED_AS_CANCELLED = 3  # release.lua: the job ended cancelled (its cancellation was requested)
 FINAL_STATES = frozenset({"completed", "failed", "cancelled"})
 
 # A lease request's record (what it leased, under its request id): a client's request_id is
@@ -98,7 +98,7 @@ RELEASE_STEP = 250  # ~12 ms a step on a slow 2-core VM at 100,000 in flight (do
 REDRIVE_STEP = 1000
 DELETE_STEP = 1000
 REQUEST_SCAN_COUNT = 1000  # keys one SCAN call looks at when a deleted queue's requests are found
-NEW_QUEUE_ARG = "new"  # enqueue-11.lua: a queue with no keys yet is refused, to be admitted first
+NEW_QUEUE_ARG = "new"  # enqueue.lua: a queue with no keys yet is refused, to be admitted first
 
 
 def new_job_id() -> str:
@@ -111,7 +111,7 @@ _request_numbers = itertools.count()
 
 
 def new_request_id() -> str:
-    """The internal request id of a lease call that came without one (see lua/lease-11.lua):
+    """The internal request id of a lease call that came without one (see lua/lease.lua):
     unique without a system call per lease (a random token per process and a counter)."""
     return f"{INTERNAL_REQUEST_PREFIX}{_PROCESS_TOKEN}{next(_request_numbers)}"
 
@@ -127,7 +127,7 @@ def _lease_args(worker: str, lease_ms: int, max_jobs: int, request_id: str) -> t
 
 def _refused(reply: list[Any], worker: str) -> None:
     """A script that acts for a worker answers its code alone when the worker name belongs to
-    another token (lua/include/common.lua claim_worker): raised here."""
+    another token (lua/include/workers.lua claim_worker): raised here."""
     if len(reply) == 1:
         raise_for_code(reply[0], worker)
 
@@ -189,7 +189,7 @@ def _compact(value: Raw | UnsetType) -> str:
     return _encode(msgspec.json.decode(value)).decode()  # type: ignore[arg-type]
 
 
-SEARCH_STATES = ("failed", "completed", "cancelled", "delayed")  # lua/search-jobs-11.lua
+SEARCH_STATES = ("failed", "completed", "cancelled", "delayed")  # lua/search_jobs.lua
 # Lua's string.lower folds ASCII letters only: the text is folded the same way here, so that it
 # matches what the script compares it with.
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -206,12 +206,12 @@ def delay_reason(attempt: int) -> DelayReason:
 
 def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
     """A job's hash (HGETALL) as the API's job view. The hash leaves out fields that hold
-    their default (lua/include/common.lua), so those are filled in here."""
+    their default (lua/include/base.lua), so those are filled in here."""
     name = fields.get(b"name") or None
     result = fields.get(b"result")
     progress = fields.get(b"progress")
     active = fields[b"state"] == b"active"
-    # The hash keeps run_at after the job left DELAYED (include/common.lua delayed_to_waiting).
+    # The hash keeps run_at after the job left DELAYED (include/waiting.lua delayed_to_waiting).
     delayed = fields[b"state"] == b"delayed"
     attempt = int(fields.get(b"attempt", 0))
     created_at = int(fields[b"created_at"])
@@ -242,7 +242,7 @@ def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
 
 
 def _session(fields: list[Any]) -> WorkerSession | None:
-    """A session as lua/workers-11.lua answers it ([] when the worker has no live session)."""
+    """A session as lua/workers.lua answers it ([] when the worker has no live session)."""
     if not fields:
         return None
     state, started_at, last_seen_at, expires_at, info = fields
@@ -279,7 +279,7 @@ class Leases:
     retry_after_ms: int = 0
 
 
-# A queue's settings as META fields (lua/settings-11.lua), in the order they are read.
+# A queue's settings as META fields (lua/settings.lua), in the order they are read.
 SETTINGS_FIELDS = (
     "max_in_flight",
     "group_max_in_flight",
@@ -293,7 +293,7 @@ SETTINGS_FIELDS = (
 
 
 class _ScriptSettings(msgspec.Struct, omit_defaults=True):
-    """The settings as settings-11.lua takes them: the fields not at their default."""
+    """The settings as settings.lua takes them: the fields not at their default."""
 
     max_in_flight: int | None = None
     group_max_in_flight: int | None = None
@@ -508,7 +508,7 @@ class JobQueues:
         """Lease up to max_jobs (fewer when the queue's max_in_flight or rate_limit hold it back).
         Every call carries a request id (the client's, else a new one):
         the same call re-sent after a timeout answers the jobs the first run leased instead of
-        leasing more (lua/lease-11.lua). In durable mode, jobs whose lease no replica confirmed
+        leasing more (lua/lease.lua). In durable mode, jobs whose lease no replica confirmed
         are given straight back (unspent) before the 503 reaches the client. owner: the calling
         token's id ("" for none): WorkerOwned when the worker name belongs to another token."""
         request_id = request_id or new_request_id()
@@ -545,7 +545,7 @@ class JobQueues:
         owner: str = "",
     ) -> tuple[list[int], Leases | None]:
         """Acks, then a lease (worker, lease_ms, max_jobs, request_id), in one script call
-        (lua/ack-lease-11.lua): each ack's code, and the jobs leased (None when it did not lease:
+        (lua/ack_lease.lua): each ack's code, and the jobs leased (None when it did not lease:
         only_if_all_taken and an ack was refused). WorkerOwned, nothing acked, when the lease's
         worker name belongs to another token than owner's."""
         pairs, results = _ack_args(acks)
@@ -758,7 +758,7 @@ class JobQueues:
     async def session_heartbeat(
         self, queue: str, worker: str, ttl_ms: int, info: Raw | UnsetType, owner: str = ""
     ) -> SessionHeartbeatResponse:
-        """Start or renew the worker's session (lua/session-11.lua); owner: the calling token's
+        """Start or renew the worker's session (lua/session.lua); owner: the calling token's
         id ("" for none): WorkerOwned when the worker name belongs to another token."""
         reply = await self._call("session", queue, worker, ttl_ms, _compact(info), owner)
         _refused(reply, worker)
@@ -834,7 +834,7 @@ class JobQueues:
         return CancelResponse(id=job_id, state=state.decode(), cancel_requested=requested == 1)  # type: ignore[arg-type]
 
     async def promote(self, queue: str, job_id: str) -> PromoteResponse:
-        """A delayed job becomes waiting now (lua/promote-11.lua); NotDelayed when it is in
+        """A delayed job becomes waiting now (lua/promote.lua); NotDelayed when it is in
         another state."""
         raise_for_code(await self._call("promote", queue, job_id, job_id=job_id), job_id)
         return PromoteResponse(id=job_id, state="waiting")
@@ -850,7 +850,7 @@ class JobQueues:
 
     async def job_details(self, queue: str, job_id: str) -> tuple[JobView | None, int | None, int]:
         """The job (None: there is none), the fence of its last lease (None: never leased) and
-        the number of the queue's last event, read in one step (lua/job-11.lua)."""
+        the number of the queue's last event, read in one step (lua/job.lua)."""
         position, *flat = await self._call("job", queue, job_id, job_id=job_id)
         if not flat:
             return None, None, int(position)
@@ -859,7 +859,7 @@ class JobQueues:
 
     async def history(self, queue: str, minutes: int) -> list[HistoryMinute]:
         """Per-minute counts of the last `minutes` minutes (the last one the current), from the
-        queue's history hash (lua/include/common.lua count_history), zeros included."""
+        queue's history hash (lua/include/history.lua count_history), zeros included."""
         async with self._gate:
             seconds, micros = await self.client.time()
             history_key = self.keys(queue).history
@@ -876,7 +876,7 @@ class JobQueues:
         self, queue: str, state: str, text: str, offset: int, budget: int, limit: int
     ) -> tuple[list[str], int, int]:
         """One bounded step of a search for text in the payloads and errors of a state's jobs
-        (lua/search-jobs-11.lua): the ids that hold it, where the next step starts, and how many
+        (lua/search_jobs.lua): the ids that hold it, where the next step starts, and how many
         entries the state holds (the scan is done when the next step would start there)."""
         next_offset, total, *ids = await self._call(
             "search-jobs", queue, state, text.translate(_ASCII_LOWER), offset, budget, limit
@@ -905,7 +905,7 @@ class JobQueues:
         return settings_of(values)
 
     async def put_settings(self, queue: str, settings: QueueSettings) -> QueueSettings:
-        """Replace the queue's settings (lua/settings-11.lua). The queue is registered: a queue
+        """Replace the queue's settings (lua/settings.lua). The queue is registered: a queue
         configured before its first job is listed, as a paused one is."""
         await self._admit(queue)
         rate = settings.rate_limit
@@ -1034,7 +1034,7 @@ class JobQueues:
     ) -> tuple[AsyncIterator[list[JobView]], str | None]:
         """A page of the jobs in a state, from a cursor (None: the first page): the jobs chunk by
         chunk as the caller iterates, and the next page's cursor (None: this is the last). The
-        ids come from one bounded script call (lua/list-jobs-11.lua), the hashes as for
+        ids come from one bounded script call (lua/list_jobs.lua), the hashes as for
         failed_page. A malformed cursor, or one of another state, is an InvalidRequest."""
         after = cursors.decode(cursor, state) if cursor is not None else [""]
         listing, script_cursor = await self._call("list-jobs", queue, state, limit, *after)
