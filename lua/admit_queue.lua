@@ -6,7 +6,7 @@
 -- ARGV[2]     the most queues the registry may hold (EMQ_MAX_QUEUES)
 -- Returns     1: listed now; 0: it was listed already; TOO_MANY_QUEUES (-10): it is not listed
 --             and the registry holds ARGV[2] queues or more (nothing changed)
-local TOO_MANY_QUEUES = -10 -- service.errors.ScriptCode
+local TOO_MANY_QUEUES = @TOO_MANY_QUEUES@ -- service/echomq_http/core/errors.py ScriptCode
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
 if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then return TOO_MANY_QUEUES end
 return redis.call('SADD', KEYS[1], ARGV[1])

@@ -15,15 +15,16 @@ local DUE = KEYS[11]
 local PREFIX = ARGV[1]
 local QUEUE = string.sub(PREFIX, @QUEUE_NAME_START@, -3) -- "emq:{" name "}:"
 
-local JOB_NOT_FOUND = -1
-local LEASE_LOST = -2
-local JOB_ACTIVE = -3
-local NO_SESSION = -4
-local SCHEDULE_NOT_FOUND = -5
-local SCHEDULE_MOVED = -6
-local NOT_DELAYED = -7
-local WORKER_OWNED = -8
-local NEW_QUEUE = -9
+-- Result codes: defined once, in service/echomq_http/core/errors.py ScriptCode.
+local JOB_NOT_FOUND = @JOB_NOT_FOUND@
+local LEASE_LOST = @LEASE_LOST@
+local JOB_ACTIVE = @JOB_ACTIVE@
+local NO_SESSION = @NO_SESSION@
+local SCHEDULE_NOT_FOUND = @SCHEDULE_NOT_FOUND@
+local SCHEDULE_MOVED = @SCHEDULE_MOVED@
+local NOT_DELAYED = @NOT_DELAYED@
+local WORKER_OWNED = @WORKER_OWNED@
+local NEW_QUEUE = @NEW_QUEUE@
 
 -- A job's hash leaves out fields that hold their default (absent: name "", priority 0, attempt 0,
 -- these max_attempts and backoff, updated_at = created_at): a queued job costs less memory.

@@ -4,12 +4,13 @@ workers, failed-page) and the loader."""
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
 
 from echomq_http.core.errors import ScriptCode
-from echomq_http.store.scripts import Scripts, lua_dir
+from echomq_http.store.scripts import Scripts, lua_dir, render
 
 NOT_FOUND, JOB_ACTIVE = ScriptCode.JOB_NOT_FOUND.value, ScriptCode.JOB_ACTIVE.value
 OPERATIONS = [
@@ -463,6 +464,15 @@ def test_loader_refuses_queue_keys_that_differ_from_the_key_set(redis_client, tm
     (tmp_path / "include" / "base.lua").write_text("local META, WAIT = KEYS[1], KEYS[2]\n")
     with pytest.raises(ValueError, match="not the queue's 11 keys"):
         Scripts(redis_client, tmp_path)
+
+
+def test_loader_hands_every_result_code_to_the_lua():
+    defined: dict[str, str] = {}
+    for path in lua_dir().glob("*.lua"):
+        defined.update(re.findall(r"^local ([A-Z_]+) = (-?\d+)\b", render(path), re.MULTILINE))
+    assert {name: int(defined[name]) for name in ScriptCode.__members__} == {
+        code.name: code.value for code in ScriptCode
+    }
 
 
 def test_every_shipped_script_is_named_for_its_operation():

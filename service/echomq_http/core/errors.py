@@ -1,8 +1,9 @@
 """Domain errors: the script result codes, the exceptions they become, and their HTTP problems.
 
-Scripts answer small negative integers (lua/include/base.lua); ``ScriptCode`` mirrors them,
-``raise_for_code`` turns them into exceptions in one place, and ``PROBLEMS`` maps every
-exception to its status and problem code in one table.
+Scripts answer small negative integers; ``ScriptCode`` is their one definition (the loader hands
+each to the Lua as a placeholder: lua/include/base.lua), ``raise_for_code`` turns them into
+exceptions in one place, and ``PROBLEMS`` maps every exception to its status and problem code in
+one table.
 """
 
 from __future__ import annotations

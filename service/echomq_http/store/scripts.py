@@ -5,8 +5,8 @@ A script's file name is its operation, with ``_`` for ``-`` (lua/ack_lease.lua i
 (QueueKeys.script_keys; include/base.lua names them), but for those in _OTHER_KEY_COUNTS. The
 loader inlines ``@include NAME`` lines from lua/include/ (each include after the ones it names in
 turn, each once, with only the definitions the script uses: echomq_http.store.luatrim), fills in
-``@NAME@`` placeholders from the constants below (so the Lua never spells a key suffix or limit
-of its own), and checks the key count on every call.
+``@NAME@`` placeholders from the constants below (so the Lua never spells a key suffix, limit or
+result code of its own), and checks the key count on every call.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from echomq_http import config
 from echomq_http.core import limits
+from echomq_http.core.errors import ScriptCode
 from echomq_http.store import keys
 from echomq_http.store.luafunctions import library, library_name
 from echomq_http.store.luatrim import trimmed
@@ -90,6 +91,8 @@ PLACEHOLDERS: Mapping[str, str] = {
     "MAX_EVENT_PROGRESS_BYTES": str(limits.MAX_EVENT_PROGRESS_BYTES),
     "PUBLISH": "PUBLISH",  # a Cluster's Scripts use SPUBLISH instead
     **retention_placeholders(),  # the defaults; Scripts takes the service's settings
+    # The scripts' result codes, defined once: include/base.lua "local LEASE_LOST = @LEASE_LOST@".
+    **{code.name: str(code.value) for code in ScriptCode},
 }
 
 
