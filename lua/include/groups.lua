@@ -17,8 +17,10 @@
 -- by their cap while jobs of theirs were waiting, so that a change of the queue's
 -- group_max_in_flight reaches them (include/lease.lua ring_helpers, unpark); an entry of a group that
 -- is back in RING is dropped by the next such pass.
--- The helpers are made on first use (groups()): every top-level definition costs each call of a
--- script a closure, and a queue without groups must not pay for a dozen of them.
+-- The helpers are made on first use (groups()), not as top-level functions: a script run by EVAL
+-- (on a Cluster, with confirmed writes, on Redis 6.2) makes a closure per call for every top-level
+-- function it keeps, and a queue without groups must not pay for a dozen of them. As a function
+-- library (FCALL) a call pays for the table only when it uses groups.
 local function group_helpers()
   local g = {
     RING = PREFIX .. '@RING_NAME@',
