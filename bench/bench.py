@@ -781,13 +781,9 @@ def library_name(operation: str, sha: str) -> str:
 
 
 def script_sha(operation: str) -> str:
-    from echomq_http.store.scripts import lua_dir, render
+    from echomq_http.store.scripts import render, script_path
 
-    # "<operation>-<numkeys>.lua" exactly: "ack-*.lua" also matches ack-lease-11.lua
-    (path,) = (
-        path for path in lua_dir().glob(f"{operation}-*.lua") if path.stem.rsplit("-", 1)[0] == operation
-    )
-    return hashlib.sha1(render(path).encode()).hexdigest()
+    return hashlib.sha1(render(script_path(operation)).encode()).hexdigest()
 
 
 class ServerTimes:

@@ -376,11 +376,11 @@ def script_names() -> dict[str, str]:
     import hashlib
 
     from echomq_http.store.luafunctions import library_name
-    from echomq_http.store.scripts import lua_dir, render
+    from echomq_http.store.scripts import lua_dir, operation_of, render
 
     names = {}
     for path in lua_dir().glob("*.lua"):
-        sha, operation = hashlib.sha1(render(path).encode()).hexdigest(), path.stem.rsplit("-", 1)[0]
+        sha, operation = hashlib.sha1(render(path).encode()).hexdigest(), operation_of(path)
         names[sha] = names[library_name(operation, sha)] = operation  # EVALSHA's and FCALL's
     return names
 

@@ -16,7 +16,7 @@ from echomq_http.core.queue import JobQueues
 from echomq_http.observability.telemetry import Telemetry
 from echomq_http.store.backends import backend_for
 from echomq_http.store.luafunctions import library
-from echomq_http.store.scripts import Scripts, lua_dir, render_parts
+from echomq_http.store.scripts import Scripts, lua_dir, operation_of, render_parts
 from tests.conftest import ValkeyProcess
 
 QUEUE = "fq"
@@ -57,7 +57,7 @@ async def enqueue_one(queues: JobQueues) -> None:
 
 async def test_every_script_loads_as_a_function_library(server: Redis) -> None:
     for path in sorted(lua_dir().glob("*.lua")):
-        operation = path.name.rsplit("-", 1)[0]
+        operation = operation_of(path)
         rendered = render_parts(path)
         name = f"emq_test_{operation.replace('-', '_')}"
         await server.function_load(

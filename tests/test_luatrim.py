@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from echomq_http.store.luatrim import trimmed
+from echomq_http.store.luatrim import definitions, trimmed
 from echomq_http.store.scripts import lua_dir, render
 
 INCLUDE = """-- The include's opening comment.
@@ -53,3 +53,42 @@ def test_every_script_defines_every_local_function_it_calls(path) -> None:
     lua_globals = {"tonumber", "tostring", "ipairs", "pairs", "unpack", "type", "error", "assert", "pcall"}
     keywords = {"function", "if", "return", "and", "or", "not", "elseif", "until", "while", "in"}
     assert called - defined - lua_globals - keywords == set()
+
+
+_USED_NAME = re.compile(r"(?<![.:\w])[A-Za-z_]\w*")  # not a field (g.ring) nor a method
+_COMMENT = re.compile(r"--[^\n]*")
+_STRING = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+_INCLUDE_LINE = re.compile(r"^-- @include ([a-z_]+)$", re.MULTILINE)
+
+
+def test_every_file_names_the_includes_that_define_what_it_uses() -> None:
+    """An include's definitions are Lua locals, visible only below them: a file that uses a name
+    of an include it does not name (nor any include it names, in turn) would find it undefined
+    on the EVAL path, or trimmed away, in a script that happens to inline them the other way."""
+    include_dir = lua_dir() / "include"
+    defined_in = {
+        name: path.stem
+        for path in include_dir.glob("*.lua")
+        for part in definitions(path.read_text())[1]
+        for name in part.names
+    }
+
+    def named(path):
+        return set(_INCLUDE_LINE.findall(path.read_text()))
+
+    def reachable(path):
+        seen, todo = set(), list(named(path))
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo += named(include_dir / f"{name}.lua")
+        return seen
+
+    for path in [*lua_dir().glob("*.lua"), *include_dir.glob("*.lua")]:
+        own = path.stem if path.parent == include_dir else None
+        used = set(_USED_NAME.findall(_STRING.sub("", _COMMENT.sub("", path.read_text()))))
+        needed = {defined_in[name] for name in used if name in defined_in} - {own}
+        assert needed <= reachable(path), (
+            f"{path.name} names no include of {sorted(needed - reachable(path))}"
+        )

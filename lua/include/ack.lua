@@ -1,4 +1,9 @@
 -- Acknowledging finished jobs, for the scripts that do it (ack, ack-lease).
+-- @include base
+-- @include history
+-- @include events
+-- @include retention
+-- @include ledger
 
 -- Each ack's job leaves the in-flight ledger (LREM) and becomes completed, if the ack's lease is
 -- the job's live lease. Acking again with the lease that completed the job answers "already

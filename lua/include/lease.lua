@@ -1,4 +1,11 @@
 -- Leasing waiting jobs, for the scripts that do it (lease, ack-lease).
+-- @include base
+-- @include workers
+-- @include events
+-- @include due_index
+-- @include groups
+-- @include waiting
+-- @include ledger
 
 local JOB_FIELDS = {'name', 'payload', 'max_attempts', 'created_at', 'traceparent', 'attempt'}
 
@@ -28,7 +35,7 @@ local function take_ungrouped(wanted)
   wanted = wanted - #ids
   if wanted > 0 then
     -- RPOP with a count (Redis >= 6.2): the oldest first, nil when WAIT is empty. Tombstones
-    -- (the places of deleted or cancelled jobs: common.lua bury_waiting) are dropped, and as
+    -- (the places of deleted or cancelled jobs: include/waiting.lua bury_waiting) are dropped, and as
     -- many more entries popped in their stead, up to TOMBSTONES_PER_CALL of them.
     local buried = 0
     while wanted > 0 do
@@ -57,7 +64,7 @@ end
 -- Flow control: the queue's settings (META "max_in_flight", "rate_max", "rate_per_ms"; absent =
 -- no limit) cap how many jobs a lease call may take.
 -- max_in_flight: room = the cap - the ledger's length (LLEN, O(1)). A call it held back sets
--- META "room_wanted", and the next job to leave the ledger (common.lua detach) clears the flag
+-- META "room_wanted", and the next job to leave the ledger (include/ledger.lua detach) clears the flag
 -- and wakes the queue's long polls: exits cost an uncapped queue one HDEL.
 -- rate_limit: no interval of rate_per_ms ms ever leases more than rate_max jobs (a sliding
 -- window, counting jobs, not calls; a burst of rate_max at once is allowed). RATE is a log of
@@ -154,7 +161,7 @@ local function flow_after(flow, leased, max_jobs, reply, now)
   if flow[3] == leased then reply[2] = rate_retry_after(flow[4], now) end
 end
 
--- Leasing from a grouped queue, made on first use like include/common.lua's groups().
+-- Leasing from a grouped queue, made on first use like include/groups.lua's groups().
 local function ring_helpers()
   local g, r = groups(), {}
 
@@ -266,7 +273,7 @@ local function take_waiting(wanted, grouped)
   return take_ungrouped(wanted)
 end
 
--- Lease up to max_jobs waiting jobs to worker (see lease-11.lua). lease_ms_text: the lease's
+-- Lease up to max_jobs waiting jobs to worker (see lease.lua). lease_ms_text: the lease's
 -- length in ms, as text; lease_ids: max_jobs random tokens of @LEASE_ID_CHARS@ characters,
 -- concatenated; request_id: the call's id, its record kept record_ms. Returns the lease script's
 -- reply: {stale, retry_after_ms (0: none), then 10 entries per leased job}. now: the time (ms).
@@ -292,7 +299,7 @@ local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id
     return reply
   end
   -- The worker's session: a quiet one leases nothing; a lapsed one the sweep has not yet taken
-  -- is bound here, before this lease, so that its lapse leaves this lease alone (sweep-11.lua).
+  -- is bound here, before this lease, so that its lapse leaves this lease alone (sweep.lua).
   local session = redis.call('HMGET', session_key(worker), 'state', 'expires_at', 'lapsed_fence')
   if session[2] then
     if tonumber(session[2]) > now then

@@ -7,6 +7,8 @@
 -- skipped, created_at, updated_at, and version (+1 by every write that moves a run, so a PUT can
 -- compare-and-set against what it read). SCHEDULES lists every schedule by name; TIMETABLE
 -- holds the ones with a next run, scored by its time.
+-- @include base
+-- @include due_index
 local SCHEDULES = PREFIX .. '@SCHEDULES_NAME@'
 local TIMETABLE = PREFIX .. '@TIMETABLE_NAME@'
 local function schedule_key(name) return PREFIX .. name .. '@SCHEDULE_SUFFIX@' end

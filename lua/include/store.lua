@@ -1,4 +1,8 @@
 -- Storing a new job, for the scripts that make jobs (enqueue, a schedule's runs and triggers).
+-- @include base
+-- @include events
+-- @include due_index
+-- @include waiting
 
 -- Appends field and value to an HSET's arguments, unless the value is the field's default.
 local function unless_default(fields, field, value, default)
@@ -9,7 +13,7 @@ local function unless_default(fields, field, value, default)
 end
 
 -- Stores job `id` unless a job with that id is kept (then it stays as it is). job: the options
--- enqueue-11.lua's ARGV[2] describes; payload: raw JSON; schedule: the schedule that made it, or
+-- enqueue.lua's ARGV[2] describes; payload: raw JSON; schedule: the schedule that made it, or
 -- nil. A waiting job goes in its line; an ungrouped one of priority 0 is appended to
 -- `unprioritised` instead when the caller gives that list (for one LPUSH of them all).
 -- Emits enqueued. Returns the job's state and 1 when it was stored now (0: the id was kept).

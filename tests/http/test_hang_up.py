@@ -1,5 +1,5 @@
 """A long poll whose client hangs up after jobs were leased for it: the service gives the jobs
-straight back, unspent (service/echomq_http/api/routes.py, lease: the client_gone branch).
+straight back, unspent (core/leasing.py: the hang-up branch).
 
 The hang-up must land while the lease call is in flight. The fault proxy between the service
 and Redis holds the lease's reply back until the client has hung up and the service has closed

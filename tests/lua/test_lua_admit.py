@@ -1,4 +1,4 @@
-"""admit-queue-1.lua (the registry's cap, every reply) and enqueue-11.lua's "new" argument (a
+"""admit_queue.lua (the registry's cap, every reply) and enqueue.lua's "new" argument (a
 queue with no keys yet is refused, nothing stored, so that the service admits it first)."""
 
 from __future__ import annotations

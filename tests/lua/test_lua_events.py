@@ -1,4 +1,4 @@
-"""The queue's event stream as the scripts write it (include/common.lua flush_events): how much
+"""The queue's event stream as the scripts write it (include/events.lua flush_events): how much
 of it is kept, and event numbers that never go back."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""settings-11.lua and the lease's flow control (include/lease.lua): what each settings call
+"""settings.lua and the lease's flow control (include/lease.lua): what each settings call
 stores in META, its wake-ups and its reply; the lease reply's retry_after_ms, the rate log, and
 the room_wanted flag that exits clear."""
 

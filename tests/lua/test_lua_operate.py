@@ -4,13 +4,14 @@ workers, failed-page) and the loader."""
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
 
 from echomq_http.core.errors import ScriptCode
 from echomq_http.store.backends import backend_for
-from echomq_http.store.scripts import Scripts, lua_dir
+from echomq_http.store.scripts import Scripts, lua_dir, render
 
 NOT_FOUND, JOB_ACTIVE = ScriptCode.JOB_NOT_FOUND.value, ScriptCode.JOB_ACTIVE.value
 OPERATIONS = [
@@ -422,10 +423,12 @@ def test_loader_registers_every_script(redis_client):
     assert Scripts(backend_for(redis_client)).operations == OPERATIONS
 
 
-@pytest.mark.parametrize("name", ["lease.lua", "lease-x.lua", "Lease-10.lua", "lease-10.txt.lua"])
-def test_loader_rejects_a_file_name_without_the_key_count(redis_client, tmp_path: Path, name: str):
+@pytest.mark.parametrize(
+    "name", ["lease-11.lua", "ack-lease.lua", "Lease.lua", "lease.txt.lua", "lease2.lua"]
+)
+def test_loader_rejects_a_file_name_that_is_not_an_operation(redis_client, tmp_path: Path, name: str):
     (tmp_path / name).write_text("return 1\n")
-    with pytest.raises(ValueError, match=r"<operation>-<numkeys>\.lua"):
+    with pytest.raises(ValueError, match=r"<operation>\.lua"):
         Scripts(backend_for(redis_client), tmp_path)
 
 
@@ -438,20 +441,42 @@ async def test_loader_checks_the_key_count_on_every_call(q, redis_client):
     assert await q.counts() == [0, 1, 0, 0, 0, 0]
 
 
-async def test_loader_reads_the_key_count_from_the_file_name(redis_client, tmp_path: Path):
-    (tmp_path / "pair-2.lua").write_text("return {KEYS[1], KEYS[2], ARGV[1]}\n")
+async def test_loader_gives_a_script_the_queue_keys_and_the_registry_script_its_one(
+    redis_client, tmp_path: Path
+):
+    (tmp_path / "pair.lua").write_text("return {KEYS[1], KEYS[11], ARGV[1]}\n")
+    (tmp_path / "admit_queue.lua").write_text("return KEYS[1]\n")
     scripts = Scripts(backend_for(redis_client), tmp_path)
-    assert scripts.operations == ["pair"]
+    assert scripts.operations == ["admit-queue", "pair"]
+    keys = [f"{{t}}k{i}" for i in range(1, 12)]  # one slot
     try:
-        assert await scripts.call("pair", ["{t}k1", "{t}k2"], ["v"]) == [b"{t}k1", b"{t}k2", b"v"]  # one slot
-        with pytest.raises(ValueError, match="pair takes 2 keys, got 1"):
+        assert await scripts.call("pair", keys, ["v"]) == [b"{t}k1", b"{t}k11", b"v"]
+        assert await scripts.call("admit-queue", ["{t}registry"], []) == b"{t}registry"
+        with pytest.raises(ValueError, match="pair takes 11 keys, got 1"):
             await scripts.call("pair", ["k1"], [])
+        with pytest.raises(ValueError, match="admit-queue takes 1 keys, got 11"):
+            await scripts.call("admit-queue", keys, [])
     finally:
         await scripts.aclose()
 
 
-def test_every_shipped_script_is_named_for_the_eleven_queue_keys_but_the_registrys():
-    registry_scripts = {"admit-queue": 1}  # the registry of queues is one global key
-    assert sorted(path.name for path in lua_dir().glob("*.lua")) == [
-        f"{op}-{registry_scripts.get(op, 11)}.lua" for op in OPERATIONS
-    ]
+def test_loader_refuses_queue_keys_that_differ_from_the_key_set(redis_client, tmp_path: Path):
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "base.lua").write_text("local META, WAIT = KEYS[1], KEYS[2]\n")
+    with pytest.raises(ValueError, match="not the queue's 11 keys"):
+        Scripts(backend_for(redis_client), tmp_path)
+
+
+def test_loader_hands_every_result_code_to_the_lua():
+    defined: dict[str, str] = {}
+    for path in lua_dir().glob("*.lua"):
+        defined.update(re.findall(r"^local ([A-Z_]+) = (-?\d+)\b", render(path), re.MULTILINE))
+    assert {name: int(defined[name]) for name in ScriptCode.__members__} == {
+        code.name: code.value for code in ScriptCode
+    }
+
+
+def test_every_shipped_script_is_named_for_its_operation():
+    assert sorted(path.name for path in lua_dir().glob("*.lua")) == sorted(
+        f"{op.replace('-', '_')}.lua" for op in OPERATIONS
+    )

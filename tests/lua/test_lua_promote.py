@@ -1,4 +1,4 @@
-"""Delayed jobs in the scripts: promote-11.lua (a delayed job made waiting now, every return code)
+"""Delayed jobs in the scripts: promote.lua (a delayed job made waiting now, every return code)
 and the due time and reason the job view shows while a job is delayed (run_at, delay_reason)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from echomq_http.core.queue import job_view
 from tests.lua.conftest import LuaQueue
 
 HOUR_MS = 3600 * 1000
-PROMOTED = 1  # promote-11.lua's answer for a job made waiting
+PROMOTED = 1  # promote.lua's answer for a job made waiting
 
 
 async def last_events(q: LuaQueue) -> list[str]:

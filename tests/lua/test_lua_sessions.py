@@ -1,5 +1,5 @@
-"""Worker sessions (session-11.lua, quiet-11.lua, the sweep's lapses, the lease's quiet check,
-release-worker's end of a session, workers-11.lua) and max_stalls: every reply code and the keys
+"""Worker sessions (session.lua, quiet.lua, the sweep's lapses, the lease's quiet check,
+release-worker's end of a session, workers.lua) and max_stalls: every reply code and the keys
 each transition leaves."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ async def end_session(q, worker: str = "w1") -> list:
     return decoded(await q.call("release-worker", worker, "", 1000, 0, "1"))
 
 
-# --- session-11.lua ----------------------------------------------------------------------------
+# --- session.lua ----------------------------------------------------------------------------
 
 
 async def test_a_heartbeat_starts_a_session(q):
@@ -101,7 +101,7 @@ async def test_a_heartbeat_after_a_lapse_starts_a_new_session_and_bounds_the_lap
     assert await q.zset(q.keys.sessions) == {"w1": expires_at}
 
 
-# --- quiet-11.lua and the lease's quiet check --------------------------------------------------
+# --- quiet.lua and the lease's quiet check --------------------------------------------------
 
 
 async def test_quiet_without_a_live_session_is_no_session(q):
@@ -272,7 +272,7 @@ async def test_max_stalls_zero_dead_letters_a_lapsed_session_job_as_stalled(q):
     assert (await q.job("a"))["state"] == "failed"
 
 
-# --- release-worker ending the session, workers-11.lua, delete-queue -------------------------
+# --- release-worker ending the session, workers.lua, delete-queue -------------------------
 
 
 async def test_ending_a_session_gives_back_its_jobs_unspent(q):

@@ -1,4 +1,4 @@
-"""Worker names' owner records (include/common.lua claim_worker): how lease, ack-lease, session,
+"""Worker names' owner records (include/workers.lua claim_worker): how lease, ack-lease, session,
 heartbeat, release-worker and delete-queue check, claim, keep and free them, and every reply of
 a refusal. Owners are token ids ("" = no tokens, or an admin: nothing checked or claimed)."""
 

@@ -481,7 +481,7 @@ def test_groups_behave_like_the_model(private_redis_url: str) -> None:
         httpx.Client(base_url=url, timeout=HTTP_TIMEOUT_S) as http,
         redis.Redis.from_url(private_redis_url, decode_responses=True) as client,
     ):
-        sweep_script = client.register_script(render(next(lua_dir().glob("sweep-*.lua"))))
+        sweep_script = client.register_script(render(lua_dir() / "sweep.lua"))
         env = Env(http, client, service_settings, sweep_script)
         machine = type("GroupsMachineOnService", (GroupsMachine,), {"env": env})
         run_state_machine_as_test(machine, settings=MODEL_SETTINGS)

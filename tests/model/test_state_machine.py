@@ -8,7 +8,7 @@ never sweeps by itself: the state machine decides when leases expire and when th
   the deadline index says it ran out (in the order the leases were expired). Deleting the lock
   alone would not do: the sweep finds expired leases through that index, never by scanning the
   ledger, so a lock that vanished before its deadline is only reclaimed once the deadline passes.
-- "sweep" runs the sweep script once for the queue (lua/sweep-*.lua, loaded the way the service
+- "sweep" runs the sweep script once for the queue (lua/sweep.lua, loaded the way the service
   loads it), as a replica's sweeper would.
 - "promote" runs a delayed job now (the back of its priority's line); any other job answers 409
   not_delayed and a missing one 404, changing nothing.
@@ -328,7 +328,7 @@ class Env:
     redis: redis.Redis  # decode_responses=True
     raw: redis.Redis  # bytes, for the event stream (read as runtime/event_feeds.py reads it)
     settings: Settings
-    sweep_script: Script  # lua/sweep-*.lua, registered on the client above
+    sweep_script: Script  # lua/sweep.lua, registered on the client above
 
 
 def lease_body(action: str, lease_id: str) -> dict[str, Any]:
@@ -857,7 +857,7 @@ def test_service_behaves_like_the_model(private_redis_url: str) -> None:
         redis.Redis.from_url(private_redis_url, decode_responses=True) as client,
         redis.Redis.from_url(private_redis_url) as raw,
     ):
-        sweep_script = client.register_script(render(next(lua_dir().glob("sweep-*.lua"))))
+        sweep_script = client.register_script(render(lua_dir() / "sweep.lua"))
         env = Env(http, client, raw, service_settings, sweep_script)
         machine = type("QueueMachineOnService", (QueueMachine,), {"env": env})
         run_state_machine_as_test(machine, settings=MODEL_SETTINGS)

@@ -65,7 +65,7 @@ class Grant:
     @property
     def token_id(self) -> str:
         """A short, stable id of the token, for the records that say which token owns what
-        (a worker name: lua/include/common.lua claim_worker); never the token itself."""
+        (a worker name: lua/include/workers.lua claim_worker); never the token itself."""
         return self.digest.hex()[:TOKEN_ID_CHARS]
 
     @property

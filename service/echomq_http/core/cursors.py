@@ -1,4 +1,4 @@
-"""The job listing's cursors: where lua/list-jobs-11.lua stopped, as opaque URL-safe text.
+"""The job listing's cursors: where lua/list_jobs.lua stopped, as opaque URL-safe text.
 
 A cursor is the script's own cursor (a kind and its fields, see the script's header) with the
 state it lists in front, as a JSON array of strings in unpadded base64url. Clients must treat it

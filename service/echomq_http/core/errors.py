@@ -1,8 +1,9 @@
 """Domain errors: the script result codes, the exceptions they become, and their HTTP problems.
 
-Scripts answer small negative integers (lua/include/common.lua); ``ScriptCode`` mirrors them,
-``raise_for_code`` turns them into exceptions in one place, and ``PROBLEMS`` maps every
-exception to its status and problem code in one table.
+Scripts answer small negative integers; ``ScriptCode`` is their one definition (the loader hands
+each to the Lua as a placeholder: lua/include/base.lua), ``raise_for_code`` turns them into
+exceptions in one place, and ``PROBLEMS`` maps every exception to its status and problem code in
+one table.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ class ScriptCode(IntEnum):
     JOB_ACTIVE = -3
     NO_SESSION = -4
     SCHEDULE_NOT_FOUND = -5
-    SCHEDULE_MOVED = -6  # put-schedule-11.lua: the schedule changed since it was read (not an error)
+    SCHEDULE_MOVED = -6  # put_schedule.lua: the schedule changed since it was read (not an error)
     NOT_DELAYED = -7
     WORKER_OWNED = -8  # the worker name belongs to another token (docs/security.md, "Worker names")
-    NEW_QUEUE = -9  # enqueue-11.lua: the queue has no keys yet, so it is admitted first (not an error)
-    TOO_MANY_QUEUES = -10  # admit-queue-1.lua: the registry holds EMQ_MAX_QUEUES queues already
+    NEW_QUEUE = -9  # enqueue.lua: the queue has no keys yet, so it is admitted first (not an error)
+    TOO_MANY_QUEUES = -10  # admit_queue.lua: the registry holds EMQ_MAX_QUEUES queues already
 
 
 class QueueError(Exception):

@@ -116,7 +116,7 @@ def _ack_results(acks: Sequence[AckItem], codes: Sequence[int]) -> list[AckItemR
 _encode = msgspec.json.encode
 
 
-SEARCH_STATES = ("failed", "completed", "cancelled", "delayed")  # lua/search-jobs-11.lua
+SEARCH_STATES = ("failed", "completed", "cancelled", "delayed")  # lua/search_jobs.lua
 # Lua's string.lower folds ASCII letters only: the text is folded the same way here, so that it
 # matches what the script compares it with.
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -133,12 +133,12 @@ def delay_reason(attempt: int) -> DelayReason:
 
 def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
     """A job's hash (HGETALL) as the API's job view. The hash leaves out fields that hold
-    their default (lua/include/common.lua), so those are filled in here."""
+    their default (lua/include/store.lua), so those are filled in here."""
     name = fields.get(b"name") or None
     result = fields.get(b"result")
     progress = fields.get(b"progress")
     active = fields[b"state"] == b"active"
-    # The hash keeps run_at after the job left DELAYED (include/common.lua delayed_to_waiting).
+    # The hash keeps run_at after the job left DELAYED (include/waiting.lua delayed_to_waiting).
     delayed = fields[b"state"] == b"delayed"
     attempt = int(fields.get(b"attempt", 0))
     created_at = int(fields[b"created_at"])
@@ -178,7 +178,7 @@ def _outcome(reply: Any) -> dict[str, Any]:
     return {"emq.outcome": "ok"}
 
 
-# A queue's settings as META fields (lua/settings-11.lua), in the order they are read.
+# A queue's settings as META fields (lua/settings.lua), in the order they are read.
 SETTINGS_FIELDS = (
     "max_in_flight",
     "group_max_in_flight",
@@ -192,7 +192,7 @@ SETTINGS_FIELDS = (
 
 
 class _ScriptSettings(msgspec.Struct, omit_defaults=True):
-    """The settings as settings-11.lua takes them: the fields not at their default."""
+    """The settings as settings.lua takes them: the fields not at their default."""
 
     max_in_flight: int | None = None
     group_max_in_flight: int | None = None
@@ -382,7 +382,7 @@ class JobQueues:
     async def lease_answer(self, queue: str, ask: LeaseAsk) -> Leases:
         """One try of a lease request (core/leasing.py runs its waits): up to max_jobs, fewer
         when the queue's max_in_flight or rate_limit hold it back. The same request id re-sent
-        answers the jobs the first run leased instead of leasing more (lua/lease-11.lua).
+        answers the jobs the first run leased instead of leasing more (lua/lease.lua).
         WorkerOwned when the worker name belongs to another token than ask.owner;
         LeasesNotConfirmed, with the jobs, when no replica confirmed the write (durable mode)."""
         try:
@@ -409,7 +409,7 @@ class JobQueues:
         only_if_all_taken: bool,
         job_id: str | None = None,
     ) -> tuple[list[int], Leases | None]:
-        """Acks, then a try of the lease request, in one script call (lua/ack-lease-11.lua):
+        """Acks, then a try of the lease request, in one script call (lua/ack_lease.lua):
         each ack's code, and the jobs leased (None when it did not lease: only_if_all_taken and
         an ack was refused). WorkerOwned, nothing acked, when the lease's worker name belongs to
         another token than ask.owner's; LeasesNotConfirmed as lease_answer."""
@@ -580,7 +580,7 @@ class JobQueues:
     async def session_heartbeat(
         self, queue: str, worker: str, ttl_ms: int, info: Raw | UnsetType, owner: str = ""
     ) -> SessionHeartbeatResponse:
-        """Start or renew the worker's session (lua/session-11.lua); owner: the calling token's
+        """Start or renew the worker's session (lua/session.lua); owner: the calling token's
         id ("" for none): WorkerOwned when the worker name belongs to another token."""
         reply = await self._call("session", queue, *Session.args(worker, ttl_ms, info, owner))
         expires_at, state = Session.reply(worker, reply)
@@ -653,7 +653,7 @@ class JobQueues:
         return CancelResponse(id=job_id, state=state, cancel_requested=requested)  # type: ignore[arg-type]
 
     async def promote(self, queue: str, job_id: str) -> PromoteResponse:
-        """A delayed job becomes waiting now (lua/promote-11.lua); NotDelayed when it is in
+        """A delayed job becomes waiting now (lua/promote.lua); NotDelayed when it is in
         another state."""
         raise_for_code(await self._call("promote", queue, job_id, job_id=job_id), job_id)
         return PromoteResponse(id=job_id, state="waiting")
@@ -666,7 +666,7 @@ class JobQueues:
 
     async def job_details(self, queue: str, job_id: str) -> tuple[JobView | None, int | None, int]:
         """The job (None: there is none), the fence of its last lease (None: never leased) and
-        the number of the queue's last event, read in one step (lua/job-11.lua)."""
+        the number of the queue's last event, read in one step (lua/job.lua)."""
         read = Job.reply(await self._call("job", queue, job_id, job_id=job_id))
         if read.fields is None:
             return None, None, read.position
@@ -674,7 +674,7 @@ class JobQueues:
 
     async def history(self, queue: str, minutes: int) -> list[HistoryMinute]:
         """Per-minute counts of the last `minutes` minutes (the last one the current), from the
-        queue's history hash (lua/include/common.lua count_history), zeros included."""
+        queue's history hash (lua/include/history.lua count_history), zeros included."""
         async with self._gate:
             seconds, micros = await self.client.time()
             history_key = self.keys(queue).history
@@ -691,7 +691,7 @@ class JobQueues:
         self, queue: str, state: str, text: str, offset: int, budget: int, limit: int
     ) -> tuple[list[str], int, int]:
         """One bounded step of a search for text in the payloads and errors of a state's jobs
-        (lua/search-jobs-11.lua): the ids that hold it, where the next step starts, and how many
+        (lua/search_jobs.lua): the ids that hold it, where the next step starts, and how many
         entries the state holds (the scan is done when the next step would start there)."""
         reply = await self._call(
             "search-jobs", queue, state, text.translate(_ASCII_LOWER), offset, budget, limit
@@ -720,7 +720,7 @@ class JobQueues:
         return settings_of(values)
 
     async def put_settings(self, queue: str, settings: QueueSettings) -> QueueSettings:
-        """Replace the queue's settings (lua/settings-11.lua). The queue is registered: a queue
+        """Replace the queue's settings (lua/settings.lua). The queue is registered: a queue
         configured before its first job is listed, as a paused one is."""
         await self._admit(queue)
         rate = settings.rate_limit
@@ -821,7 +821,7 @@ class JobQueues:
     ) -> tuple[AsyncIterator[list[JobView]], str | None]:
         """A page of the jobs in a state, from a cursor (None: the first page): the jobs chunk by
         chunk as the caller iterates, and the next page's cursor (None: this is the last). The
-        ids come from one bounded script call (lua/list-jobs-11.lua), the hashes as for
+        ids come from one bounded script call (lua/list_jobs.lua), the hashes as for
         failed_page. A malformed cursor, or one of another state, is an InvalidRequest."""
         after = cursors.decode(cursor, state) if cursor is not None else [""]
         listing, script_cursor = ListJobs.reply(await self._call("list-jobs", queue, state, limit, *after))

@@ -3,7 +3,7 @@
 Redis holds every schedule (lua/include/schedule.lua), so they survive restarts and any
 process of any replica may fire one. Run times are computed here (echomq_http.core.schedule_times)
 from the Redis clock; each write is one script: a PUT is a compare-and-set against the version
-it read, a run is a compare-and-set on the run time it read as due (fire-schedules-11.lua),
+it read, a run is a compare-and-set on the run time it read as due (fire_schedules.lua),
 with a job id made from the schedule and that time. So two processes firing the same run, a
 re-sent call or a PUT racing a run never make two jobs for one run time.
 

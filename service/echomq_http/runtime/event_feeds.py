@@ -1,6 +1,6 @@
 """The queues' event feeds, on a fixed number of Redis connections of their own.
 
-Scripts write each call's events into one entry of the queue's stream (lua/include/common.lua:
+Scripts write each call's events into one entry of the queue's stream (lua/include/events.lua:
 events numbered 1, 2, 3... per queue, an entry's id "0-<number of its last event>"). In each
 process a queue with subscribers (an SSE request, or a wait on a job's outcome) has one
 ``QueueFeed``; the feeds are shared out among a few ``FeedReader``s (per node on a Cluster),

@@ -32,7 +32,7 @@ HELD_SUFFIX = ":held"  # ZSET: id -> fence of the jobs a worker holds (so: by le
 # expires_at, ttl_ms, info (JSON object text); lapsed_fence while a lapse is being swept
 SESSION_SUFFIX = ":session"
 # STRING "<token id>" with a PX TTL: the token a worker name belongs to while it may hold leases
-# or a session it made (lua/include/common.lua claim_worker; docs/security.md)
+# or a session it made (lua/include/workers.lua claim_worker; docs/security.md)
 OWNER_SUFFIX = ":owner"
 # STRING "<id> <lease_id> ..." with a PX TTL: what one lease request leased, under
 # "<worker>:<request_id>:req" (three segments: never a job's or a worker's key)
@@ -44,13 +44,13 @@ GROUP_SUFFIX = ":group"  # HASH: active (its jobs in the ledger), max (its cap),
 # Queue-level keys the scripts derive from the prefix rather than take as KEYS (every script takes
 # the same eleven; these are written by a few and read back by the service):
 EVENTS_NAME = "events"  # STREAM: the queue's events, entry id "0-<number of its last event>"
-HISTORY_NAME = "history"  # HASH: "<minute ms>:<kind>" -> count, the last 24 h (lua/include/common.lua)
+HISTORY_NAME = "history"  # HASH: "<minute ms>:<kind>" -> count, the last 24 h (lua/include/history.lua)
 CANCELLED_NAME = "cancelled"  # ZSET: id -> cancellation time (ms), for retention
 # LIST of "<time ms> <jobs>" entries, newest on the left: the leases counted against the queue's
 # rate limit (lua/include/lease.lua); META "rate_used" holds the sum of its entries' jobs
 RATE_NAME = "rate"
 SESSIONS_NAME = "sessions"  # ZSET: worker -> when its session lapses (ms), or now while a lapse is due
-# Groups (lua/include/common.lua): RING is the LIST of the members leases take turns from (the
+# Groups (lua/include/groups.lua): RING is the LIST of the members leases take turns from (the
 # groups with waiting jobs and room, and the ungrouped jobs as one member ":"); GROUPS the ZSET
 # (all scores 0, so by name) of every group with waiting or active jobs or a cap of its own.
 RING_NAME = "ring"
@@ -97,7 +97,7 @@ class QueueKeys:
     failed: str  # ZSET: id -> failure time (ms): the dead letters
     wake: str  # pub/sub channel: "<n>" jobs became leasable
     due: str  # the due index this queue is in (due_index_key)
-    script_keys: tuple[str, ...]  # the KEYS every script takes, in lua/include/common.lua's order
+    script_keys: tuple[str, ...]  # the KEYS every script takes, in lua/include/base.lua's order
     events: str
     history: str
     cancelled: str  # ZSET: id -> cancellation time (ms); not a script key (Lua derives it)

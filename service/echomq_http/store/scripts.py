@@ -1,9 +1,12 @@
 """Loads the Lua scripts in lua/ and calls them: one script call per state transition.
 
-A script's file name is ``<operation>-<numkeys>.lua``. The loader inlines ``@include NAME``
-lines from lua/include/ (only the definitions the script uses: echomq_http.store.luatrim), fills in
-``@NAME@`` placeholders from the constants below (so the Lua never spells a key suffix or limit
-of its own), and checks the key count on every call.
+A script's file name is its operation, with ``_`` for ``-`` (lua/ack_lease.lua is the operation
+"ack-lease", the name the service calls and traces it by). Every script takes the queue's keys
+(QueueKeys.script_keys; include/base.lua names them), but for those in _OTHER_KEY_COUNTS. The
+loader inlines ``@include NAME`` lines from lua/include/ (each include after the ones it names in
+turn, each once, with only the definitions the script uses: echomq_http.store.luatrim), fills in
+``@NAME@`` placeholders from the constants below (so the Lua never spells a key suffix, limit or
+result code of its own), and checks the key count on every call.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from redis.commands.core import AsyncScript
 
 from echomq_http import config
 from echomq_http.core import limits
+from echomq_http.core.errors import ScriptCode
 from echomq_http.store import keys
 from echomq_http.store.luafunctions import library, library_name
 from echomq_http.store.luatrim import trimmed
@@ -26,9 +30,18 @@ from echomq_http.store.luatrim import trimmed
 if TYPE_CHECKING:
     from echomq_http.store.backends import Backend
 
-_SCRIPT_NAME = re.compile(r"^(?P<operation>[a-z][a-z-]*)-(?P<numkeys>\d+)\.lua$")
+_SCRIPT_NAME = re.compile(r"^[a-z][a-z_]*\.lua$")
 _INCLUDE = re.compile(r"^-- @include (?P<name>[a-z_]+)$", re.MULTILINE)
+_INCLUDE_LINE = re.compile(r"^-- @include [a-z_]+\n", re.MULTILINE)
 _PLACEHOLDER = re.compile(r"@([A-Z_]+)@")
+_KEYS_NAMED = re.compile(r"\bKEYS\[(\d+)\]")
+# The include that names the queue's keys (KEYS[1..n]) for every script that takes them.
+_QUEUE_KEYS_INCLUDE = "base"
+QUEUE_KEY_COUNT = len(keys.QueueKeys.for_queue("").script_keys)
+# The scripts that take other keys than the queue's, and how many.
+_OTHER_KEY_COUNTS: Mapping[str, int] = {
+    "admit-queue": 1,  # the registry of queues alone: global, no queue's slot
+}
 
 
 def retention_placeholders(
@@ -38,7 +51,7 @@ def retention_placeholders(
     failed_max: int = config.DEFAULT_FAILED_MAX,
     events_maxlen: int = config.DEFAULT_EVENTS_MAXLEN,
 ) -> dict[str, str]:
-    """The service's retention settings, as the scripts read them (include/common.lua)."""
+    """The service's retention settings, as the scripts read them (include/retention.lua)."""
     return {
         "EVENTS_MAXLEN": str(events_maxlen),
         "COMPLETED_RETENTION_MS": str(completed_retention_s * 1000),
@@ -78,7 +91,21 @@ PLACEHOLDERS: Mapping[str, str] = {
     "MAX_EVENT_PROGRESS_BYTES": str(limits.MAX_EVENT_PROGRESS_BYTES),
     "PUBLISH": "PUBLISH",  # a Cluster's Scripts use SPUBLISH instead
     **retention_placeholders(),  # the defaults; Scripts takes the service's settings
+    # The scripts' result codes, defined once: include/base.lua "local LEASE_LOST = @LEASE_LOST@".
+    **{code.name: str(code.value) for code in ScriptCode},
 }
+
+
+def operation_of(path: Path) -> str:
+    """The operation a script file is for: lua/ack_lease.lua -> "ack-lease"."""
+    if _SCRIPT_NAME.match(path.name) is None:
+        raise ValueError(f"script file name must be <operation>.lua, lowercase with underscores: {path}")
+    return path.stem.replace("_", "-")
+
+
+def script_path(operation: str, directory: Path | None = None) -> Path:
+    """The file of an operation's script: "ack-lease" -> lua/ack_lease.lua."""
+    return (directory or lua_dir()) / f"{operation.replace('-', '_')}.lua"
 
 
 def lua_dir() -> Path:
@@ -98,6 +125,25 @@ class Rendered:
         self.text = "".join(includes) + body
 
 
+def _include_order(names: Sequence[str], include_dir: Path) -> list[str]:
+    """The includes a script names, each after the includes it names in turn, each once (an
+    include's definitions are Lua locals: they are visible only below them)."""
+    order: list[str] = []
+
+    def visit(name: str, naming: tuple[str, ...]) -> None:
+        if name in naming:
+            raise ValueError(f"include/{name}.lua names itself: {' -> '.join((*naming, name))}")
+        if name in order:
+            return
+        for named in _INCLUDE.finditer((include_dir / f"{name}.lua").read_text()):
+            visit(named["name"], (*naming, name))
+        order.append(name)
+
+    for name in names:
+        visit(name, ())
+    return order
+
+
 def render_parts(path: Path, extra: Mapping[str, str] | None = None) -> Rendered:
     placeholders = {**PLACEHOLDERS, **(extra or {})}
     include_dir = path.parent / "include"
@@ -110,19 +156,29 @@ def render_parts(path: Path, extra: Mapping[str, str] | None = None) -> Rendered
     # Includes come first (the script's code uses them): its header, its includes, its code.
     head = source[: found[0].start()] if found else ""
     body = source[found[-1].end() :] if found else source
+    if found and source[found[0].start() : found[-1].end()].count("\n") != len(found) - 1:
+        raise ValueError(f"{path.name}: its @include lines must come together, before its code")
     includes: list[str] = []
     # Last include first: an include's definitions are trimmed against the script with every
-    # include below it already inlined (include/lease.lua uses include/common.lua's).
+    # include below it already inlined (include/lease.lua uses include/ledger.lua's).
     below = body
-    for index in reversed(range(len(found))):
-        match = found[index]
-        after = source[match.end() : found[index + 1].start()] if index + 1 < len(found) else ""
-        if after.strip():
-            raise ValueError(f"{path.name}: its @include lines must come together, before its code")
-        inlined = trimmed((include_dir / f"{match['name']}.lua").read_text(), below) + after
+    for name in reversed(_include_order([match["name"] for match in found], include_dir)):
+        own = _INCLUDE_LINE.sub("", (include_dir / f"{name}.lua").read_text())
+        inlined = trimmed(own, below) + "\n"
         includes.insert(0, inlined)
         below = inlined + below
     return Rendered([fill(head + includes[0]), *map(fill, includes[1:])] if found else [], fill(body))
+
+
+def _check_queue_keys(include_dir: Path) -> None:
+    """The queue's keys as the scripts name them (KEYS[1..n] in include/base.lua) are as many as
+    QueueKeys.script_keys holds, which every call of a queue's script passes."""
+    base = include_dir / f"{_QUEUE_KEYS_INCLUDE}.lua"
+    if not base.is_file():  # a directory of scripts that take no queue's keys
+        return
+    named = {int(index) for index in _KEYS_NAMED.findall(base.read_text())}
+    if named != set(range(1, QUEUE_KEY_COUNT + 1)):
+        raise ValueError(f"{base} names KEYS {sorted(named)}, not the queue's {QUEUE_KEY_COUNT} keys")
 
 
 def render(path: Path, extra: Mapping[str, str] | None = None) -> str:
@@ -172,16 +228,15 @@ class Scripts:
         # On a Cluster, wake-ups go by sharded pub/sub to the queue's shard only (runtime.wakeups).
         extra = {**(placeholders or {}), "PUBLISH": backend.publish_command}
         self._scripts: dict[str, LoadedScript] = {}
-        for path in sorted((directory or lua_dir()).glob("*.lua")):
-            match = _SCRIPT_NAME.match(path.name)
-            if match is None:
-                raise ValueError(f"script file name must be <operation>-<numkeys>.lua: {path}")
-            operation = match["operation"]
+        directory = directory or lua_dir()
+        _check_queue_keys(directory / "include")
+        for path in sorted(directory.glob("*.lua")):
+            operation = operation_of(path)
             self._scripts[operation] = LoadedScript(
                 backend.client,
                 operation,
                 render_parts(path, extra),
-                int(match["numkeys"]),
+                _OTHER_KEY_COUNTS.get(operation, QUEUE_KEY_COUNT),
                 read_only=operation in read_only,
             )
 

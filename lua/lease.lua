@@ -1,0 +1,45 @@
+-- Lease up to max_jobs waiting jobs to a worker. Each job moves atomically into the in-flight
+-- ledger ACTIVE (left end) under its lock "<lease_id>:<worker>" with a PX TTL of lease_ms.
+-- Due delayed jobs are promoted first, so they are leasable at once. An index entry (in WAIT,
+-- PRIO, DELAYED, a group's line or RING) whose job is missing or not in that state is dropped,
+-- never leased. On a queue with groups, jobs are taken round-robin across the groups with room
+-- (include/lease.lua ring_helpers), each counted in its group's jobs in flight.
+-- Every lease call carries a request id: the ids and lease ids it leased are kept under it for a
+-- while, and the same request again (a call re-sent after a timeout, or a client's retry with
+-- its request_id) leases nothing new and answers what the first leased that is still held
+-- under those leases, in the same order.
+-- KEYS[1..11] the queue's keys (see include/base.lua); derives job hashes, locks, the worker's
+--             held set and session and the request's record from the prefix
+-- ARGV[1]     key prefix "emq:{queue}:"
+-- ARGV[2]     worker name
+-- ARGV[3]     lease_ms
+-- ARGV[4]     max_jobs (at most 100: the API's limit)
+-- ARGV[5]     lease ids: max_jobs random tokens of @LEASE_ID_CHARS@ characters, concatenated
+-- ARGV[6]     request id (never contains ":" or a space)
+-- ARGV[7]     how long the request's record is kept (ms)
+-- ARGV[8]     the calling token's id, "" or absent for none (tokens off, or an admin): the worker
+--             name must not belong to another token (include/workers.lua claim_worker), checked
+--             before anything else (a replay of the request included); the name is then claimed
+--             or kept for lease_ms more
+-- Flow control (include/lease.lua flow_room): the queue's max_in_flight and rate_limit settings
+-- (META) cap how many jobs a call leases; the rate's log is the key PREFIX .. "@RATE_NAME@".
+-- Returns     {stale, retry_after_ms, then 10 entries per leased job: id, name (nil when it has
+--             none), payload, attempt, max_attempts, lease_id, lease_expires_at (ms), fence,
+--             enqueued_at (ms), traceparent (nil when the producer sent none)}; stale = index
+--             entries dropped; retry_after_ms = when the rate limit, which held this call back,
+--             has room again (ms from now), 0 when no rate limit held it back (max_in_flight
+--             gives no time: its waiters are woken when a job leaves the ledger).
+--             No jobs when paused, the worker's session is quiet, or nothing waits. A lease by a
+--             worker whose session lapsed (not yet swept) first bounds that lapse (the session's
+--             lapsed_fence), so the lapse leaves this lease alone. The fence comes from one counter per queue
+--             (META "fence"), so it grows with every lease of a job, never goes back even when an
+--             id is reused, and orders leases. Emits leased per job.
+--             {WORKER_OWNED} (-8) alone when the worker name belongs to another token: nothing
+--             done.
+-- @include base
+-- @include workers
+-- @include events
+-- @include lease
+if not claim_worker(ARGV[2], ARGV[8] or '', tonumber(ARGV[3])) then return {WORKER_OWNED} end
+local now = now_ms()
+return finish(lease_jobs(ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], now), now)
