@@ -39,10 +39,16 @@ GROUPS = (
     ("guard (litestar runs a sync guard in a thread pool)", ("handlers/base.py:authorize_connection",)),
     ("OpenTelemetry (spans, metrics)", ("opentelemetry/",)),
     ("request body (service read_body)", ("service/echomq_http/api/http.py:read_body",)),
-    ("Redis calls (redis-py, scripts)", ("service/echomq_http/store/scripts.py:call", "service/echomq_http/store/backends.py", "redis/")),
+    (
+        "Redis calls (redis-py, scripts)",
+        ("service/echomq_http/store/scripts.py:call", "service/echomq_http/store/backends.py", "redis/"),
+    ),
     ("response (litestar Response, uvicorn send)", ("litestar/response/",)),
     ("HTTP parsing (uvicorn httptools)", ("httptools_impl.py:data_received",)),
-    ("service code (api, core, runtime)", ("service/echomq_http/api/", "service/echomq_http/core/", "service/echomq_http/runtime/")),
+    (
+        "service code (api, core, runtime)",
+        ("service/echomq_http/api/", "service/echomq_http/core/", "service/echomq_http/runtime/"),
+    ),
     ("framework (litestar, uvicorn ASGI)", ("litestar/", "uvicorn/protocols")),
 )
 # Leaves of threads that are parked, not working (thread-pool workers waiting for work).
