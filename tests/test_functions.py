@@ -15,7 +15,7 @@ from echomq_http.core.queue import READ_ONLY_OPERATIONS, JobQueues
 from echomq_http.observability.telemetry import Telemetry
 from echomq_http.store.luafunctions import library
 from echomq_http.store.scripts import Scripts, lua_dir, render_parts
-from tests.conftest import ValkeyProcess
+from tests.support.servers import RedisServer
 
 QUEUE = "fq"
 USER, PASSWORD = "no-functions", "pw-no-functions"
@@ -33,7 +33,7 @@ def job_queues(client: Redis) -> JobQueues:
 
 
 @pytest.fixture
-async def server(private_valkey: ValkeyProcess) -> AsyncIterator[Redis]:
+async def server(private_valkey: RedisServer) -> AsyncIterator[Redis]:
     client = Redis.from_url(private_valkey.url)
     yield client
     await client.aclose()
@@ -103,7 +103,7 @@ async def test_a_server_that_lost_its_functions_gets_them_back_and_each_call_act
 
 
 async def test_a_user_who_may_not_call_functions_runs_the_same_scripts_by_evalsha(
-    server: Redis, private_valkey: ValkeyProcess
+    server: Redis, private_valkey: RedisServer
 ) -> None:
     await server.acl_setuser(
         USER,

@@ -21,9 +21,10 @@ from echomq_http.core import limits
 from echomq_http.core.queue import JobQueues
 from echomq_http.observability.telemetry import Telemetry
 from echomq_http.store.keys import QUEUE_REGISTRY, queue_prefix
-from tests.conftest import TEST_SWEEP_INTERVAL_MS, ValkeyProcess
-from tests.server import running_service
+from tests.conftest import TEST_SWEEP_INTERVAL_MS
 from tests.support import assert_problem, counts, enqueue
+from tests.support.servers import RedisServer
+from tests.support.service import running_service
 
 MANY_QUEUES = 3000
 FILL_AT_ONCE = 500  # queues started together while filling
@@ -68,7 +69,7 @@ async def fill(redis_url: str) -> None:
 def crowded_service() -> Iterator[str]:
     """A service of the module's own whose Redis holds MANY_QUEUES queues."""
     with tempfile.TemporaryDirectory() as directory:
-        server = ValkeyProcess(Path(directory)).start()
+        server = RedisServer(Path(directory)).start()
         try:
             asyncio.run(fill(server.url))
             settings = Settings(redis_url=server.url, sweep_interval_ms=TEST_SWEEP_INTERVAL_MS)
@@ -166,7 +167,7 @@ MAX_QUEUES = 3
 
 
 @pytest.fixture
-async def capped(private_valkey: ValkeyProcess) -> AsyncIterator[tuple[httpx.AsyncClient, Redis]]:
+async def capped(private_valkey: RedisServer) -> AsyncIterator[tuple[httpx.AsyncClient, Redis]]:
     settings = Settings(
         redis_url=private_valkey.url, sweep_interval_ms=TEST_SWEEP_INTERVAL_MS, max_queues=MAX_QUEUES
     )

@@ -4,42 +4,53 @@ settings (the connection cap), refusing to start, and what it logs."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
 import sys
-import time
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from tests.conftest import free_port
+from echomq_http.store.server_process import ServerDidNotStart, ServerProcess
+from tests.support.ports import free_port
 
+REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 
 
+def ready(url: str) -> bool:
+    """One GET of the service's /readyz: True once it answers 200."""
+    with contextlib.suppress(httpx.TransportError):
+        return httpx.get(url + "/readyz").status_code == 200
+    return False
+
+
 @dataclass
 class LaunchedService:
-    process: subprocess.Popen[bytes]
+    server: ServerProcess
     url: str
     log_path: Path
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        assert self.server.process is not None
+        return self.server.process
 
     def log(self) -> str:
         """Everything it wrote so far (its stdout and stderr)."""
         return self.log_path.read_text()
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(self.url + "/readyz").status_code == 200:
-                    return
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the service did not become ready:\n{self.log()}")
-            time.sleep(0.05)
+        try:
+            self.server.wait_ready()
+        except ServerDidNotStart:
+            raise RuntimeError(f"the service did not become ready:\n{self.log()}") from None
 
     def exit_status(self) -> int:
         """Its exit status, once it has stopped by itself."""
@@ -66,23 +77,20 @@ def launched(
     environment variables (EMQ_DATA_DIR="...", EMQ_MAX_CONNECTIONS="16"). Sent stop_with at the
     end if still running (SIGTERM: it stops the embedded Valkey it started), killed if it hangs."""
     port = free_port() if port is None else port
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "echomq_http"],
-            env=launcher_env(PORT=str(port), **settings),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    url = f"http://127.0.0.1:{port}"
+    log_path.write_bytes(b"")
+    server = ServerProcess(
+        [sys.executable, "-m", "echomq_http"],
+        lambda: ready(url),
+        name="the service",
+        log=log_path,
+        env=launcher_env(PORT=str(port), **settings),
+        startup_timeout_s=START_TIMEOUT_S,
+    ).spawn()
     try:
-        yield LaunchedService(process, f"http://127.0.0.1:{port}", log_path)
+        yield LaunchedService(server, url, log_path)
     finally:
-        if process.poll() is None:
-            process.send_signal(stop_with)
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        server.stop(stop_with, STOP_TIMEOUT_S)
 
 
 @contextlib.contextmanager
@@ -90,3 +98,51 @@ def launched_service(redis_url: str, log_path: Path, **settings: str) -> Iterato
     """One worker process serving on a free loopback port with Redis at redis_url."""
     with launched(log_path, EMQ_REDIS_URL=redis_url, **settings) as service:
         yield service
+
+
+@functools.cache
+def _alias_dir(folder: Path) -> str:
+    """One directory per checkout, made once however often its replicas start, holding
+    ``echomq_http`` as a symlink to the checkout's service/ folder."""
+    path = tempfile.mkdtemp(prefix="emq-checkout-")
+    (Path(path) / "echomq_http").symlink_to(folder, target_is_directory=True)
+    return path
+
+
+def service_process(service_dir: Path, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The argv (after the interpreter) and env that run the service of a checkout.
+
+    The folder is service/; it installs as ``echomq_http``, the name this repository's editable
+    install also claims. Another checkout's folder is given that name by a symlink in a
+    directory of its own, first on PYTHONPATH (before the editable install's finder), so uvicorn's
+    worker processes import it too. Checkouts from before the rename run as ``service``; since the
+    package moved into service/echomq_http, service/ itself goes on PYTHONPATH."""
+    if service_dir == REPO:
+        return ["-m", "echomq_http"], env
+    folder = service_dir / "service"
+    if (folder / "echomq_http" / "__main__.py").exists():
+        module, path = "echomq_http", str(folder)
+    elif "echomq_http" not in (folder / "__main__.py").read_text():
+        module, path = "service", str(service_dir)
+    else:
+        module, path = "echomq_http", _alias_dir(folder)
+    return ["-m", module], env | {"PYTHONPATH": os.pathsep.join(filter(None, [path, env.get("PYTHONPATH")]))}
+
+
+def descendants(pid: int) -> list[int]:
+    """pid and every process below it (uvicorn's worker processes, for EMQ_WORKERS)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    return found
