@@ -382,13 +382,7 @@ class AbuseHarness(Harness):
             self.idle(0.25)
         else:
             self.errors.append(f"the queue did not drain within {DRAIN_S:.0f} s: {self.counts()}")
-        workers = [child for child in cluster.workers if child is not None]
-        for child in workers:
-            child.terminate()
-        for child in workers:
-            code = child.stop(grace_s=8.0)
-            if code not in (0, None):
-                self.errors.append(f"{child.name} exited with {code} at the end; see {child.log}")
+        self.stop_workers()
         time.sleep(FINAL_SETTLE_S)
         from tests.support.chaos_check import record_history, record_stream
 

@@ -791,6 +791,17 @@ class Harness:
         return plan
 
     # -- the run --------------------------------------------------------------------------------
+    def stop_workers(self) -> None:
+        """The end of a run: each worker finishes the job in hand, then exits (SIGTERM, SIGKILL
+        after 8 s); one that exits with an error is an error of the run."""
+        workers = [child for child in self.cluster.workers if child is not None]
+        for child in workers:
+            child.terminate()
+        for child in workers:
+            code = child.stop(grace_s=8.0)
+            if code not in (0, None):
+                self.errors.append(f"{child.name} exited with {code} at the end; see {child.log}")
+
     def run(self) -> int:
         args, cluster = self.args, self.cluster
         faketime = find_faketime(args.faketime_lib)
@@ -880,13 +891,7 @@ class Harness:
         if not drained:
             self.errors.append(f"the queue did not drain within {self.profile.drain_s} s: {self.counts()}")
         self.phases["drained"] = time.time() - self.started
-        workers = [child for child in cluster.workers if child is not None]
-        for child in workers:
-            child.terminate()  # each finishes the job in hand, then exits
-        for child in workers:
-            code = child.stop(grace_s=8.0)
-            if code not in (0, None):
-                self.errors.append(f"{child.name} exited with {code} at the end; see {child.log}")
+        self.stop_workers()
         # no job may stay active once lease + sweep have passed with no worker left
         time.sleep(FINAL_SETTLE_S)
         self.final_counts = self.read_final(f"/v1/queues/{QUEUE}", "counts")

@@ -53,6 +53,7 @@ from bench_plan import (
     QUICK,
     Plan,
 )
+from bench_sdks import TS_WORKER_EXTRA_S
 from bench_stack import Service, redis_server, show_logs, stop_children, watchdog
 from bench_steps import (
     EVENT_OPS,
@@ -62,7 +63,6 @@ from bench_steps import (
     LEDGER_OPS,
     SCHEDULE_OPS,
     SESSION_OPS,
-    TS_WORKER_EXTRA_S,
     UI_OPS,
     run_all,
     selection,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
 import subprocess
@@ -17,11 +16,9 @@ from typing import Any
 from bench_plan import BENCH_DIR, REPO, START_TIMEOUT_S, STOP_TIMEOUT_S
 
 from echomq_http.store.server_process import ServerDidNotStart, ServerProcess
-from tests.support.launched import descendants, service_process
+from tests.support.launched import descendants, service_process, service_server
 from tests.support.ports import free_port
 from tests.support.servers import RedisServer
-
-SERVICE_POLL_S = 0.1
 
 # ---------------------------------------------------------------------------------------------
 # processes
@@ -72,16 +69,6 @@ def redis_server(binary: str, directory: Path) -> RedisServer:
     assert server.process is not None
     server.process.wait_ready()
     return server
-
-
-def service_ready(url: str) -> bool:
-    """One GET of a replica's /readyz."""
-    import httpx
-
-    try:
-        return httpx.get(url + "/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 class Service:
@@ -135,16 +122,8 @@ class Service:
                 sampler = str(BENCH_DIR / "sample_profile.py")
                 args = [sys.executable, sampler, f"{self.profile}.{index}", *run]
             url = f"http://127.0.0.1:{port}"
-            server = ServerProcess(
-                args,
-                functools.partial(service_ready, url),
-                name=f"the service on {url}",
-                log=self.log_dir / f"{self.log_name}-{index}.log",
-                env=env,
-                cwd=self.service_dir,
-                startup_timeout_s=START_TIMEOUT_S,
-                poll_s=SERVICE_POLL_S,
-            )
+            log = self.log_dir / f"{self.log_name}-{index}.log"
+            server = service_server(args, url, env=env, log=log, cwd=self.service_dir)
             self.processes.append(adopt(server.spawn()))
             self.ports.append(port)
         for server in self.processes:

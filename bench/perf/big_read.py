@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
-import functools
 import json
 import os
 import shutil
@@ -47,11 +46,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH_DIR))
 
 from bench_harness import percentile  # noqa: E402 - bench/perf is on the path now
-from bench_stack import adopt, service_ready, stop_children, watchdog  # noqa: E402
+from bench_stack import adopt, stop_children, watchdog  # noqa: E402
 from loadgen import RawConnection  # noqa: E402
 
-from echomq_http.store.server_process import ServerDidNotStart, ServerProcess  # noqa: E402
-from tests.support.launched import service_process  # noqa: E402
+from echomq_http.store.server_process import ServerDidNotStart  # noqa: E402
+from tests.support.launched import service_process, service_server  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 from tests.support.servers import RedisServer  # noqa: E402
 
@@ -89,16 +88,7 @@ def start_service(service_dir: Path, redis_url: str, log: Path) -> tuple[subproc
     run, env = service_process(service_dir, env)
     url = f"http://127.0.0.1:{port}"
     log.write_bytes(b"")
-    server = ServerProcess(
-        [sys.executable, *run],
-        functools.partial(service_ready, url),
-        name="the service",
-        log=log,
-        env=env,
-        cwd=service_dir,
-        startup_timeout_s=START_TIMEOUT_S,
-        poll_s=0.1,
-    )
+    server = service_server([sys.executable, *run], url, env=env, log=log, cwd=service_dir)
     adopt(server.spawn())
     try:
         server.wait_ready()

@@ -20,16 +20,14 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from echomq_http.store.server_process import ServerProcess  # noqa: E402
 from tests.support.cluster import ValkeyCluster  # noqa: E402
-from tests.support.launched import ready  # noqa: E402
+from tests.support.launched import service_server  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 from tests.support.servers import RedisServer  # noqa: E402
 
 LEASE_BATCH = 50
 PREFILL_PER_QUEUE = 2000
 CONCURRENCY = 32
-REPLICA_START_TIMEOUT_S = 30.0
 
 
 def start_replica(redis_url: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -37,16 +35,8 @@ def start_replica(redis_url: str) -> tuple[subprocess.Popen[bytes], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
     env.update(EMQ_REDIS_URL=redis_url, PORT=str(port), EMQ_WORKERS="1", EMQ_SWEEP_INTERVAL_MS="1000")
     url = f"http://127.0.0.1:{port}"
-    server = ServerProcess(
-        [sys.executable, "-m", "echomq_http"],
-        lambda: ready(url),
-        name="replica",
-        env=env,
-        cwd=ROOT,
-        new_session=True,
-        startup_timeout_s=REPLICA_START_TIMEOUT_S,
-        poll_s=0.1,
-    ).start()
+    server = service_server([sys.executable, "-m", "echomq_http"], url, env=env, cwd=ROOT, new_session=True)
+    server.start()
     assert server.process is not None
     return server.process, url
 

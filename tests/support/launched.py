@@ -21,6 +21,7 @@ from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
+READY_POLL_S = 0.05
 STOP_TIMEOUT_S = 30.0
 
 
@@ -29,6 +30,30 @@ def ready(url: str) -> bool:
     with contextlib.suppress(httpx.TransportError):
         return httpx.get(url + "/readyz").status_code == 200
     return False
+
+
+def service_server(
+    argv: list[str],
+    url: str,
+    *,
+    env: dict[str, str],
+    log: Path | None = None,
+    cwd: Path | None = None,
+    new_session: bool = False,
+    startup_timeout_s: float = START_TIMEOUT_S,
+) -> ServerProcess:
+    """The service (argv, serving at url) as a server process: ready once its /readyz says 200."""
+    return ServerProcess(
+        argv,
+        functools.partial(ready, url),
+        name=f"the service on {url}",
+        log=log,
+        env=env,
+        cwd=cwd,
+        new_session=new_session,
+        startup_timeout_s=startup_timeout_s,
+        poll_s=READY_POLL_S,
+    )
 
 
 @dataclass
@@ -79,14 +104,8 @@ def launched(
     port = free_port() if port is None else port
     url = f"http://127.0.0.1:{port}"
     log_path.write_bytes(b"")
-    server = ServerProcess(
-        [sys.executable, "-m", "echomq_http"],
-        lambda: ready(url),
-        name="the service",
-        log=log_path,
-        env=launcher_env(PORT=str(port), **settings),
-        startup_timeout_s=START_TIMEOUT_S,
-    ).spawn()
+    env = launcher_env(PORT=str(port), **settings)
+    server = service_server([sys.executable, "-m", "echomq_http"], url, env=env, log=log_path).spawn()
     try:
         yield LaunchedService(server, url, log_path)
     finally:
