@@ -18,11 +18,10 @@ from redis.asyncio import Redis
 from echomq_http.api.schemas import EnqueueRequest
 from echomq_http.config import DEFAULT_METRICS_MAX_QUEUES, Settings
 from echomq_http.core import limits
-from echomq_http.core.queue import JobQueues
-from echomq_http.observability.telemetry import Telemetry
 from echomq_http.store.keys import QUEUE_REGISTRY, queue_prefix
 from tests.conftest import TEST_SWEEP_INTERVAL_MS
 from tests.support import assert_problem, counts, enqueue
+from tests.support.queues import job_queues
 from tests.support.servers import RedisServer
 from tests.support.service import running_service
 
@@ -45,14 +44,7 @@ async def fill(redis_url: str) -> None:
     """One job in each of MANY_QUEUES queues, through the service's own operations (its scripts
     and registry): what as many enqueues over HTTP would leave, in a fraction of the time."""
     client = Redis.from_url(redis_url)
-    queues = JobQueues(
-        client,
-        completed_retention_s=3600,
-        failed_retention_s=3600,
-        sweep_batch=100,
-        telemetry=Telemetry(),
-        max_concurrent_calls=64,
-    )
+    queues = job_queues(client, max_concurrent_calls=64)
     job = EnqueueRequest(payload=b"1")
     names = many_names()
     try:
