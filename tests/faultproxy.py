@@ -6,7 +6,7 @@ SDK's tests put it in front of the HTTP service the same way: a request's answer
 It can also hold a reply back until the test lets it through (something else happens while a
 call is in flight), and make a real server answer INFO as an older Redis would.
 
-Threads, not asyncio: the service under test runs in a thread of its own (tests/server.py) and
+Threads, not asyncio: the service under test runs in a thread of its own (tests/support/service.py) and
 must reach Redis through the proxy while the test's event loop is blocked starting it."""
 
 from __future__ import annotations

@@ -18,10 +18,9 @@ import msgspec
 
 from echomq_http.api.schemas.schedules import ScheduleRequest
 from echomq_http.config import Settings
-from echomq_http.core.queue import JobQueues
 from echomq_http.core.schedules import Schedules, run_job_id
-from echomq_http.observability.telemetry import Telemetry
 from echomq_http.store.backend import close, connect
+from tests.support.queues import job_queues
 
 QUEUE = "fire-race"
 EVERY_MS = 1000
@@ -31,14 +30,7 @@ FIRERS_KEY = "fire-race:firers"  # a test-only key: the pids of the processes th
 
 async def main(url: str, mode: str, count: int, seconds: float) -> None:
     client = await connect(Settings(redis_url=url))
-    queues = JobQueues(
-        client,
-        completed_retention_s=3600,
-        failed_retention_s=3600,
-        sweep_batch=100,
-        telemetry=Telemetry(),
-        max_concurrent_calls=8,
-    )
+    queues = job_queues(client, max_concurrent_calls=8)
     schedules = Schedules(queues)
     names = [f"s{i}" for i in range(count)]
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.abuse_check import Bounds, judge, judge_flood, latency, table
+from tests.support.abuse_check import Bounds, judge, judge_flood, latency, table
 
 T0 = 1_000.0
 BOUNDS = Bounds(p99_ms=1000, rss_mb=300, release_ms=3200, recover_s=1.0)

@@ -19,9 +19,9 @@ from uvicorn.config import STARTUP_FAILURE
 from echomq_http.config import Settings
 from echomq_http.store.backend import CONFIG_DENIED, UnsuitableServer, check_server, redis_client
 from echomq_http.store.backends import backend_for
-from tests.conftest import ValkeyProcess
 from tests.faultproxy import FaultProxy, fault_proxy
-from tests.launched import launched_service
+from tests.support.launched import launched_service
+from tests.support.servers import RedisServer
 
 NO_PERSISTENCE = "Redis persists nothing (no AOF, no RDB snapshots): a restart of Redis loses every job"
 NO_CONFIG_USER, NO_CONFIG_PASSWORD = "emq-no-config", "no-config-pass"
@@ -32,13 +32,13 @@ def too_old(version: str) -> str:
 
 
 @pytest.fixture
-def proxy(private_valkey: ValkeyProcess) -> Iterator[FaultProxy]:
+def proxy(private_valkey: RedisServer) -> Iterator[FaultProxy]:
     with fault_proxy(private_valkey.port) as proxy:
         yield proxy
 
 
 @pytest.fixture
-async def no_config_url(private_valkey: ValkeyProcess) -> str:
+async def no_config_url(private_valkey: RedisServer) -> str:
     """The URL of an ACL user that may do everything but CONFIG."""
     admin = Redis.from_url(private_valkey.url)
     await admin.execute_command(
@@ -58,7 +58,7 @@ def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
     return found
 
 
-async def test_a_server_that_may_evict_keys_is_refused(private_valkey: ValkeyProcess) -> None:
+async def test_a_server_that_may_evict_keys_is_refused(private_valkey: RedisServer) -> None:
     client = redis_client(Settings(redis_url=private_valkey.url))
     try:
         await check_server(backend_for(client))  # noeviction: accepted
@@ -70,7 +70,7 @@ async def test_a_server_that_may_evict_keys_is_refused(private_valkey: ValkeyPro
 
 
 async def test_an_unreachable_server_is_not_fatal_at_start_up(
-    private_valkey: ValkeyProcess, caplog: pytest.LogCaptureFixture
+    private_valkey: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     private_valkey.kill()
     client: Redis = redis_client(Settings(redis_url=private_valkey.url, redis_timeout_s=0.5))
@@ -111,7 +111,7 @@ def test_the_service_refuses_to_start_on_redis_6_0(proxy: FaultProxy, tmp_path: 
 
 
 async def test_a_server_that_persists_nothing_is_warned_about(
-    private_valkey: ValkeyProcess, caplog: pytest.LogCaptureFixture
+    private_valkey: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     client = redis_client(Settings(redis_url=private_valkey.url))
     try:
@@ -131,7 +131,7 @@ async def test_a_server_that_persists_nothing_is_warned_about(
 
 @pytest.mark.timeout(120)
 def test_the_service_says_at_start_up_that_redis_persists_nothing(
-    private_valkey: ValkeyProcess, tmp_path: Path
+    private_valkey: RedisServer, tmp_path: Path
 ) -> None:
     with launched_service(private_valkey.url, tmp_path / "service.log") as service:
         service.wait_ready()
@@ -153,7 +153,7 @@ async def test_a_user_denied_config_is_warned_about_and_accepted(
 
 
 async def test_a_user_denied_config_is_still_refused_a_server_that_may_evict(
-    private_valkey: ValkeyProcess, no_config_url: str
+    private_valkey: RedisServer, no_config_url: str
 ) -> None:
     # The eviction policy comes from INFO, which any user may read.
     admin = Redis.from_url(private_valkey.url)

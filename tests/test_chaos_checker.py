@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from bench.chaos_check import LEASE_MS, Checker, Fault, History, main, record_history
+from tests.support.chaos_check import LEASE_MS, Checker, Fault, History, main, record_history
 
 T0_MS = 1_700_000_000_000  # the Redis clock at the run's start
 A, B, C, D, E, F, G = (f"s7-00000{n}" for n in range(7))  # job ids as the producer makes them

@@ -16,10 +16,10 @@ import redis
 
 from echomq_http.config import Settings
 from echomq_http.store.keys import queue_prefix
-from tests.cluster import ValkeyCluster
 from tests.replication import ProducerLog, assert_lost_only_unreplicated_writes, held_by
-from tests.server import running_service
 from tests.support import enqueue, eventually, long_poll, wait_for_long_polls, woken
+from tests.support.cluster import ValkeyCluster
+from tests.support.service import running_service
 
 QUEUES = 12
 JOBS_PER_QUEUE = 30

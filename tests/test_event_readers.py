@@ -12,7 +12,7 @@ from echomq_http.config import Settings
 from echomq_http.runtime.event_feeds import EventHub
 from echomq_http.store.backend import redis_client
 from echomq_http.store.backends import backend_for
-from tests.conftest import ValkeyProcess
+from tests.support.servers import RedisServer
 
 GONE_WITHIN_S = 1.0
 
@@ -39,7 +39,7 @@ async def followed_within(hub: EventHub, count: int, timeout_s: float) -> int:
 
 
 async def test_a_feed_that_cannot_read_stops_when_its_subscriber_leaves(
-    private_valkey: ValkeyProcess,
+    private_valkey: RedisServer,
 ) -> None:
     hub = hub_of(private_valkey.url)
     try:

@@ -17,9 +17,9 @@ import redis
 
 from echomq_http.config import Settings
 from tests.replication import ProducerLog, assert_lost_only_unreplicated_writes, held_by
-from tests.sentinel import SentinelSet
-from tests.server import running_service
 from tests.support import eventually
+from tests.support.sentinel import SentinelSet
+from tests.support.service import running_service
 
 JOBS = 400
 ACKED_BEFORE_THE_KILL = 50  # the producer is well under way when the primary dies

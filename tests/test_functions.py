@@ -13,29 +13,21 @@ from redis.asyncio import Redis
 from echomq_http.api.schemas.jobs import EnqueueRequest
 from echomq_http.core.bindings import READ_ONLY_OPERATIONS
 from echomq_http.core.queue import JobQueues
-from echomq_http.observability.telemetry import Telemetry
 from echomq_http.store.backends import backend_for
 from echomq_http.store.luafunctions import library
 from echomq_http.store.scripts import Scripts, lua_dir, operation_of, render_parts
-from tests.conftest import ValkeyProcess
+from tests.support.queues import job_queues
+from tests.support.servers import RedisServer
 
 QUEUE = "fq"
 USER, PASSWORD = "no-functions", "pw-no-functions"
 
 
-def job_queues(client: Redis) -> JobQueues:
-    return JobQueues(
-        client,
-        completed_retention_s=3600,
-        failed_retention_s=3600,
-        sweep_batch=100,
-        telemetry=Telemetry(),
-        max_concurrent_calls=16,
-    )
+CALLS_AT_ONCE = 16
 
 
 @pytest.fixture
-async def server(private_valkey: ValkeyProcess) -> AsyncIterator[Redis]:
+async def server(private_valkey: RedisServer) -> AsyncIterator[Redis]:
     client = Redis.from_url(private_valkey.url)
     yield client
     await client.aclose()
@@ -68,7 +60,7 @@ async def test_every_script_loads_as_a_function_library(server: Redis) -> None:
 
 
 async def test_calls_go_by_fcall_and_each_library_is_loaded_once(server: Redis) -> None:
-    queues = job_queues(server)
+    queues = job_queues(server, CALLS_AT_ONCE)
     try:
         for _ in range(3):
             await enqueue_one(queues)
@@ -88,7 +80,7 @@ async def test_calls_go_by_fcall_and_each_library_is_loaded_once(server: Redis) 
 
 
 async def test_a_server_that_lost_its_functions_gets_them_back_and_each_call_acts_once(server: Redis) -> None:
-    queues = job_queues(server)
+    queues = job_queues(server, CALLS_AT_ONCE)
     try:
         await enqueue_one(queues)
         await enqueue_one(queues)
@@ -105,7 +97,7 @@ async def test_a_server_that_lost_its_functions_gets_them_back_and_each_call_act
 
 
 async def test_a_user_who_may_not_call_functions_runs_the_same_scripts_by_evalsha(
-    server: Redis, private_valkey: ValkeyProcess
+    server: Redis, private_valkey: RedisServer
 ) -> None:
     await server.acl_setuser(
         USER,
@@ -116,7 +108,7 @@ async def test_a_user_who_may_not_call_functions_runs_the_same_scripts_by_evalsh
         commands=["+@all", "-fcall", "-fcall_ro", "-function"],
     )
     limited = Redis.from_url(private_valkey.url, username=USER, password=PASSWORD)
-    queues = job_queues(limited)
+    queues = job_queues(limited, CALLS_AT_ONCE)
     try:
         await enqueue_one(queues)
         [job] = await queues.lease(QUEUE, "w1", 60_000, 1)

@@ -17,8 +17,8 @@ import pytest
 
 from echomq_http.launcher import CannotStart, DataDirLock, check_port
 from echomq_http.store.embedded import LOG_NAME, socket_path_for
-from tests.conftest import free_port
-from tests.launched import launched, launched_service, launcher_env
+from tests.support.launched import launched, launched_service, launcher_env
+from tests.support.ports import free_port
 
 # A refusal comes before anything starts: an interpreter's start and imports, well under this.
 REFUSAL_TIMEOUT_S = 15.0

@@ -19,7 +19,7 @@ import pytest
 
 from echomq_http.__main__ import METRICS_DIR_PREFIX
 from echomq_http.observability.replica_totals import SNAPSHOT_SUFFIX
-from tests.conftest import free_port
+from tests.support.ports import free_port
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0

@@ -14,11 +14,11 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from echomq_http.store.multiplex import Multiplexer
-from tests.conftest import ValkeyProcess
+from tests.support.servers import RedisServer
 
 
 @pytest.fixture
-async def plain(private_valkey: ValkeyProcess) -> AsyncIterator[Redis]:
+async def plain(private_valkey: RedisServer) -> AsyncIterator[Redis]:
     client = Redis.from_url(private_valkey.url, socket_timeout=5)
     yield client
     await client.aclose()
@@ -74,7 +74,7 @@ async def test_a_killed_connection_is_replaced_and_the_call_tried_again(
 
 
 async def test_calls_owed_a_reply_when_the_server_dies_fail_with_connection_error(
-    private_valkey: ValkeyProcess, mux: Multiplexer
+    private_valkey: RedisServer, mux: Multiplexer
 ) -> None:
     assert await mux.execute("PING") == b"PONG"
     stuck = asyncio.gather(*(mux.execute("BLPOP", "nothing", "1") for _ in range(3)), return_exceptions=True)
@@ -94,7 +94,7 @@ async def test_close_fails_what_is_still_owed(mux: Multiplexer) -> None:
     assert isinstance(outcome, RedisConnectionError)
 
 
-async def test_a_server_that_stops_answering_times_the_calls_out(private_valkey: ValkeyProcess) -> None:
+async def test_a_server_that_stops_answering_times_the_calls_out(private_valkey: RedisServer) -> None:
     client = Redis.from_url(private_valkey.url, socket_timeout=0.5)
     mux = Multiplexer(client.connection_pool)
     try:

@@ -22,7 +22,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.conftest import free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).parents[1]
 CLIENT = ROOT / "clients" / "python"

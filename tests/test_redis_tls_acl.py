@@ -13,8 +13,8 @@ import pytest
 import redis
 
 from echomq_http.config import Settings
-from tests.conftest import free_port
-from tests.server import running_service
+from tests.support.ports import free_port
+from tests.support.service import running_service
 
 pytestmark = pytest.mark.skipif(
     shutil.which("redis-server") is None or shutil.which("openssl") is None,

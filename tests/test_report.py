@@ -1,11 +1,15 @@
-"""make report's splicing (bench/report.py): generated blocks are replaced, nothing else."""
+"""make report's splicing (bench/report/report.py): generated blocks are replaced, nothing else.
+
+The module is loaded from its file alone (no bench package, nothing of bench on sys.path): the
+script imports nothing of bench at its top, so its splicing is reached without importing bench."""
 
 import importlib.util
 from pathlib import Path
 
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location("report", Path(__file__).parent.parent / "bench" / "report.py")
+REPORT_SCRIPT = Path(__file__).parent.parent / "bench" / "report" / "report.py"
+_SPEC = importlib.util.spec_from_file_location("report", REPORT_SCRIPT)
 report = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(report)
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from echomq_http.store.embedded import PID_NAME
-from tests.conftest import free_port
+from tests.support.ports import free_port
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0

@@ -18,9 +18,10 @@ import redis
 
 from echomq_http.core import limits
 from echomq_http.store.keys import QueueKeys
-from tests.conftest import ValkeyProcess, free_port
 from tests.consistency import violations
 from tests.support import wait_for_long_polls, wait_until
+from tests.support.ports import free_port
+from tests.support.servers import RedisServer
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 60.0
@@ -70,7 +71,7 @@ def kill_service(process: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.mark.timeout(120)
-async def test_sigterm_answers_long_polls_and_keeps_leases(private_valkey: ValkeyProcess, queue: str) -> None:
+async def test_sigterm_answers_long_polls_and_keeps_leases(private_valkey: RedisServer, queue: str) -> None:
     port = free_port()
     process = start_service(private_valkey.url, port, EMQ_WORKERS=str(WORKERS))
     try:
@@ -133,7 +134,7 @@ async def _load(base_url: str, queue: str, stop: asyncio.Event) -> None:
 
 @pytest.mark.timeout(180)
 async def test_sigkill_at_any_instant_leaves_nothing_half_done(
-    private_valkey: ValkeyProcess, queue: str
+    private_valkey: RedisServer, queue: str
 ) -> None:
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
@@ -157,7 +158,7 @@ async def test_sigkill_at_any_instant_leaves_nothing_half_done(
 
 
 @pytest.mark.timeout(120)
-def test_workers_do_not_outlive_a_sigkilled_supervisor(private_valkey: ValkeyProcess) -> None:
+def test_workers_do_not_outlive_a_sigkilled_supervisor(private_valkey: RedisServer) -> None:
     port = free_port()
     process = start_service(private_valkey.url, port, EMQ_WORKERS=str(WORKERS))
     try:

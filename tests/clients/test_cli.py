@@ -22,8 +22,8 @@ import pytest
 from echomq import Client, cli
 from echomq_http.config import Settings
 from tests.clients.support import ROOT, stop_work, subprocess_env, wait_until
-from tests.conftest import free_port
-from tests.server import running_service
+from tests.support.ports import free_port
+from tests.support.service import running_service
 
 EMQ = [sys.executable, "-m", "echomq.cli"]
 

@@ -20,7 +20,7 @@ import pytest
 from echomq import Client
 from echomq_http.config import Settings
 from tests.clients.support import ROOT, subprocess_env, wait_until
-from tests.server import running_service
+from tests.support.service import running_service
 
 DOCUMENT = ROOT / "openapi" / "openapi.json"
 NODE_WORKER = ROOT / "examples" / "node-worker"

@@ -14,7 +14,7 @@ from echomq._events import SSEParser
 from echomq_http.config import Settings
 from tests.clients.test_python_sdk import CountingTransport
 from tests.faultproxy import FaultProxy
-from tests.server import running_service
+from tests.support.service import running_service
 
 
 def test_cancel_history_and_wait(sdk: Client, queue: str) -> None:

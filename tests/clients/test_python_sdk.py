@@ -42,8 +42,9 @@ from echomq import (
 )
 from echomq_http.config import Settings
 from tests.clients.support import ROOT
-from tests.conftest import ValkeyProcess, free_port
-from tests.server import running_service
+from tests.support.ports import free_port
+from tests.support.servers import RedisServer
+from tests.support.service import running_service
 
 SDK = ROOT / "clients" / "python"
 FAST_RETRIES = RetryPolicy(retries=2, base_delay_s=0.01, max_delay_s=0.05)
@@ -240,7 +241,7 @@ class CountingTransport(httpx.HTTPTransport):
         return super().handle_request(request)
 
 
-def test_retries_only_what_is_safe_to_repeat(private_valkey: ValkeyProcess, queue: str) -> None:
+def test_retries_only_what_is_safe_to_repeat(private_valkey: RedisServer, queue: str) -> None:
     settings = Settings(redis_url=private_valkey.url, sweep_interval_ms=100, redis_timeout_s=1.0)
     with running_service(settings) as url:
         transport = CountingTransport()

@@ -17,8 +17,8 @@ from echomq_http.__main__ import is_loopback
 from echomq_http.api.auth import Action, Authenticator, Forbidden, Unauthorized
 from echomq_http.config import ConfigError, Settings
 from echomq_http.store.keys import QUEUE_REGISTRY, queue_prefix
-from tests.server import running_service
 from tests.support import assert_problem
+from tests.support.service import running_service
 
 TOKENS = {"admin": "Adm1n-secret", "worker": "w-secret", "producer": "p-secret", "scoped": "s-secret"}
 ENTRIES = (

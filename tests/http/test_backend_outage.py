@@ -10,8 +10,6 @@ import pytest
 from redis.asyncio import Redis
 
 from echomq_http.config import Settings
-from tests.conftest import ValkeyProcess
-from tests.server import running_service
 from tests.support import (
     assert_problem,
     enqueue,
@@ -20,12 +18,14 @@ from tests.support import (
     wait_for_wake_subscription,
     woken,
 )
+from tests.support.servers import RedisServer
+from tests.support.service import running_service
 
 RECOVERY_DEADLINE_S = 20.0
 
 
 @pytest.mark.usefixtures("wake_ups_only")
-async def test_redis_outage_gives_503_and_service_recovers(private_valkey: ValkeyProcess, queue: str) -> None:
+async def test_redis_outage_gives_503_and_service_recovers(private_valkey: RedisServer, queue: str) -> None:
     settings = Settings(redis_url=private_valkey.url, sweep_interval_ms=100, redis_timeout_s=1.0)
     with running_service(settings) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:

@@ -33,7 +33,7 @@ from echomq_http.config import Settings
 from echomq_http.core import limits
 from echomq_http.store.keys import QUEUE_REGISTRY, queue_prefix
 from tests.conftest import HTTP_TIMEOUT_S, TEST_SWEEP_INTERVAL_MS
-from tests.server import running_service
+from tests.support.service import running_service
 
 # --------------------------------------------------------------------------------------------
 # The problem assertion

@@ -11,7 +11,7 @@ import pytest
 
 from echomq_http.api.docs import IMMUTABLE
 from echomq_http.config import Settings
-from tests.server import running_service
+from tests.support.service import running_service
 
 ASSET_URL = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']""")
 CONTENT_TYPES = {

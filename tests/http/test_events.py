@@ -16,8 +16,8 @@ import pytest
 
 from echomq_http.config import Settings
 from tests.conftest import TEST_SWEEP_INTERVAL_MS
-from tests.server import running_service
 from tests.support import assert_problem, enqueue, get_job, job_call, lease_one, metric_value
+from tests.support.service import running_service
 
 READ_TIMEOUT_S = 30.0
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).parents[2]
 README = ROOT / "README.md"

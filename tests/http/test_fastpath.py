@@ -12,8 +12,8 @@ from echomq_http.api.fastpath import FastPath
 from echomq_http.app import HOT_OPERATIONS, create_app
 from echomq_http.config import Settings
 from echomq_http.observability.telemetry import Telemetry
-from tests.server import running_service
 from tests.support import enqueue, lease_one
+from tests.support.service import running_service
 
 
 def scope(path: str, method: str = "POST", raw_path: bytes | None = None, **extra: Any) -> dict[str, Any]:

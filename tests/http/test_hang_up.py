@@ -20,10 +20,10 @@ from redis.asyncio import Redis
 
 from echomq_http.config import Settings
 from echomq_http.store.keys import QueueKeys
-from tests.conftest import ValkeyProcess
 from tests.faultproxy import FaultProxy, fault_proxy
-from tests.server import running_service
 from tests.support import counts, get_job, lease
+from tests.support.servers import RedisServer
+from tests.support.service import running_service
 
 DEADLINE_S = 30.0
 POLL_S = 0.05
@@ -34,7 +34,7 @@ WORKER = "gone"
 
 
 @pytest.fixture
-def proxy(private_valkey: ValkeyProcess) -> Iterator[FaultProxy]:
+def proxy(private_valkey: RedisServer) -> Iterator[FaultProxy]:
     with fault_proxy(private_valkey.port) as proxy:
         yield proxy
 
@@ -52,7 +52,7 @@ async def http(service: str) -> AsyncIterator[httpx.AsyncClient]:
 
 
 @pytest.fixture
-async def backend(private_valkey: ValkeyProcess) -> AsyncIterator[Redis]:
+async def backend(private_valkey: RedisServer) -> AsyncIterator[Redis]:
     client = Redis.from_url(private_valkey.url)
     yield client
     await client.aclose()

@@ -19,9 +19,9 @@ import pytest
 from echomq_http.config import Settings
 from echomq_http.core.limits import MAX_EVENT_PROGRESS_BYTES, MAX_PROGRESS_BYTES
 from tests.conftest import TEST_SWEEP_INTERVAL_MS
-from tests.launched import LaunchedService, launched
-from tests.server import running_service
 from tests.support import assert_problem, enqueue, get_job, lease, lease_one
+from tests.support.launched import LaunchedService, launched
+from tests.support.service import running_service
 
 FLOOD_STREAMS = 160
 OTHERS_WITHIN_S = 1.0  # what every other request must answer within, during and after a flood

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from echomq_http.config import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
-from tests.launched import LaunchedService, launched_service
+from tests.support.launched import LaunchedService, launched_service
 
 CONNECTION_CAP = 100
 HEADER_TIMEOUT_S = 1

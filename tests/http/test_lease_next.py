@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from echomq_http.config import Settings
-from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, get_job, lease, lease_one
+from tests.support.service import running_service
 
 WRONG_LEASE = "0" * 32
 

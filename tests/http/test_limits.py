@@ -15,9 +15,9 @@ import pytest
 
 from echomq_http.config import Settings
 from echomq_http.core import limits
-from tests.launched import launched_service
-from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, job_call, lease_one
+from tests.support.launched import launched_service
+from tests.support.service import running_service
 
 JSON = {"content-type": "application/json"}
 

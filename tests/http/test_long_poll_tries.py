@@ -9,16 +9,16 @@ import httpx
 from redis.asyncio import Redis
 
 from echomq_http.config import Settings
-from tests.conftest import ValkeyProcess
 from tests.queue.test_idle_queues import script_calls
-from tests.server import running_service
 from tests.support import enqueue, lease_one
+from tests.support.servers import RedisServer
+from tests.support.service import running_service
 
 SETTLE_S = 0.3
 WAIT_MS = 300  # under the waiter's fallback timer (1 s): one try at the start, one at the end
 
 
-async def test_a_long_poll_that_finds_nothing_tries_twice(private_valkey: ValkeyProcess) -> None:
+async def test_a_long_poll_that_finds_nothing_tries_twice(private_valkey: RedisServer) -> None:
     redis = Redis.from_url(private_valkey.url)
     with running_service(Settings(redis_url=private_valkey.url)) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:

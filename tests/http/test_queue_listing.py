@@ -18,12 +18,12 @@ from redis.asyncio import Redis
 from echomq_http.api.schemas.jobs import EnqueueRequest
 from echomq_http.config import DEFAULT_METRICS_MAX_QUEUES, Settings
 from echomq_http.core import limits
-from echomq_http.core.queue import JobQueues
-from echomq_http.observability.telemetry import Telemetry
 from echomq_http.store.keys import QUEUE_REGISTRY, queue_prefix
-from tests.conftest import TEST_SWEEP_INTERVAL_MS, ValkeyProcess
-from tests.server import running_service
+from tests.conftest import TEST_SWEEP_INTERVAL_MS
 from tests.support import assert_problem, counts, enqueue
+from tests.support.queues import job_queues
+from tests.support.servers import RedisServer
+from tests.support.service import running_service
 
 MANY_QUEUES = 3000
 FILL_AT_ONCE = 500  # queues started together while filling
@@ -44,14 +44,7 @@ async def fill(redis_url: str) -> None:
     """One job in each of MANY_QUEUES queues, through the service's own operations (its scripts
     and registry): what as many enqueues over HTTP would leave, in a fraction of the time."""
     client = Redis.from_url(redis_url)
-    queues = JobQueues(
-        client,
-        completed_retention_s=3600,
-        failed_retention_s=3600,
-        sweep_batch=100,
-        telemetry=Telemetry(),
-        max_concurrent_calls=64,
-    )
+    queues = job_queues(client, max_concurrent_calls=64)
     job = EnqueueRequest(payload=b"1")
     names = many_names()
     try:
@@ -68,7 +61,7 @@ async def fill(redis_url: str) -> None:
 def crowded_service() -> Iterator[str]:
     """A service of the module's own whose Redis holds MANY_QUEUES queues."""
     with tempfile.TemporaryDirectory() as directory:
-        server = ValkeyProcess(Path(directory)).start()
+        server = RedisServer(Path(directory)).start()
         try:
             asyncio.run(fill(server.url))
             settings = Settings(redis_url=server.url, sweep_interval_ms=TEST_SWEEP_INTERVAL_MS)
@@ -166,7 +159,7 @@ MAX_QUEUES = 3
 
 
 @pytest.fixture
-async def capped(private_valkey: ValkeyProcess) -> AsyncIterator[tuple[httpx.AsyncClient, Redis]]:
+async def capped(private_valkey: RedisServer) -> AsyncIterator[tuple[httpx.AsyncClient, Redis]]:
     settings = Settings(
         redis_url=private_valkey.url, sweep_interval_ms=TEST_SWEEP_INTERVAL_MS, max_queues=MAX_QUEUES
     )

@@ -16,9 +16,9 @@ from echomq_http.config import Settings
 from echomq_http.core import limits
 from echomq_http.core.queue import REDRIVE_STEP
 from echomq_http.store.keys import QueueKeys, queue_prefix
-from tests.conftest import ValkeyProcess
-from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, get_job, job_call, lease, lease_one
+from tests.support.servers import RedisServer
+from tests.support.service import running_service
 
 BIG_LEASE_MS = 600_000
 SWEEP_DEADLINE_S = 60.0
@@ -167,7 +167,7 @@ async def test_lease_skips_an_index_entry_without_its_job(client, queue, redis_c
 
 @contextlib.asynccontextmanager
 async def plain_and_durable(
-    private_valkey: ValkeyProcess,
+    private_valkey: RedisServer,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
     """Clients of two services on one Redis without replicas: a plain one, and a durable one
     (EMQ_WAIT_REPLICAS 1), none of whose writes a replica can confirm."""
@@ -182,7 +182,7 @@ async def plain_and_durable(
 
 
 async def test_a_durable_lease_no_replica_confirmed_gives_its_jobs_back(
-    private_valkey: ValkeyProcess, queue
+    private_valkey: RedisServer, queue
 ) -> None:
     async with plain_and_durable(private_valkey) as (http, sure):
         created = await enqueue(http, queue, "work", max_attempts=1)
@@ -207,7 +207,7 @@ async def test_a_durable_lease_no_replica_confirmed_gives_its_jobs_back(
 
 
 async def test_the_retry_of_an_unconfirmed_lease_request_leases_what_was_given_back(
-    private_valkey: ValkeyProcess, queue
+    private_valkey: RedisServer, queue
 ) -> None:
     """The 503 tells the client to retry: with its request_id, the retry is the request's first
     delivery (the give-back forgot the request), not an answer of jobs no longer held."""
@@ -220,7 +220,7 @@ async def test_the_retry_of_an_unconfirmed_lease_request_leases_what_was_given_b
 
 
 async def test_a_wait_that_answers_an_error_is_an_unconfirmed_write(
-    private_valkey: ValkeyProcess, queue
+    private_valkey: RedisServer, queue
 ) -> None:
     """WAIT itself can fail (here: a user denied it; in a failover: a primary turned replica).
     The write is then not known to be replicated: 503 and the lease's jobs given back, not a 500."""

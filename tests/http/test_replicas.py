@@ -13,7 +13,6 @@ from redis.asyncio import Redis
 from echomq_http.config import Settings
 from echomq_http.store.keys import keys_of
 from tests.http.test_flow_control import enqueue_many, put_settings
-from tests.server import running_service
 from tests.support import (
     counts,
     enqueue,
@@ -25,6 +24,7 @@ from tests.support import (
     wait_for_long_polls,
     woken,
 )
+from tests.support.service import running_service
 
 
 @pytest.fixture

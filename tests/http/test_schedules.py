@@ -20,8 +20,8 @@ from echomq_http.config import Settings
 from echomq_http.core.schedules import run_job_id
 from tests.conftest import TEST_SWEEP_INTERVAL_MS
 from tests.http.test_events import subscribed
-from tests.server import running_service
 from tests.support import assert_problem, eventually, get_job, job_call, lease_one
+from tests.support.service import running_service
 
 EVERY_MS = 1000
 LATE_BY_AT_MOST_MS = TEST_SWEEP_INTERVAL_MS + 1000  # the contract's bound

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from echomq_http.config import Settings
-from tests.server import running_service
+from tests.support.service import running_service
 
 DOCUMENT = Path(__file__).parents[2] / "openapi" / "openapi.json"
 CONFIG = Path(__file__).with_name("schemathesis.toml")  # the job listing's cursors

@@ -19,7 +19,6 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from echomq_http.config import Settings
 from echomq_http.observability.telemetry import JsonLogFormatter, Telemetry
 from tests.conftest import HTTP_TIMEOUT_S, TEST_SWEEP_INTERVAL_MS
-from tests.server import running_service
 from tests.support import (
     enqueue,
     eventually,
@@ -30,6 +29,7 @@ from tests.support import (
     metric_value,
     wait_for_long_polls,
 )
+from tests.support.service import running_service
 
 PRODUCER_PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

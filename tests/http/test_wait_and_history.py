@@ -11,8 +11,8 @@ import httpx
 
 from echomq_http.config import Settings
 from tests.conftest import TEST_SWEEP_INTERVAL_MS
-from tests.server import running_service
 from tests.support import assert_problem, enqueue, job_call, lease_one
+from tests.support.service import running_service
 
 LONG_WAIT_MS = 20_000
 

@@ -11,8 +11,8 @@ import pytest
 
 from echomq_http.api.webguard import AllowedHosts, host_name, is_cross_site_type, is_json
 from echomq_http.config import ConfigError, Settings
-from tests.server import running_service
 from tests.support import assert_problem, counts, enqueue, get_job
+from tests.support.service import running_service
 
 REBOUND = "rebind.attacker.example"
 FORM = "application/x-www-form-urlencoded"

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from echomq_http.config import Settings
-from tests.server import running_service
 from tests.support import assert_problem
+from tests.support.service import running_service
 
 TOKENS = {"admin": "adm-secret", "a": "a-secret", "b": "b-secret"}
 ENTRIES = ("admin:adm-secret", "worker:a-secret", "worker:b-secret")

@@ -48,7 +48,7 @@ from redis.commands.core import Script
 from echomq_http.config import Settings
 from echomq_http.store.keys import QUEUE_REGISTRY, QueueKeys, queue_prefix
 from echomq_http.store.scripts import lua_dir, render
-from tests.server import running_service
+from tests.support.service import running_service
 
 GROUPS = ("g1", "g2", "g3")
 UNGROUPED = ""  # the model's name for the jobs without a group

@@ -47,7 +47,7 @@ from echomq_http.config import Settings
 from echomq_http.runtime.event_feeds import parse_entry
 from echomq_http.store.keys import QUEUE_REGISTRY, QueueKeys, queue_prefix
 from echomq_http.store.scripts import lua_dir, render
-from tests.server import running_service
+from tests.support.service import running_service
 
 STATES = ("waiting", "delayed", "active", "completed", "failed", "cancelled")
 FINISHED = ("completed", "failed", "cancelled")

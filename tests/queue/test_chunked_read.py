@@ -11,11 +11,10 @@ from redis.asyncio import Redis
 
 from echomq_http.api.schemas.jobs import EnqueueRequest
 from echomq_http.core.queue import JobQueues
-from echomq_http.observability.telemetry import Telemetry
 from echomq_http.store.chunked_read import CHUNK_BYTES, CHUNK_JOBS, chunked, read_hashes
 from echomq_http.store.keys import keys_of
+from tests.support.queues import job_queues
 
-HOUR_S = 3600
 CALLS_AT_ONCE = 8
 
 
@@ -41,14 +40,7 @@ def test_the_default_bounds_split_a_page_of_large_jobs_into_many_chunks() -> Non
 @pytest.fixture
 async def queues(redis_client: Redis) -> AsyncIterator[JobQueues]:
     """The service's queue operations on the test server's client (a Cluster's, on a Cluster)."""
-    queues = JobQueues(
-        redis_client,
-        completed_retention_s=HOUR_S,
-        failed_retention_s=HOUR_S,
-        sweep_batch=100,
-        telemetry=Telemetry(),
-        max_concurrent_calls=CALLS_AT_ONCE,
-    )
+    queues = job_queues(redis_client, max_concurrent_calls=CALLS_AT_ONCE)
     yield queues
     await queues.aclose()
 

@@ -11,9 +11,10 @@ from redis.asyncio.cluster import RedisCluster
 
 from echomq_http.config import Settings
 from echomq_http.store.keys import DUE_INDEX, QUEUE_REGISTRY, due_index_key, queue_prefix
-from tests.conftest import TEST_SWEEP_INTERVAL_MS, ValkeyProcess
-from tests.server import running_service
+from tests.conftest import TEST_SWEEP_INTERVAL_MS
 from tests.support import enqueue, eventually, get_job, lease_one
+from tests.support.servers import RedisServer
+from tests.support.service import running_service
 
 IDLE_QUEUES = 200
 SWEEP_INTERVAL_MS = 50
@@ -28,7 +29,7 @@ async def script_calls(redis: Redis) -> int:
     return sum(stats.get(name, {}).get("calls", 0) for name in commands)
 
 
-async def test_idle_queues_cost_the_sweep_no_script_calls(private_valkey: ValkeyProcess) -> None:
+async def test_idle_queues_cost_the_sweep_no_script_calls(private_valkey: RedisServer) -> None:
     settings = Settings(redis_url=private_valkey.url, sweep_interval_ms=SWEEP_INTERVAL_MS)
     redis = Redis.from_url(private_valkey.url)
     with running_service(settings) as url:

@@ -17,7 +17,6 @@ from redis.asyncio.cluster import RedisCluster
 from echomq_http.config import Settings
 from echomq_http.core import limits
 from echomq_http.store.keys import QueueKeys
-from tests.server import running_service
 from tests.support import (
     assert_problem,
     counts,
@@ -31,6 +30,7 @@ from tests.support import (
     wait_for_wake_subscription,
     woken,
 )
+from tests.support.service import running_service
 
 SHORT_LEASE_MS = 1000
 HANG_UP_NOTICED_S = limits.MAX_WAIT_MS / 1000 - 5  # generous, yet before the long poll's wait ends

@@ -10,14 +10,14 @@ import httpx
 import pytest
 
 from echomq_http.config import Settings
-from tests.conftest import ValkeyProcess
 from tests.faultproxy import FaultProxy, fault_proxy
-from tests.server import running_service
 from tests.support import counts, get_job, job_call, lease, lease_one
+from tests.support.servers import RedisServer
+from tests.support.service import running_service
 
 
 @pytest.fixture
-def proxy(private_valkey: ValkeyProcess) -> Iterator[FaultProxy]:
+def proxy(private_valkey: RedisServer) -> Iterator[FaultProxy]:
     with fault_proxy(private_valkey.port) as proxy:
         yield proxy
 

@@ -17,7 +17,7 @@ import pytest
 
 from echomq_http.config import Settings
 from tests.conftest import TEST_SWEEP_INTERVAL_MS, skips_fail_the_run
-from tests.server import running_service
+from tests.support.service import running_service
 
 ROOT = Path(__file__).parents[2]
 CHROMIUM = os.environ.get("EMQ_TEST_CHROMIUM", "/usr/bin/chromium")

@@ -24,7 +24,7 @@ from echomq_http.ui.csrf import origin_refusal
 from echomq_http.ui.render import iso, timestamp
 from echomq_http.ui.sessions import SESSION_TTL_S
 from tests.conftest import CLUSTER, TEST_SWEEP_INTERVAL_MS
-from tests.server import running_service
+from tests.support.service import running_service
 from tests.ui.conftest import ADMIN, ONLY_OURS, PRODUCER, WORKER, csrf_of, signed_in
 
 

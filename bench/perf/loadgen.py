@@ -225,7 +225,7 @@ async def cycle_loop(conn: Any, spec: dict[str, Any], window: Window, worker: st
 
 def _sdk() -> Any:
     """The Python SDK of this checkout, whichever the environment may have installed."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python" / "src"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python" / "src"))
     import echomq
 
     return echomq

@@ -1,7 +1,7 @@
 """Throughput of this checkout against another commit's, on the same machine, in alternating runs.
 
-    .venv/bin/python bench/compare.py --against e49a09c             # 3 rounds of cycle_50,batch
-    .venv/bin/python bench/compare.py --against e49a09c --rounds 5 --markdown out.md
+    .venv/bin/python bench/report/compare.py --against e49a09c             # 3 rounds of cycle_50,batch
+    .venv/bin/python bench/report/compare.py --against e49a09c --rounds 5 --markdown out.md
 
 Each round runs ``bench.py --only WORKLOADS --no-bullmq`` first on the other commit (a
 ``git archive`` of it in a temporary directory, with its own bench.py, service and scripts),
@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_WORKLOADS = "cycle_50,batch"
 RUN_TIMEOUT_S = 900
 RUN_ATTEMPTS = 2

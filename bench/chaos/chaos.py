@@ -39,7 +39,7 @@ the end) tell each job's story in an order that can have happened and end in its
 that the run proves something: each profile plans how many faults of each kind it injects, and
 fewer of any kind (skipped, failed to inject) fails the run, as does a final read (the counts, the
 ledger, a job's state) that still fails after FINAL_READ_S of retries. The checks are
-bench/chaos_check.py's, made on what the run recorded in its work directory (the clients' logs and
+tests/support/chaos_check.py's, made on what the run recorded in its work directory (the clients' logs and
 history.json), so a kept work directory can be judged again.
 Prints one line per fault kind and a summary; exits 1 on a failed check, 2 on a
 harness error or the hard deadline, 3 when --require-faketime is given and faketime is missing,
@@ -53,6 +53,7 @@ import concurrent.futures
 import contextlib
 import ctypes
 import email.utils
+import functools
 import glob
 import itertools
 import json
@@ -61,7 +62,6 @@ import platform
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -73,7 +73,14 @@ from typing import Any
 
 import httpx
 import redis
-from chaos_check import (  # bench/ is this script's directory, so first on sys.path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # for tests.support
+
+from echomq_http.runtime.event_feeds import parse_entry  # noqa: E402
+from echomq_http.store.keys import QueueKeys  # noqa: E402
+from echomq_http.store.server_process import ServerDidNotStart, ServerProcess  # noqa: E402
+from tests.support.chaos_check import (  # noqa: E402
     AOF_WINDOW_MS,
     KINDS,
     LEASE_MS,
@@ -93,12 +100,11 @@ from chaos_check import (  # bench/ is this script's directory, so first on sys.
     record_schedules,
     record_stream,
 )
+from tests.support.launched import service_process  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
+from tests.support.servers import answers  # noqa: E402
 
-from bench import service_process
-from echomq_http.runtime.event_feeds import parse_entry
-from echomq_http.store.keys import QueueKeys
-
-ROOT = Path(__file__).resolve().parent.parent
+READY_POLL_S = 0.02
 WORKER_SCRIPT = Path(__file__).resolve().parent / "chaos_worker.py"
 QUEUE = "chaos"
 
@@ -168,12 +174,6 @@ def say(message: str) -> None:
     print(message, flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _set_pdeathsig() -> None:
     # Children die with the harness even if it is SIGKILLed (it spawns them from its main thread).
     with contextlib.suppress(Exception):
@@ -216,56 +216,55 @@ def service_version(directory: Path) -> str:
     return marker.read_text().strip()[:12] if marker.exists() else "unknown"
 
 
-class Child:
-    """One process we started, in its own session (Ctrl-C reaches only the harness)."""
+class Child(ServerProcess):
+    """One process we started, in its own session (Ctrl-C reaches only the harness), dying with
+    the harness; ready: when it answers, if it is a server."""
 
     def __init__(
-        self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path = ROOT
+        self,
+        name: str,
+        argv: list[str],
+        log: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path = ROOT,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
-        self.name = name
-        self.argv = argv
-        self.log = log
-        self.env = env
-        self.cwd = cwd
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(
+            argv,
+            ready,
+            name=name,
+            log=log,
+            env=env,
+            cwd=cwd,
+            new_session=True,
+            preexec_fn=_set_pdeathsig,
+            startup_timeout_s=READY_TIMEOUT_S,
+            poll_s=READY_POLL_S,
+        )
         self.expected_exit = False
         self.term_sent = False
 
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.process
+
+    @proc.setter
+    def proc(self, process: subprocess.Popen[bytes] | None) -> None:
+        self.process = process
+
     def start(self) -> Child:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.env,
-                cwd=self.cwd,
-                start_new_session=True,
-                preexec_fn=_set_pdeathsig,
-            )
+        self.spawn()
         self.expected_exit = False
         return self
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def signal_group(self, sig: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
+        self.send(sig)
 
-    def kill(self) -> float:
+    def kill(self) -> float:  # type: ignore[override]
         """SIGKILL the whole process group; returns the instant just before the signal."""
         self.expected_exit = True
         instant = time.time()
-        self.signal_group(signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait()
+        super().kill()
         return instant
 
     def terminate(self) -> None:
@@ -273,22 +272,21 @@ class Child:
         self.expected_exit = True
         if not self.term_sent:
             self.term_sent = True
-            self.signal_group(signal.SIGCONT)
-            self.signal_group(signal.SIGTERM)
+            self.send(signal.SIGCONT)
+            self.send(signal.SIGTERM)
 
-    def stop(self, grace_s: float = TERM_GRACE_S) -> int | None:
+    def stop(self, grace_s: float = TERM_GRACE_S) -> int | None:  # type: ignore[override]
         """SIGTERM, then SIGKILL after grace_s. Returns the exit code."""
-        if self.proc is None:
+        if self.process is None:
             return None
         self.expected_exit = True
-        if self.proc.poll() is None:
+        if self.process.poll() is None:
             self.terminate()
             try:
-                self.proc.wait(grace_s)
+                self.process.wait(grace_s)
             except subprocess.TimeoutExpired:
-                self.signal_group(signal.SIGKILL)
-                self.proc.wait()
-        return self.proc.returncode
+                super().kill()
+        return self.process.returncode
 
 
 class Cluster:
@@ -358,19 +356,9 @@ class Cluster:
             "--maxmemory-policy", "noeviction",
             "--daemonize", "no",
         ]  # fmt: skip
-        self.redis = self._track(Child("redis", argv, self.logs / "redis.log"))
-        client = redis.Redis(port=self.redis_port, socket_timeout=1, socket_connect_timeout=1)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            try:
-                if client.ping():
-                    break
-            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError):
-                pass
-            if not self.redis.alive() or time.monotonic() > deadline:
-                raise HarnessError(f"valkey-server did not start; see {self.logs / 'redis.log'}")
-            time.sleep(0.02)
-        client.close()
+        log = self.logs / "redis.log"
+        self.redis = self._track(Child("redis", argv, log, ready=lambda: answers(self.redis_port)))
+        self.wait_ready(self.redis, f"valkey-server did not start; see {log}")
 
     def kill_redis(self) -> float:
         assert self.redis is not None
@@ -397,21 +385,28 @@ class Cluster:
         run, env = service_process(self.service_dir, env)
         argv = [sys.executable, *run]
         log = self.logs / f"replica{slot}.log"
-        self.replicas[slot] = self._track(Child(f"replica{slot}", argv, log, env, cwd=self.service_dir))
+        ready = functools.partial(self.replica_ready, slot)
+        child = Child(f"replica{slot}", argv, log, env, cwd=self.service_dir, ready=ready)
+        self.replicas[slot] = self._track(child)
         if wait:
             self.wait_replica(slot)
 
     def wait_replica(self, slot: int) -> None:
         child = self.replicas[slot]
         assert child is not None
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if self.http.get(self.urls[slot] + "/healthz", timeout=1).status_code == 200:
-                    return
-            if not child.alive() or time.monotonic() > deadline:
-                raise HarnessError(f"replica {slot} did not start; see {child.log}")
-            time.sleep(0.02)
+        self.wait_ready(child, f"replica {slot} did not start; see {child.log}")
+
+    @staticmethod
+    def wait_ready(child: Child, failure: str) -> None:
+        try:
+            child.wait_ready()
+        except ServerDidNotStart:
+            raise HarnessError(failure) from None
+
+    def replica_ready(self, slot: int) -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            return self.http.get(self.urls[slot] + "/healthz", timeout=1).status_code == 200
+        return False
 
     def kill_replica(self, slot: int) -> float:
         child = self.replicas[slot]
@@ -796,6 +791,17 @@ class Harness:
         return plan
 
     # -- the run --------------------------------------------------------------------------------
+    def stop_workers(self) -> None:
+        """The end of a run: each worker finishes the job in hand, then exits (SIGTERM, SIGKILL
+        after 8 s); one that exits with an error is an error of the run."""
+        workers = [child for child in self.cluster.workers if child is not None]
+        for child in workers:
+            child.terminate()
+        for child in workers:
+            code = child.stop(grace_s=8.0)
+            if code not in (0, None):
+                self.errors.append(f"{child.name} exited with {code} at the end; see {child.log}")
+
     def run(self) -> int:
         args, cluster = self.args, self.cluster
         faketime = find_faketime(args.faketime_lib)
@@ -885,13 +891,7 @@ class Harness:
         if not drained:
             self.errors.append(f"the queue did not drain within {self.profile.drain_s} s: {self.counts()}")
         self.phases["drained"] = time.time() - self.started
-        workers = [child for child in cluster.workers if child is not None]
-        for child in workers:
-            child.terminate()  # each finishes the job in hand, then exits
-        for child in workers:
-            code = child.stop(grace_s=8.0)
-            if code not in (0, None):
-                self.errors.append(f"{child.name} exited with {code} at the end; see {child.log}")
+        self.stop_workers()
         # no job may stay active once lease + sweep have passed with no worker left
         time.sleep(FINAL_SETTLE_S)
         self.final_counts = self.read_final(f"/v1/queues/{QUEUE}", "counts")
@@ -1360,7 +1360,7 @@ def main() -> int:
     if code != 0:
         say(f"evidence kept in {harness.workdir}")
         return code
-    # the verdict comes from what the run recorded, read back as bench/chaos_check.py reads it
+    # the verdict comes from what the run recorded, read back as tests/support/chaos_check.py reads it
     history = History.load(harness.workdir)
     result = Checker(history, args.aof_window_ms / 1000, args.strict_timing).run()
     for line in report(harness, history, result, wall):

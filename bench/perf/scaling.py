@@ -17,11 +17,13 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.cluster import ValkeyCluster  # noqa: E402
-from tests.conftest import ValkeyProcess, free_port  # noqa: E402
+from tests.support.cluster import ValkeyCluster  # noqa: E402
+from tests.support.launched import service_server  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
+from tests.support.servers import RedisServer  # noqa: E402
 
 LEASE_BATCH = 50
 PREFILL_PER_QUEUE = 2000
@@ -32,25 +34,11 @@ def start_replica(redis_url: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
     env.update(EMQ_REDIS_URL=redis_url, PORT=str(port), EMQ_WORKERS="1", EMQ_SWEEP_INTERVAL_MS="1000")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "echomq_http"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(url + "/readyz").status_code == 200:
-                return process, url
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError("replica did not start")
-        time.sleep(0.1)
+    server = service_server([sys.executable, "-m", "echomq_http"], url, env=env, cwd=ROOT, new_session=True)
+    server.start()
+    assert server.process is not None
+    return server.process, url
 
 
 async def run_load(urls: list[str], queues: list[str], seconds: float) -> float:
@@ -111,7 +99,7 @@ def main() -> int:
     print(f"workload: {args.queues} queues, {CONCURRENCY} concurrent workers, lease {LEASE_BATCH} + ack-many")
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
-        single = ValkeyProcess(Path(scratch) / "single").start()
+        single = RedisServer(Path(scratch) / "single").start()
         cluster = ValkeyCluster(Path(scratch) / "cluster", primaries=3, replicas_per_primary=0).start()
         try:
             for label, url in (("1 primary", single.url), ("3 primaries (cluster)", cluster.url)):

@@ -13,7 +13,7 @@ import { cpuSample as cpuSampleOf } from './cpu.mjs';
 import { Window, printResult } from './window.mjs';
 
 const spec = JSON.parse(process.argv[2]);
-const { Client } = await import(new URL('../clients/typescript/dist/index.js', import.meta.url).href);
+const { Client } = await import(new URL('../../clients/typescript/dist/index.js', import.meta.url).href);
 
 const cpuSample = () => cpuSampleOf(spec.watch, spec.clk_tck || 100);
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -15,7 +15,7 @@ import { cpuSample as cpuSampleOf } from './cpu.mjs';
 import { printResult } from './window.mjs';
 
 const spec = JSON.parse(process.argv[2]);
-const { Worker } = await import(new URL('../clients/typescript/dist/index.js', import.meta.url).href);
+const { Worker } = await import(new URL('../../clients/typescript/dist/index.js', import.meta.url).href);
 
 const cpuSample = () => cpuSampleOf(spec.watch, spec.clk_tck || 100);
 

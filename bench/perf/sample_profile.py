@@ -175,7 +175,7 @@ def main() -> None:
         sampler.report(prefix)
 
     atexit.register(finish)
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's packages
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository's packages
     sys.argv = [module, *sys.argv[4:]]
     sampler.install(start_now=os.environ.get("EMQ_SAMPLE_WAIT_FOR_SIGNAL") != "1")
     runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
-import contextlib
 import json
 import os
 import shutil
@@ -42,14 +41,18 @@ import msgspec
 import redis
 
 BENCH_DIR = Path(__file__).resolve().parent
-REPO = BENCH_DIR.parent
+REPO = BENCH_DIR.parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH_DIR))
 
+from bench_harness import percentile  # noqa: E402 - bench/perf is on the path now
+from bench_stack import adopt, stop_children, watchdog  # noqa: E402
 from loadgen import RawConnection  # noqa: E402
 
-from bench import adopt, percentile, service_process, stop_children, watchdog  # noqa: E402 - bench/ is on the path now
-from tests.conftest import ValkeyProcess, free_port  # noqa: E402
+from echomq_http.store.server_process import ServerDidNotStart  # noqa: E402
+from tests.support.launched import service_process, service_server  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
+from tests.support.servers import RedisServer  # noqa: E402
 
 BIG_QUEUE = "big"
 HOT_QUEUE = "hot"
@@ -83,20 +86,16 @@ def start_service(service_dir: Path, redis_url: str, log: Path) -> tuple[subproc
         "EMQ_WORKERS": "1",
     }
     run, env = service_process(service_dir, env)
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, *run], cwd=service_dir, env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-    adopt(process)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return process, url
-        if time.monotonic() > deadline or process.poll() is not None:
-            raise RuntimeError(f"the service did not start; see {log}")
-        time.sleep(0.1)
+    log.write_bytes(b"")
+    server = service_server([sys.executable, *run], url, env=env, log=log, cwd=service_dir)
+    adopt(server.spawn())
+    try:
+        server.wait_ready()
+    except ServerDidNotStart as error:
+        raise RuntimeError(f"{error}; see {log}") from None
+    assert server.process is not None
+    return server.process, url
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -316,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, lambda signum, frame: sys.exit(130))
     workdir = Path(tempfile.mkdtemp(prefix="emq-big-read-"))
     load_at_start = os.getloadavg()[0]
-    server = ValkeyProcess(workdir / "valkey").start()
+    server = RedisServer(workdir / "valkey").start()
     assert server.process is not None
     adopt(server.process)  # stopped with the rest, by the watchdog too
     finished = False

@@ -6,7 +6,7 @@ It prints ``engaged <epoch s>`` once its load is in place (the harness then hits
 at the end one JSON object: what the service answered (status counts and the like) and
 ``ended``, the instant its last connection was closed. Every flood is bounded in count and in
 time (spec["duration_s"]: connections are held that long, then closed) and talks to loopback only.
-Nothing here judges: bench/abuse_check.py does.
+Nothing here judges: tests/support/abuse_check.py does.
 
 Floods (spec keys besides url, tokens, duration_s):
   sse         count event streams GET /v1/queues/sms-flood-<i>/events (the worker token), read

