@@ -4,13 +4,11 @@
 -- KEYS[1..11] the queue's keys (see include/base.lua)
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     JSON array of [id, lease_id] pairs (at most 1000: the API's batch limit)
--- ARGV[3..8]  the lease: worker, lease_ms, max_jobs, lease ids, request id, record ms (as the
---             lease script's ARGV[2..7])
--- ARGV[9]     "1": lease only if every ack was taken (a single ack that fails leases nothing);
+-- ARGV[3]     the lease request, packed as the lease script's ARGV[2] (its owner is checked
+--             before the acks)
+-- ARGV[4]     "1": lease only if every ack was taken (a single ack that fails leases nothing);
 --             "0": lease whatever the acks' codes (ack-many)
--- ARGV[10]    the calling token's id, "" for none: as the lease script's ARGV[8], checked before
---             the acks
--- ARGV[11..]  each ack's result as raw JSON, in the same order as ARGV[2]; "" = no result
+-- ARGV[5..]   each ack's result as raw JSON, in the same order as ARGV[2]; "" = no result
 -- Returns     the ack script's reply (2 entries per ack), then the lease script's reply (stale,
 --             retry_after_ms, 10 entries per job), or nothing more when it did not lease;
 --             {WORKER_OWNED} (-8) alone when the worker name belongs to another token: no ack
@@ -20,14 +18,15 @@
 -- @include events
 -- @include ack
 -- @include lease
-if not claim_worker(ARGV[3], ARGV[10], tonumber(ARGV[4])) then return {WORKER_OWNED} end
+local ask = cmsgpack.unpack(ARGV[3])
+if not claim_worker(ask.worker, ask.owner, ask.lease_ms) then return {WORKER_OWNED} end
 local now = now_ms()
-local reply = ack_jobs(cjson.decode(ARGV[2]), 11, now)
-if ARGV[9] == '1' then
+local reply = ack_jobs(cjson.decode(ARGV[2]), 5, now)
+if ARGV[4] == '1' then
   for i = 1, #reply, 2 do
     if reply[i] <= 0 then return finish(reply, now) end
   end
 end
-local leased = lease_jobs(ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], now)
+local leased = lease_jobs(ask, now)
 for i = 1, #leased do reply[#reply + 1] = leased[i] end
 return finish(reply, now)

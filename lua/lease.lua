@@ -11,16 +11,17 @@
 -- KEYS[1..11] the queue's keys (see include/base.lua); derives job hashes, locks, the worker's
 --             held set and session and the request's record from the prefix
 -- ARGV[1]     key prefix "emq:{queue}:"
--- ARGV[2]     worker name
--- ARGV[3]     lease_ms
--- ARGV[4]     max_jobs (at most 100: the API's limit)
--- ARGV[5]     lease ids: max_jobs random tokens of @LEASE_ID_CHARS@ characters, concatenated
--- ARGV[6]     request id (never contains ":" or a space)
--- ARGV[7]     how long the request's record is kept (ms)
--- ARGV[8]     the calling token's id, "" or absent for none (tokens off, or an admin): the worker
---             name must not belong to another token (include/workers.lua claim_worker), checked
---             before anything else (a replay of the request included); the name is then claimed
---             or kept for lease_ms more
+-- ARGV[2]     the lease request, packed as a msgpack map (core/bindings.py LeaseOptions):
+--               worker      the worker's name
+--               lease_ms    the lease's length
+--               max_jobs    at most this many jobs (100 at most: the API's limit)
+--               lease_ids   max_jobs random tokens of @LEASE_ID_CHARS@ characters, concatenated
+--               request_id  never contains ":" or a space
+--               record_ms   how long the request's record is kept
+--               owner       the calling token's id, "" for none (tokens off, or an admin): the
+--                           worker name must not belong to another token (include/workers.lua
+--                           claim_worker), checked before anything else (a replay of the request
+--                           included); the name is then claimed or kept for lease_ms more
 -- Flow control (include/lease.lua flow_room): the queue's max_in_flight and rate_limit settings
 -- (META) cap how many jobs a call leases; the rate's log is the key PREFIX .. "@RATE_NAME@".
 -- Returns     {stale, retry_after_ms, then 10 entries per leased job: id, name (nil when it has
@@ -40,6 +41,7 @@
 -- @include workers
 -- @include events
 -- @include lease
-if not claim_worker(ARGV[2], ARGV[8] or '', tonumber(ARGV[3])) then return {WORKER_OWNED} end
+local ask = cmsgpack.unpack(ARGV[2])
+if not claim_worker(ask.worker, ask.owner, ask.lease_ms) then return {WORKER_OWNED} end
 local now = now_ms()
-return finish(lease_jobs(ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], now), now)
+return finish(lease_jobs(ask, now), now)

@@ -1,5 +1,5 @@
 """A read-only check that a queue's Redis state is whole: every job in exactly one structure that
-matches its state, and the ledger, body_timeouts, locks and holdings in agreement. Used after
+matches its state, and the ledger, deadlines, locks and holdings in agreement. Used after
 killing processes at random instants, to show that no transition is ever half-done."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def violations(client: redis.Redis, queue: str) -> list[str]:
         "failed": text(client.zrange(keys.failed, 0, -1)),
         "cancelled": text(client.zrange(keys.cancelled, 0, -1)),
     }
-    body_timeouts = set(text(client.zrange(keys.body_timeouts, 0, -1)))
+    deadlines = set(text(client.zrange(keys.deadlines, 0, -1)))
     workers = set(text(client.smembers(keys.workers)))
     job_ids = {
         key.decode()[len(keys.prefix) : -len(JOB_SUFFIX)]
@@ -55,17 +55,17 @@ def violations(client: redis.Redis, queue: str) -> list[str]:
         lock = client.get(keys.lock(job))
         if state == "active":
             worker = fields.get("worker")
-            if job not in body_timeouts:
+            if job not in deadlines:
                 problems.append(f"{job}: active without a deadline")
             if worker is None or job not in holds.get(worker, set()) or worker not in workers:
                 problems.append(f"{job}: active but not attributed to its worker {worker}")
             if lock is not None and lock.decode() != f"{fields.get('lease_id')}:{worker}":
                 problems.append(f"{job}: lock {lock!r} does not name its lease")
         else:
-            if job in body_timeouts or lock is not None:
+            if job in deadlines or lock is not None:
                 problems.append(f"{job}: {state} but still has a deadline or lock")
             if any(job in held for held in holds.values()):
                 problems.append(f"{job}: {state} but still held by a worker")
     problems += [f"worker {w} in the workers set holds nothing" for w in workers if not holds.get(w)]
-    problems += [f"deadline for {job}, which is not in the ledger" for job in body_timeouts - set(active)]
+    problems += [f"deadline for {job}, which is not in the ledger" for job in deadlines - set(active)]
     return problems

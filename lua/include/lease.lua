@@ -273,12 +273,15 @@ local function take_waiting(wanted, grouped)
   return take_ungrouped(wanted)
 end
 
--- Lease up to max_jobs waiting jobs to worker (see lease.lua). lease_ms_text: the lease's
--- length in ms, as text; lease_ids: max_jobs random tokens of @LEASE_ID_CHARS@ characters,
--- concatenated; request_id: the call's id, its record kept record_ms. Returns the lease script's
--- reply: {stale, retry_after_ms (0: none), then 10 entries per leased job}. now: the time (ms).
-local function lease_jobs(worker, lease_ms_text, max_jobs, lease_ids, request_id, record_ms, now)
-  local lease_ms = tonumber(lease_ms_text)
+-- Lease up to ask.max_jobs waiting jobs to ask.worker: ask is the lease request as lease.lua's
+-- ARGV[2] unpacked (lease_ids: max_jobs random tokens of @LEASE_ID_CHARS@ characters,
+-- concatenated; request_id: the call's id, its record kept record_ms). Returns the lease
+-- script's reply: {stale, retry_after_ms (0: none), then 10 entries per leased job}. now: the
+-- time (ms).
+local function lease_jobs(ask, now)
+  local worker, lease_ms, max_jobs = ask.worker, ask.lease_ms, ask.max_jobs
+  local lease_ids, request_id, record_ms = ask.lease_ids, ask.request_id, ask.record_ms
+  local lease_ms_text = text(lease_ms)
   local request = request_key(worker, request_id)
   local earlier = redis.call('GET', request)
   if earlier then

@@ -1,6 +1,6 @@
 """The AsyncClient's HTTP (aiohttp, through echomq._http) against the real service, through a TCP
 proxy that loses or holds answers: a broken connection is never used again, calls that are safe
-to repeat are repeated on a new one, others report ConnectionFailed; body_timeouts."""
+to repeat are repeated on a new one, others report ConnectionFailed; deadlines."""
 
 from __future__ import annotations
 

@@ -129,7 +129,7 @@ async def test_jobs_leased_for_a_client_that_hung_up_are_given_straight_back(
         view = await get_job(http, queue, job_id)
         assert (view["state"], view["worker"], view["lease_expires_at"]) == ("waiting", None, None)
     keys = QueueKeys.for_queue(queue)
-    assert await backend.exists(keys.active, keys.body_timeouts, keys.held(WORKER)) == 0
+    assert await backend.exists(keys.active, keys.deadlines, keys.held(WORKER)) == 0
     assert await backend.exists(*(keys.lock(job_id) for job_id in ids)) == 0
     assert not await backend.sismember(keys.workers, WORKER)
 

@@ -10,23 +10,25 @@ import asyncio
 import dataclasses
 import itertools
 import json
-import os
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from msgspec import UNSET
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
+from echomq_http.api.schemas.working import LeasedJob
 from echomq_http.core import limits
+from echomq_http.core.bindings import AckLease, Lease
+from echomq_http.core.leasing import CLIENT_REQUEST_TTL_MS, LeaseAsk
 from echomq_http.store.backends import backend_for
 from echomq_http.store.keys import DUE_INDEX, QueueKeys
 from echomq_http.store.scripts import Scripts, retention_placeholders
 
 LEASE_MS = 30_000
-REQUEST_TTL_MS = 60_000
+REQUEST_TTL_MS = CLIENT_REQUEST_TTL_MS  # the tests' request ids are a client's
 LONG_RETENTION_MS = 10**12  # longer than any test: nothing finished is old enough to delete
 PAST_MS = 1  # a score far in the past: a deadline that has passed, a delayed job that is due
 PUBSUB_TIMEOUT_S = 5.0
@@ -43,12 +45,37 @@ def decoded(value: Any) -> Any:
     return value
 
 
-def random_lease_ids(max_jobs: int) -> str:
-    """ARGV[5] of lease-10.lua, made as echomq_http.core.queue makes it: max_jobs random ids, concatenated."""
-    return os.urandom(limits.LEASE_ID_BYTES * max_jobs).hex()
-
-
 _GENERATED = itertools.count(1)
+
+
+def lease_args(
+    worker: str = "w1",
+    *,
+    lease_ms: int = LEASE_MS,
+    max_jobs: int = 1,
+    lease_ids: Sequence[str] | None = None,
+    request_id: str | None = None,
+    owner: str = "",
+) -> tuple[object, ...]:
+    """The lease script's ARGV after the prefix, as the service makes it (core/bindings.py):
+    random lease ids unless given, a request id of the test's unless given."""
+    ask = LeaseAsk(worker, lease_ms, max_jobs, request_id or f"r{next(_GENERATED)}", owner=owner)
+    return Lease.args(ask, "".join(lease_ids) if lease_ids is not None else None)
+
+
+def ack_lease_args(
+    acks: Sequence[tuple[str, str]],
+    worker: str = "w1",
+    *,
+    lease_ms: int = LEASE_MS,
+    request_id: str | None = None,
+    owner: str = "",
+    only_if_all_taken: bool = True,
+) -> tuple[object, ...]:
+    """The ack-lease script's ARGV after the prefix, as the service makes it: acks without
+    results, then a lease of one job."""
+    ask = LeaseAsk(worker, lease_ms, 1, request_id or f"r{next(_GENERATED)}", owner=owner)
+    return AckLease.args([(job_id, lease_id, UNSET) for job_id, lease_id in acks], ask, only_if_all_taken)
 
 
 def spec(
@@ -77,22 +104,6 @@ def spec(
     # The service always sends an id: the client's, or a random one it made (echomq_http.core.queue).
     options["id"] = job_id if job_id is not None else f"gen-{next(_GENERATED)}"
     return {"options": options, "payload": payload}
-
-
-@dataclass(frozen=True)
-class Leased:
-    """One job of a lease reply (10 entries)."""
-
-    id: str
-    name: str | None  # None: the job has no name
-    payload: bytes
-    attempt: int
-    max_attempts: int
-    lease_id: str
-    lease_expires_at: int
-    fence: int
-    enqueued_at: int
-    traceparent: str | None = None
 
 
 class WakeListener:
@@ -161,6 +172,7 @@ class LuaQueue:
     def __init__(self, client: Redis, scripts: Scripts, name: str) -> None:
         self.redis = client
         self.scripts = scripts
+        self.name = name
         self.keys = private_due_index(QueueKeys.for_queue(name, cluster=isinstance(client, RedisCluster)))
         self._variants: dict[tuple[tuple[str, str], ...], Scripts] = {}
         self.retry_after_ms = 0  # the last lease's
@@ -193,39 +205,19 @@ class LuaQueue:
         lease_ids: Sequence[str] | None = None,
         request_id: str | None = None,
         expect_stale: int = 0,
-    ) -> list[Leased]:
-        tokens = "".join(lease_ids) if lease_ids is not None else random_lease_ids(max_jobs)
-        request_id = request_id or f"r{next(_GENERATED)}"
-        stale, retry_after_ms, *reply = await self.call(
-            "lease", worker, lease_ms, max_jobs, tokens, request_id, REQUEST_TTL_MS
+    ) -> list[LeasedJob]:
+        reply = await self.call(
+            "lease",
+            *lease_args(
+                worker, lease_ms=lease_ms, max_jobs=max_jobs, lease_ids=lease_ids, request_id=request_id
+            ),
         )
-        assert stale == expect_stale
-        self.retry_after_ms = retry_after_ms  # the lease reply's hint (0: none)
-        assert len(reply) % 10 == 0
-        jobs = []
-        for i in range(0, len(reply), 10):
-            job_id, name, payload, attempt, max_attempts, lease_id, expires_at, fence, enqueued_at, parent = (
-                reply[i : i + 10]
-            )
-            for number in (attempt, max_attempts, expires_at, fence, enqueued_at):
-                assert isinstance(number, int)
-            jobs.append(
-                Leased(
-                    job_id.decode(),
-                    None if name is None else name.decode(),
-                    payload,
-                    attempt,
-                    max_attempts,
-                    lease_id.decode(),
-                    expires_at,
-                    fence,
-                    enqueued_at,
-                    None if parent is None else parent.decode(),
-                )
-            )
-        return jobs
+        leased = Lease.reply(self.name, reply)
+        assert leased.stale == expect_stale
+        self.retry_after_ms = leased.retry_after_ms  # the lease reply's hint (0: none)
+        return leased.jobs
 
-    async def lease_one(self, worker: str = "w1", *, lease_ms: int = LEASE_MS) -> Leased:
+    async def lease_one(self, worker: str = "w1", *, lease_ms: int = LEASE_MS) -> LeasedJob:
         [job] = await self.lease(worker, lease_ms=lease_ms)
         return job
 
@@ -429,7 +421,7 @@ class LuaQueue:
 
     # --- time passing ------------------------------------------------------------------------
 
-    async def wait_for_expiry(self, job: Leased) -> None:
+    async def wait_for_expiry(self, job: LeasedJob) -> None:
         """Let a (tiny) lease really expire on the Redis clock: its lock is gone and its
         lease_expires_at has passed."""
         while await self.lock(job.id) is not None or await self.now_ms() <= job.lease_expires_at:
@@ -442,7 +434,7 @@ class LuaQueue:
     async def expire_lease(self, job_id: str, deadline_ms: int = PAST_MS) -> None:
         """The lock expired and the deadline index says so: the sweep will find the job."""
         await self.expire_lock(job_id)
-        await self.redis.zadd(self.keys.body_timeouts, {job_id: deadline_ms})
+        await self.redis.zadd(self.keys.deadlines, {job_id: deadline_ms})
 
     async def make_due(self, job_id: str, due_ms: int = PAST_MS) -> None:
         await self.redis.zadd(self.keys.delayed, {job_id: due_ms})

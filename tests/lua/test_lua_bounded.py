@@ -42,7 +42,7 @@ async def test_a_worker_holding_9000_jobs_is_released_whole_each_job_once(q):
 
     assert released == ids  # oldest lease first
     assert await q.redis.llen(q.keys.active) == 0
-    assert await q.redis.exists(q.keys.body_timeouts, q.keys.held("w1"), q.keys.workers) == 0
+    assert await q.redis.exists(q.keys.deadlines, q.keys.held("w1"), q.keys.workers) == 0
     assert await q.line() == ids  # first in line in lease order, each once
     assert (await q.job("j08999"))["state"] == "waiting"
     # Released deliveries are not counted: the next lease is attempt 1 again.
@@ -70,10 +70,10 @@ async def test_lists_beyond_lua_unpack_limit_go_in_chunks(q):
     jobs = await lease_all(q, 5000)
     for start in range(0, 5000, 1000):
         await q.redis.delete(*[q.keys.lock(job.id) for job in jobs[start : start + 1000]])
-    await q.redis.zadd(q.keys.body_timeouts, dict.fromkeys(ids, 1))
+    await q.redis.zadd(q.keys.deadlines, dict.fromkeys(ids, 1))
     assert await q.sweep(batch=5000) == [5000, 0, 0, 0, 1]
     assert await q.redis.llen(q.keys.active) == 0
-    assert await q.redis.zcard(q.keys.body_timeouts) == 0
+    assert await q.redis.zcard(q.keys.deadlines) == 0
 
 
 # --- one pass over the ledger for many jobs --------------------------------------------------
@@ -202,7 +202,7 @@ async def test_lease_drops_index_entries_naming_no_waiting_job(q):
 
     [job] = await q.lease(max_jobs=5, expect_stale=4)
 
-    assert job.id == "real" and job.payload == b"{}"
+    assert job.id == "real" and bytes(job.payload) == b"{}"
     for ghost in ("ghost", "prio-ghost", "delayed-ghost"):
         assert await q.job(ghost) == {}  # no half-made hash
     assert (await q.job("done"))["state"] == "completed"
@@ -210,10 +210,10 @@ async def test_lease_drops_index_entries_naming_no_waiting_job(q):
 
 
 async def test_sweep_and_redrive_and_release_drop_entries_naming_no_job(q):
-    await q.redis.zadd(q.keys.body_timeouts, {"ghost": 1})
+    await q.redis.zadd(q.keys.deadlines, {"ghost": 1})
     await q.redis.lpush(q.keys.active, "ghost")
     assert await q.sweep(expect_stale=1) == [0, 0, 0, 0, 0]
-    assert await q.redis.exists(q.keys.body_timeouts, q.keys.active) == 0
+    assert await q.redis.exists(q.keys.deadlines, q.keys.active) == 0
 
     await q.redis.zadd(q.keys.failed, {"dead-ghost": 1})
     assert await q.redrive() == []
@@ -338,7 +338,7 @@ async def test_a_sweep_of_a_long_ledger_goes_window_by_window_and_misses_nothing
     await lease_all(q, LONG_LEDGER, lease_ms=60_000)
     expired = random.Random(3).sample(ids, 600)
     await q.redis.delete(*[q.keys.lock(job_id) for job_id in expired])
-    await q.redis.zadd(q.keys.body_timeouts, {job_id: await q.now_ms() - 1 for job_id in expired})
+    await q.redis.zadd(q.keys.deadlines, {job_id: await q.now_ms() - 1 for job_id in expired})
 
     offset, steps, reclaimed = 0, 0, 0
     while True:

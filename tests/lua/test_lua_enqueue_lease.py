@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import msgspec
+
 from echomq_http.core import limits
 
 LEASE_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -155,8 +157,9 @@ async def test_lease_moves_the_job_into_the_ledger_under_its_lock(q):
     after = await q.now_ms()
 
     assert before + 5000 <= job.lease_expires_at <= after + 5000
-    assert vars(job) == {
+    assert {**msgspec.structs.asdict(job), "payload": bytes(job.payload)} == {
         "id": "a",
+        "queue": q.name,
         "name": "email",
         "payload": PAYLOAD,
         "attempt": 1,
@@ -171,7 +174,7 @@ async def test_lease_moves_the_job_into_the_ledger_under_its_lock(q):
     assert await q.active() == ["a"]
     assert await q.lock("a") == f"{lease_id}:w1"
     assert 4000 < await q.lock_pttl("a") <= 5000
-    assert await q.zset(q.keys.body_timeouts) == {"a": job.lease_expires_at}
+    assert await q.zset(q.keys.deadlines) == {"a": job.lease_expires_at}
     assert await q.members(q.keys.held("w1")) == {"a"}
     assert await q.members(q.keys.workers) == {"w1"}
     stored = await q.job("a")

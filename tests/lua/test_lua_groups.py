@@ -5,12 +5,11 @@ the job listing's group cursors, the group listing and queue deletion."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from tests.lua.conftest import LuaQueue, decoded, decoded_dict, random_lease_ids
+from tests.lua.conftest import LuaQueue, ack_lease_args, decoded, decoded_dict
 
 UNGROUPED = "-"  # how these tests name the jobs without a group
 
@@ -186,8 +185,9 @@ async def ack_path(q, job):
 
 
 async def ack_lease_path(q, job):
-    pairs = json.dumps([[job.id, job.lease_id]])
-    reply = await q.call("ack-lease", pairs, "w2", 30_000, 1, random_lease_ids(1), "rq", 60_000, "1", "", b"")
+    reply = await q.call(
+        "ack-lease", *ack_lease_args([(job.id, job.lease_id)], "w2", lease_ms=30_000, request_id="rq")
+    )
     assert reply[0] == 1
     assert decoded(reply[4]) == "a-1"  # the group room is used by the same call
 

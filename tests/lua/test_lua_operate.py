@@ -98,7 +98,7 @@ async def test_sweep_reclaims_only_jobs_whose_lock_is_gone(q):
         assert stored["error"] == "lease expired: worker w1 stopped heartbeating"
         assert not {"worker", "lease_id", "leased_at", "lease_expires_at", "lease_ms"} & set(stored)
     assert await q.active() == ["c"]
-    assert await q.zset(q.keys.body_timeouts) == {"c": c.lease_expires_at}
+    assert await q.zset(q.keys.deadlines) == {"c": c.lease_expires_at}
     assert await q.members(q.keys.held("w1")) == {"c"}
     assert await q.members(q.keys.workers) == {"w1"}
     assert await q.lock("c") == f"{c.lease_id}:w1"
@@ -126,12 +126,12 @@ async def test_sweep_reclaims_to_the_front_of_the_job_priority(q):
 
 async def test_sweep_reindexes_a_job_whose_lock_still_exists(q):
     [job] = await leased(q, "a")
-    await q.redis.zadd(q.keys.body_timeouts, {"a": 1})
+    await q.redis.zadd(q.keys.deadlines, {"a": 1})
 
     assert await q.sweep() == [0, 0, 0, 0, 0]
 
     # back to the lock's own expiry (now + PTTL, so within a millisecond or two of rounding)
-    assert abs((await q.zset(q.keys.body_timeouts))["a"] - job.lease_expires_at) <= 2
+    assert abs((await q.zset(q.keys.deadlines))["a"] - job.lease_expires_at) <= 2
     assert await q.active() == ["a"]
     assert (await q.job("a"))["state"] == "active"
     assert await q.lock("a") == f"{job.lease_id}:w1"
@@ -150,7 +150,7 @@ async def test_sweep_dead_letters_on_the_last_attempt(q):
     assert stored["error"] == "lease expired: worker w1 stopped heartbeating"
     assert await q.zset(q.keys.failed) == {"a": int(stored["finished_at"])}
     assert await q.active() == []
-    assert await q.redis.exists(q.keys.body_timeouts, q.keys.workers, q.keys.held("w1")) == 0
+    assert await q.redis.exists(q.keys.deadlines, q.keys.workers, q.keys.held("w1")) == 0
     assert await q.line() == []
 
 
@@ -222,7 +222,7 @@ async def test_two_concurrent_sweeps_reclaim_each_job_once(q):
     # Scripts run one at a time: one sweep takes a full batch (and says more), the other the rest.
     assert sorted(replies) == [[5, 0, 0, 0, 0], [15, 0, 0, 0, 1]]
     assert await q.active() == []
-    assert await q.redis.exists(q.keys.body_timeouts, q.keys.workers, q.keys.held("w1")) == 0
+    assert await q.redis.exists(q.keys.deadlines, q.keys.workers, q.keys.held("w1")) == 0
     line = await q.line()
     assert sorted(line) == sorted(job.id for job in jobs)  # each job exactly once
     assert {(await q.job(job.id))["state"] for job in jobs} == {"waiting"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from echomq_http.core.errors import ScriptCode
-from tests.lua.conftest import LEASE_MS, PAST_MS, decoded, decoded_dict, random_lease_ids
+from tests.lua.conftest import PAST_MS, ack_lease_args, decoded, decoded_dict
 
 NO_SESSION = ScriptCode.NO_SESSION.value
 TTL_MS = 10_000
@@ -130,19 +130,7 @@ async def test_a_quiet_worker_acks_but_lease_next_leases_nothing(q):
     job = await q.lease_one()
     await quiet(q)
 
-    reply = await q.call(
-        "ack-lease",
-        json.dumps([["a", job.lease_id]]),
-        "w1",
-        LEASE_MS,
-        1,
-        random_lease_ids(1),
-        "r-next",
-        60_000,
-        "1",
-        "",
-        b"",
-    )
+    reply = await q.call("ack-lease", *ack_lease_args([("a", job.lease_id)], "w1", request_id="r-next"))
     assert reply[0] == 1  # acked
     assert reply[2:] == [0, 0]  # leased nothing (stale, retry_after_ms)
     assert (await q.job("a"))["state"] == "completed"

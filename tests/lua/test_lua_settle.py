@@ -16,7 +16,7 @@ async def assert_out_of_the_ledger(q, job_id: str, worker: str = "w1") -> None:
     """Nothing attributes the job to a worker or a lease any more."""
     assert job_id not in await q.active()
     assert await q.lock(job_id) is None
-    assert job_id not in await q.zset(q.keys.body_timeouts)
+    assert job_id not in await q.zset(q.keys.deadlines)
     assert job_id not in await q.members(q.keys.held(worker))
     assert not set(LEASE_FIELDS) & set(await q.job(job_id))
 
@@ -36,7 +36,7 @@ async def test_heartbeat_renews_the_lock_and_the_deadline(q):
     assert before + 60_000 <= expires_at <= after + 60_000
     assert 59_000 < await q.lock_pttl("a") <= 60_000
     assert await q.lock("a") == f"{job.lease_id}:w1"
-    assert await q.zset(q.keys.body_timeouts) == {"a": expires_at}
+    assert await q.zset(q.keys.deadlines) == {"a": expires_at}
     stored = await q.job("a")
     assert int(stored["lease_expires_at"]) == expires_at
     assert int(stored["updated_at"]) == expires_at - 60_000
@@ -56,7 +56,7 @@ async def test_heartbeat_defaults_to_the_lease_own_length(q):
     assert code == 1
     assert before + 5000 <= expires_at <= after + 5000
     assert 4000 < await q.lock_pttl("a") <= 5000
-    assert await q.zset(q.keys.body_timeouts) == {"a": expires_at}
+    assert await q.zset(q.keys.deadlines) == {"a": expires_at}
 
 
 async def test_heartbeat_of_a_missing_job(q):
@@ -71,7 +71,7 @@ async def test_heartbeat_with_another_lease_id_is_lease_lost(q):
 
     assert await q.heartbeat("a", OTHER_LEASE, 60_000) == [LEASE_LOST, 0]
     assert await q.lock_pttl("a") <= 5000
-    assert await q.zset(q.keys.body_timeouts) == {"a": job.lease_expires_at}
+    assert await q.zset(q.keys.deadlines) == {"a": job.lease_expires_at}
     assert await q.job("a") == stored
 
 
@@ -84,7 +84,7 @@ async def test_heartbeat_after_the_lock_expired_is_lease_lost_before_any_sweep(q
     assert await q.lock("a") is None  # not recreated
     assert await q.active() == ["a"]  # still in the ledger until the sweep returns it
     assert (await q.job("a"))["state"] == "active"
-    assert await q.zset(q.keys.body_timeouts) == {"a": job.lease_expires_at}
+    assert await q.zset(q.keys.deadlines) == {"a": job.lease_expires_at}
 
 
 async def test_heartbeat_after_a_real_lock_expiry(q):
@@ -123,7 +123,7 @@ async def test_heartbeat_many_renews_each_live_lease_and_reports_the_others_in_o
     assert LEASE_MS - 1000 < await q.lock_pttl("b") <= LEASE_MS
     assert await q.lock("c") is None  # an expired lease is not brought back
     assert await q.lock_pttl("d") <= LEASE_MS and await q.lock("d") == f"{d.lease_id}:w1"
-    assert await q.zset(q.keys.body_timeouts) == {
+    assert await q.zset(q.keys.deadlines) == {
         "a": expiries[0],
         "b": expiries[2],
         "c": c.lease_expires_at,
@@ -158,7 +158,7 @@ async def test_heartbeat_many_of_only_lost_leases_changes_nothing(q):
         0,
     ]
     assert await q.job("a") == stored
-    assert await q.zset(q.keys.body_timeouts) == {"a": job.lease_expires_at}
+    assert await q.zset(q.keys.deadlines) == {"a": job.lease_expires_at}
     assert await q.redis.zscore(q.keys.due, q.keys.queue) == due
 
 
@@ -167,7 +167,7 @@ async def test_heartbeat_many_of_one_job_twice_renews_it_by_the_last(q):
     job = await q.lease_one()
     reply = await q.heartbeat_many(("a", job.lease_id, 60_000), ("a", job.lease_id, 5_000))
     assert reply[::2] == [1, 1]
-    assert await q.zset(q.keys.body_timeouts) == {"a": reply[3]}
+    assert await q.zset(q.keys.deadlines) == {"a": reply[3]}
     assert await q.lock_pttl("a") <= 5_000
     assert int((await q.job("a"))["lease_expires_at"]) == reply[3]
 
@@ -179,9 +179,9 @@ async def test_heartbeat_many_renews_a_full_batch_in_one_call(q):
         jobs += await q.lease(max_jobs=limits.MAX_JOBS_PER_LEASE, lease_ms=5_000)
     reply = await q.heartbeat_many(*((job.id, job.lease_id, 60_000) for job in jobs))
     assert reply[::2] == [1] * limits.MAX_BATCH
-    body_timeouts = await q.zset(q.keys.body_timeouts)
-    assert body_timeouts == {job.id: expires_at for job, expires_at in zip(jobs, reply[1::2], strict=True)}
-    assert min(body_timeouts.values()) > max(job.lease_expires_at for job in jobs)
+    deadlines = await q.zset(q.keys.deadlines)
+    assert deadlines == {job.id: expires_at for job, expires_at in zip(jobs, reply[1::2], strict=True)}
+    assert min(deadlines.values()) > max(job.lease_expires_at for job in jobs)
 
 
 # --- ack -----------------------------------------------------------------------------------

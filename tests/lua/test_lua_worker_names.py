@@ -9,7 +9,7 @@ import json
 
 from echomq_http.core.errors import ScriptCode
 from echomq_http.core.limits import WORKER_OWNER_GRACE_MS
-from tests.lua.conftest import LEASE_MS, REQUEST_TTL_MS, decoded, random_lease_ids
+from tests.lua.conftest import LEASE_MS, ack_lease_args, decoded, lease_args
 
 WORKER_OWNED = ScriptCode.WORKER_OWNED.value
 A, B = "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"
@@ -20,7 +20,7 @@ TTL_MS = 10_000
 async def lease_as(q, owner: str, *, lease_ms: int = LEASE_MS, request_id: str = "r1") -> list:
     """The raw lease reply of one job leased to W by the token owner."""
     return decoded(
-        await q.call("lease", W, lease_ms, 1, random_lease_ids(1), request_id, REQUEST_TTL_MS, owner)
+        await q.call("lease", *lease_args(W, lease_ms=lease_ms, request_id=request_id, owner=owner))
     )
 
 
@@ -118,10 +118,8 @@ async def test_an_ack_with_lease_next_in_another_tokens_name_acks_nothing(q):
     await q.add("b")
     await lease_as(q, A)
     own = await q.lease_one("w2")
-    pairs = json.dumps([[own.id, own.lease_id]])
-
     reply = await q.call(
-        "ack-lease", pairs, W, LEASE_MS, 1, random_lease_ids(1), "r-next", REQUEST_TTL_MS, "1", B, b""
+        "ack-lease", *ack_lease_args([(own.id, own.lease_id)], W, request_id="r-next", owner=B)
     )
 
     assert reply == [WORKER_OWNED]

@@ -363,7 +363,7 @@ class GroupsMachine(RuleBasedStateMachine):
         job = self.draw_active(data)
         with self.env.redis.pipeline(transaction=True) as pipe:
             pipe.delete(self.keys.lock(job.id))
-            pipe.zadd(self.keys.body_timeouts, {job.id: 1}, xx=True)
+            pipe.zadd(self.keys.deadlines, {job.id: 1}, xx=True)
             pipe.execute()
         self.env.sweep_script(
             keys=self.keys.script_keys, args=(self.keys.prefix, self.env.settings.sweep_batch, 0)

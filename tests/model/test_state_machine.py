@@ -619,7 +619,7 @@ class QueueMachine(RuleBasedStateMachine):
         deadline = self.model.expire(job)
         with self.env.redis.pipeline(transaction=True) as pipe:
             pipe.delete(self.keys.lock(job.id))
-            pipe.zadd(self.keys.body_timeouts, {job.id: deadline}, xx=True)
+            pipe.zadd(self.keys.deadlines, {job.id: deadline}, xx=True)
             assert pipe.execute() == [1, 0]  # the lock existed; the deadline entry existed
 
     @precondition(lambda self: self.has("active"))  # with live leases too: those must stay

@@ -110,23 +110,37 @@ class Leased:
     stale: int
 
 
+class LeaseOptions(msgspec.Struct):
+    """A lease request as lua/lease.lua and lua/ack_lease.lua unpack it (one msgpack map)."""
+
+    worker: str
+    lease_ms: int
+    max_jobs: int
+    lease_ids: str  # a random id per job it may lease, concatenated
+    request_id: str
+    record_ms: int  # how long the request's record is kept
+    owner: str  # the calling token's id, "" for none
+
+
+_pack = msgspec.msgpack.Encoder().encode
+
+
 class Lease(Binding):
     operation = "lease"
     JOB_FIELDS = 10  # per leased job
 
     @staticmethod
-    def args(ask: LeaseAsk) -> tuple[object, ...]:
-        """Up to the owner: a lease id per job it may lease, and how long the request's record is kept."""
-        lease_ids = os.urandom(limits.LEASE_ID_BYTES * ask.max_jobs).hex()
-        return (
-            ask.worker,
-            ask.lease_ms,
-            ask.max_jobs,
-            lease_ids,
-            ask.request_id,
-            ask.record_ttl_ms,
-            ask.owner,
+    def args(ask: LeaseAsk, lease_ids: str | None = None) -> tuple[object, ...]:
+        """The request packed, with a lease id per job it may lease (random unless given)."""
+        return (Lease.packed(ask, lease_ids),)
+
+    @staticmethod
+    def packed(ask: LeaseAsk, lease_ids: str | None = None) -> bytes:
+        ids = lease_ids if lease_ids is not None else os.urandom(limits.LEASE_ID_BYTES * ask.max_jobs).hex()
+        options = LeaseOptions(
+            ask.worker, ask.lease_ms, ask.max_jobs, ids, ask.request_id, ask.record_ttl_ms, ask.owner
         )
+        return _pack(options)
 
     @staticmethod
     def reply(queue: str, reply: list[Any]) -> Leased:
@@ -183,10 +197,11 @@ class AckLease(Binding):
     operation = "ack-lease"
 
     @staticmethod
-    def args(acks: Sequence[AckEntry], ask: LeaseAsk, only_if_all_taken: bool) -> tuple[object, ...]:
+    def args(
+        acks: Sequence[AckEntry], ask: LeaseAsk, only_if_all_taken: bool, lease_ids: str | None = None
+    ) -> tuple[object, ...]:
         pairs, *results = Ack.args(acks)
-        *lease, owner = Lease.args(ask)
-        return (pairs, *lease, "1" if only_if_all_taken else "0", owner, *results)
+        return (pairs, Lease.packed(ask, lease_ids), "1" if only_if_all_taken else "0", *results)
 
     @staticmethod
     def split(acks: int) -> int:

@@ -153,7 +153,7 @@ class Telemetry:
         self.stale = Tally(
             meter,
             "emq_stale_index_entries",
-            "Index entries (waiting, delayed, body_timeouts, dead letters, holdings) naming no job in "
+            "Index entries (waiting, delayed, deadlines, dead letters, holdings) naming no job in "
             "that state: dropped, never acted on.",
         )
         # Every counter above, in the order defined: a new one reaches /metrics with no list to keep.

@@ -175,7 +175,7 @@ class EmbeddedValkey:
         return secret
 
     def _client(self, timeout_s: float = PING_TIMEOUT_S) -> redis.Redis:
-        # No retries: the callers poll on their own body_timeouts.
+        # No retries: the callers poll on their own deadlines.
         return redis.Redis(
             unix_socket_path=str(self._socket),
             password=self._secret,

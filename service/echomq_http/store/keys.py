@@ -91,7 +91,7 @@ class QueueKeys:
     prio: str  # ZSET: waiting jobs with priority > 0, lowest score leased first
     delayed: str  # ZSET: id -> due time (ms)
     active: str  # LIST: the in-flight ledger; newest lease on the left, oldest on the right
-    body_timeouts: str  # ZSET: id -> lease expiry (ms); the sweep's index into the ledger
+    deadlines: str  # ZSET: id -> lease expiry (ms); the sweep's index into the ledger
     workers: str  # SET: workers holding at least one job
     completed: str  # ZSET: id -> completion time (ms), for retention
     failed: str  # ZSET: id -> failure time (ms): the dead letters
@@ -112,7 +112,7 @@ class QueueKeys:
     @classmethod
     def for_queue(cls, queue: str, cluster: bool = False) -> QueueKeys:
         prefix = queue_prefix(queue)
-        names = ("meta", "wait", "prio", "delayed", "active", "body_timeouts", "workers")
+        names = ("meta", "wait", "prio", "delayed", "active", "deadlines", "workers")
         names += ("completed", "failed", "wake")
         named = {name: prefix + name for name in names}
         named["due"] = due_index_key(queue, cluster)
