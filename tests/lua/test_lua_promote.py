@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from echomq_http.api.schemas.jobs import JobView
 from echomq_http.core.errors import ScriptCode
-from echomq_http.core.queue import job_view
+from echomq_http.core.views import job_view
 from tests.lua.conftest import LuaQueue
 
 HOUR_MS = 3600 * 1000

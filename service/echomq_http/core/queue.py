@@ -1,45 +1,29 @@
-"""The queue operations: one method per transition, each exactly one script call.
+"""JobQueues: every queue operation the API offers. A transition is one script call (through
+its binding, core/bindings.py); a long operation is a loop of bounded script calls. The reads
+are its base QueueReads' (core/reads.py), the calling of scripts QueueCalls' (core/calls.py).
 
-Knows Redis keys (through echomq_http.store.keys) and scripts (through
-echomq_http.store.scripts); knows nothing of HTTP. Payloads and results pass through as raw JSON bytes.
+Knows nothing of HTTP. Payloads and results pass through as raw JSON bytes.
 """
 
 from __future__ import annotations
 
-import asyncio
-import bisect
 import dataclasses
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
-from opentelemetry.trace import SpanKind
-from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 
-from echomq_http import config
-from echomq_http.api.schemas.common import DelayReason
-from echomq_http.api.schemas.inspection import (
-    GroupView,
-    HistoryMinute,
-    LedgerEntry,
-    QueueView,
-    WorkerHoldings,
-)
 from echomq_http.api.schemas.jobs import (
     CancelResponse,
     EnqueueRequest,
     EnqueueResponse,
-    JobView,
     PromoteResponse,
 )
-from echomq_http.api.schemas.operations import GroupLimitResponse, QueueSettings, RateLimit
+from echomq_http.api.schemas.operations import GroupLimitResponse, QueueSettings
 from echomq_http.api.schemas.working import (
     AckItem,
     AckItemResult,
@@ -50,44 +34,32 @@ from echomq_http.api.schemas.working import (
     LeasedJob,
     SessionHeartbeatResponse,
 )
-from echomq_http.core import cursors, limits
+from echomq_http.core import limits
 from echomq_http.core.bindings import (
-    READ_ONLY_OPERATIONS,
     Ack,
     Acked,
     AckLease,
     Cancel,
     Enqueue,
     Fail,
-    FailedPage,
-    Groups,
     Heartbeat,
-    Job,
     Lease,
     Leased,
-    Ledger,
-    ListJobs,
-    QueueCounts,
     Redrive,
     Release,
     ReleaseWorker,
     Renewed,
     ScriptJob,
-    SearchJobs,
     Session,
     Sweep,
-    Workers,
-    number,
     refused,
-    text,
 )
 from echomq_http.core.errors import JobActive, ScriptCode, problem_code_of, raise_for_code
 from echomq_http.core.leasing import LeaseAsk, Leases, LeasesNotConfirmed
-from echomq_http.observability.telemetry import Telemetry
-from echomq_http.store.backends import WriteNotConfirmed, backend_for
-from echomq_http.store.chunked_read import chunked, read_hashes
-from echomq_http.store.keys import QUEUE_REGISTRY, QueueKeys, keys_of
-from echomq_http.store.scripts import Scripts, retention_placeholders
+from echomq_http.core.reads import QueueReads
+from echomq_http.core.views import ScriptSettings
+from echomq_http.store.backends import WriteNotConfirmed
+from echomq_http.store.keys import QUEUE_REGISTRY
 
 FINAL_STATES = frozenset({"completed", "failed", "cancelled"})
 
@@ -116,110 +88,6 @@ def _ack_results(acks: Sequence[AckItem], codes: Sequence[int]) -> list[AckItemR
 _encode = msgspec.json.encode
 
 
-SEARCH_STATES = ("failed", "completed", "cancelled", "delayed")  # lua/search_jobs.lua
-# Lua's string.lower folds ASCII letters only: the text is folded the same way here, so that it
-# matches what the script compares it with.
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-HISTORY_KINDS = ("enqueued", "completed", "failed", "reclaimed")  # HistoryMinute's order
-
-
-def delay_reason(attempt: int) -> DelayReason:
-    """Why a delayed job is delayed, without a field of its own: only an enqueue's delay_ms delays
-    a job that was never leased (attempt 0), and only a failed attempt's backoff one that was (a
-    lease counts an attempt; a redrive resets it but makes the job waiting)."""
-    return "retry" if attempt > 0 else "delay"
-
-
-def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
-    """A job's hash (HGETALL) as the API's job view. The hash leaves out fields that hold
-    their default (lua/include/store.lua), so those are filled in here."""
-    name = fields.get(b"name") or None
-    result = fields.get(b"result")
-    progress = fields.get(b"progress")
-    active = fields[b"state"] == b"active"
-    # The hash keeps run_at after the job left DELAYED (include/waiting.lua delayed_to_waiting).
-    delayed = fields[b"state"] == b"delayed"
-    attempt = int(fields.get(b"attempt", 0))
-    created_at = int(fields[b"created_at"])
-    return JobView(
-        id=job_id,
-        queue=queue,
-        name=text(name),
-        state=fields[b"state"].decode(),  # type: ignore[arg-type]
-        payload=Raw(fields[b"payload"]),
-        result=None if result is None else Raw(result),
-        error=text(fields.get(b"error")),
-        attempt=attempt,
-        max_attempts=int(fields.get(b"max_attempts", limits.DEFAULT_MAX_ATTEMPTS)),
-        priority=int(fields.get(b"priority", 0)),
-        created_at=created_at,
-        updated_at=int(fields.get(b"updated_at", created_at)),
-        worker=text(fields.get(b"worker")) if active else None,
-        lease_expires_at=number(fields.get(b"lease_expires_at")) if active else None,
-        progress=None if progress is None else Raw(progress),
-        cancel_requested=b"cancel_requested" in fields,
-        group=text(fields.get(b"group")),
-        stalls=int(fields.get(b"stalls", 0)),
-        schedule=text(fields.get(b"schedule")),
-        finished_at=number(fields.get(b"finished_at")),
-        run_at=number(fields.get(b"run_at")) if delayed else None,
-        delay_reason=delay_reason(attempt) if delayed else None,
-    )
-
-
-def _outcome(reply: Any) -> dict[str, Any]:
-    if isinstance(reply, int):
-        return {"emq.outcome": "ok" if reply >= 0 else ScriptCode(reply).name.lower()}
-    if isinstance(reply, list):
-        if reply and isinstance(reply[0], int) and reply[0] < 0:
-            return {"emq.outcome": ScriptCode(reply[0]).name.lower()}
-        return {"emq.outcome": "ok", "emq.reply_items": len(reply)}
-    return {"emq.outcome": "ok"}
-
-
-# A queue's settings as META fields (lua/settings.lua), in the order they are read.
-SETTINGS_FIELDS = (
-    "max_in_flight",
-    "group_max_in_flight",
-    "rate_max",
-    "rate_per_ms",
-    "max_stalls",
-    "events_off",
-    "completed_retention_s",
-    "failed_retention_s",
-)
-
-
-class _ScriptSettings(msgspec.Struct, omit_defaults=True):
-    """The settings as settings.lua takes them: the fields not at their default."""
-
-    max_in_flight: int | None = None
-    group_max_in_flight: int | None = None
-    rate_max: int | None = None
-    rate_per_ms: int | None = None
-    max_stalls: int | None = None
-    events_off: int | None = None
-    completed_retention_s: int | None = None
-    failed_retention_s: int | None = None
-
-
-def settings_of(values: Sequence[bytes | None]) -> QueueSettings:
-    """A queue's settings from its META fields (SETTINGS_FIELDS' order; absent = default)."""
-    found = dict(zip(SETTINGS_FIELDS, (number(value) for value in values), strict=True))
-    rate_max, rate_per_ms = found["rate_max"], found["rate_per_ms"]
-    rate = None if rate_max is None or rate_per_ms is None else RateLimit(max=rate_max, per_ms=rate_per_ms)
-    return QueueSettings(
-        max_in_flight=found["max_in_flight"],
-        group_max_in_flight=found["group_max_in_flight"],
-        rate_limit=rate,
-        max_stalls=found["max_stalls"],
-        events=found["events_off"] is None,
-        completed_retention_s=found["completed_retention_s"],
-        failed_retention_s=found["failed_retention_s"],
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class SweepReport:
     reclaimed: int = 0
@@ -236,97 +104,8 @@ class SweepReport:
         )
 
 
-class JobQueues:
+class JobQueues(QueueReads):
     """All queues of one Redis server: every operation the API offers."""
-
-    def __init__(
-        self,
-        client: Redis | RedisCluster,
-        *,
-        completed_retention_s: int,
-        failed_retention_s: int,
-        sweep_batch: int,
-        telemetry: Telemetry,
-        max_concurrent_calls: int,
-        confirm_replicas: int = 0,
-        confirm_timeout_ms: int = 0,
-        completed_max: int = config.DEFAULT_COMPLETED_MAX,
-        failed_max: int = config.DEFAULT_FAILED_MAX,
-        events_maxlen: int = config.DEFAULT_EVENTS_MAXLEN,
-        max_queues: int = config.DEFAULT_MAX_QUEUES,
-        scripts_dir: Path | None = None,
-    ) -> None:
-        """scripts_dir: where the Lua scripts are (default: the service's own; bench/lua_cost.py
-        runs others)."""
-        self.client = client
-        self.backend = backend_for(client, confirm_replicas, confirm_timeout_ms)
-        self.cluster = self.backend.cluster
-        self.telemetry = telemetry
-        # At most this many Redis calls at once: requests beyond wait for a turn instead of
-        # opening connections without bound (a cluster client's pools do not wait by themselves).
-        self._gate = asyncio.Semaphore(max_concurrent_calls)
-        self.scripts = Scripts(
-            self.backend,
-            directory=scripts_dir,
-            placeholders=retention_placeholders(
-                completed_retention_s, failed_retention_s, completed_max, failed_max, events_maxlen
-            ),
-            read_only=READ_ONLY_OPERATIONS,
-        )
-        self.sweep_batch = sweep_batch
-        self.events_maxlen = events_maxlen
-        self.max_queues = max_queues
-        self.due_index = self.backend.due_index()
-
-    async def aclose(self) -> None:
-        await self.scripts.aclose()
-
-    async def _call(self, operation: str, queue: str, *args: object, job_id: str | None = None) -> Any:
-        """One script call, traced as a child span of the request with what it did (when
-        tracing is on: even a no-op span costs about a tenth of a request's CPU)."""
-        if not self.telemetry.tracing:
-            return await self._run(operation, queue, args)
-        attributes = {"emq.queue": queue, "emq.operation": operation}
-        if job_id is not None:
-            attributes["emq.job_id"] = job_id
-        with self.telemetry.tracer.start_as_current_span(
-            f"emq {operation}", kind=SpanKind.CLIENT, attributes=attributes
-        ) as span:
-            reply = await self._run(operation, queue, args)
-            span.set_attributes(_outcome(reply))
-            return reply
-
-    def keys(self, queue: str) -> QueueKeys:
-        return keys_of(queue, self.cluster)
-
-    async def _run(self, operation: str, queue: str, args: tuple[object, ...]) -> Any:
-        queue_keys = self.keys(queue)
-        if self.cluster:
-            self.due_index.note(queue_keys.due)
-        async with self._gate:
-            return await self.scripts.call(operation, queue_keys.script_keys, (queue_keys.prefix, *args))
-
-    async def call_script(self, operation: str, queue: str, *args: object) -> Any:
-        """One script call, for the modules that own operations of their own (schedules)."""
-        return await self._call(operation, queue, *args)
-
-    async def register(self, queue: str) -> None:
-        """List the queue in the registry (a queue configured before its first job is listed);
-        TooManyQueues when it is not listed and the registry is full (EMQ_MAX_QUEUES)."""
-        await self._admit(queue)
-
-    async def _admit(self, queue: str) -> None:
-        # The registry is global (another cluster slot), so it has a script of its own, which
-        # checks the cap and lists the queue in one step: concurrent new queues cannot overshoot.
-        async with self._gate:
-            admitted = await self.scripts.call("admit-queue", (QUEUE_REGISTRY,), (queue, self.max_queues))
-        raise_for_code(admitted, queue)
-
-    async def _register(self, queue: str) -> None:
-        """List a queue that has keys again (after a deletion raced with its first job): it was
-        admitted when it was started, so the cap is not checked again."""
-        async with self._gate:
-            await self.client.sadd(QUEUE_REGISTRY, queue)
 
     async def enqueue(
         self, queue: str, jobs: Sequence[EnqueueRequest], traceparent: str | None = None
@@ -640,13 +419,6 @@ class JobQueues:
             if int(cursor) == 0:
                 return
 
-    async def get_job(self, queue: str, job_id: str) -> JobView:
-        async with self._gate:
-            fields = await self.client.hgetall(self.keys(queue).job(job_id))
-        if not fields:
-            raise_for_code(ScriptCode.JOB_NOT_FOUND, job_id)
-        return job_view(queue, job_id, fields)
-
     async def cancel(self, queue: str, job_id: str, reason: str | None) -> CancelResponse:
         reply = await self._call("cancel", queue, job_id, reason or "", job_id=job_id)
         state, requested = Cancel.reply(job_id, reply)
@@ -658,73 +430,12 @@ class JobQueues:
         raise_for_code(await self._call("promote", queue, job_id, job_id=job_id), job_id)
         return PromoteResponse(id=job_id, state="waiting")
 
-    async def job_and_position(self, queue: str, job_id: str) -> tuple[JobView | None, int]:
-        """The job (None when there is none) and the number of the queue's last event, read in
-        one step: every event after that number happened after this view of the job."""
-        read = Job.reply(await self._call("job", queue, job_id, job_id=job_id))
-        return (None if read.fields is None else job_view(queue, job_id, read.fields)), read.position
-
-    async def job_details(self, queue: str, job_id: str) -> tuple[JobView | None, int | None, int]:
-        """The job (None: there is none), the fence of its last lease (None: never leased) and
-        the number of the queue's last event, read in one step (lua/job.lua)."""
-        read = Job.reply(await self._call("job", queue, job_id, job_id=job_id))
-        if read.fields is None:
-            return None, None, read.position
-        return job_view(queue, job_id, read.fields), number(read.fields.get(b"fence")), read.position
-
-    async def history(self, queue: str, minutes: int) -> list[HistoryMinute]:
-        """Per-minute counts of the last `minutes` minutes (the last one the current), from the
-        queue's history hash (lua/include/history.lua count_history), zeros included."""
-        async with self._gate:
-            seconds, micros = await self.client.time()
-            history_key = self.keys(queue).history
-            now = seconds * 1000 + micros // 1000
-            current = now - now % 60_000
-            starts = [current - 60_000 * back for back in range(minutes - 1, -1, -1)]
-            fields = [f"{start}:{kind}" for start in starts for kind in HISTORY_KINDS]
-            counts = await self.client.hmget(history_key, fields)
-        values = [int(count) if count is not None else 0 for count in counts]
-        width = len(HISTORY_KINDS)
-        return [HistoryMinute(start, *values[i * width : (i + 1) * width]) for i, start in enumerate(starts)]
-
-    async def search_jobs(
-        self, queue: str, state: str, text: str, offset: int, budget: int, limit: int
-    ) -> tuple[list[str], int, int]:
-        """One bounded step of a search for text in the payloads and errors of a state's jobs
-        (lua/search_jobs.lua): the ids that hold it, where the next step starts, and how many
-        entries the state holds (the scan is done when the next step would start there)."""
-        reply = await self._call(
-            "search-jobs", queue, state, text.translate(_ASCII_LOWER), offset, budget, limit
-        )
-        return SearchJobs.reply(reply)
-
-    async def recent_events(
-        self, queue: str, before: int | None, count: int
-    ) -> list[tuple[bytes, dict[bytes, bytes]]]:
-        """Up to `count` entries of the queue's event stream, newest first, from just before the
-        entry numbered `before` (None: from the newest); an entry is one script call's events."""
-        end = "+" if before is None else f"(0-{before}"
-        async with self._gate:
-            return await self.client.xrevrange(self.keys(queue).events, end, "-", count=count)  # type: ignore[no-any-return]
-
-    async def server_time_ms(self) -> int:
-        """Redis's clock, the one every time the service stores comes from."""
-        async with self._gate:
-            seconds, micros = await self.client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
-
-    async def get_settings(self, queue: str) -> QueueSettings:
-        """The queue's settings, read from its META now (a queue never used has the defaults)."""
-        async with self._gate:
-            values = await self.client.hmget(self.keys(queue).meta, SETTINGS_FIELDS)
-        return settings_of(values)
-
     async def put_settings(self, queue: str, settings: QueueSettings) -> QueueSettings:
         """Replace the queue's settings (lua/settings.lua). The queue is registered: a queue
         configured before its first job is listed, as a paused one is."""
         await self._admit(queue)
         rate = settings.rate_limit
-        fields = _ScriptSettings(
+        fields = ScriptSettings(
             max_in_flight=settings.max_in_flight,
             group_max_in_flight=settings.group_max_in_flight,
             rate_max=rate.max if rate else None,
@@ -736,11 +447,6 @@ class JobQueues:
         )
         await self._call("settings", queue, _encode(fields))
         return settings
-
-    async def events_off(self, queue: str) -> bool:
-        """Whether the queue's settings turned its events off (read now: one HEXISTS)."""
-        async with self._gate:
-            return bool(await self.client.hexists(self.keys(queue).meta, "events_off"))
 
     async def set_paused(self, queue: str, paused: bool) -> bool:
         await self._admit(queue)
@@ -767,81 +473,6 @@ class JobQueues:
         """A group's own cap on its jobs in flight (None: the queue's group_max_in_flight)."""
         await self._call("set-group", queue, group, "" if max_in_flight is None else max_in_flight)
         return GroupLimitResponse(group=group, max_in_flight=max_in_flight)
-
-    async def groups(self, queue: str, after: str | None, limit: int) -> tuple[list[GroupView], str | None]:
-        """A page of the queue's groups by name after `after` (None: from the first), and the
-        next page's cursor (the page's last group; None on the last page)."""
-        views, more = Groups.reply(await self._call("groups", queue, after or "", limit))
-        return views, views[-1].group if more and views else None
-
-    async def queue_view(self, queue: str) -> QueueView:
-        paused, counts = QueueCounts.reply(await self._call("counts", queue))
-        return QueueView(name=queue, paused=paused, counts=counts)
-
-    async def queue_names(self) -> list[str]:
-        """Every registered queue, by name: at most EMQ_MAX_QUEUES (one SMEMBERS)."""
-        async with self._gate:
-            names = await self.client.smembers(QUEUE_REGISTRY)
-        return sorted(name.decode() for name in names)
-
-    async def queue_page(
-        self, after: str | None, limit: int, prefix: str = "", covers: Callable[[str], bool] | None = None
-    ) -> tuple[list[str], str | None]:
-        """A page of the registered queues by name: up to `limit` names after `after` (None: from
-        the first) that start with `prefix` and that `covers` lets through (None: all), and the
-        next page's cursor (the page's last name; None on the last page). The registry is a SET
-        of at most EMQ_MAX_QUEUES names, read whole and sorted here: a few ms at the cap, and
-        what is costly (each queue's counts) is then read for one page only."""
-        names = [
-            name
-            for name in await self.queue_names()
-            if name.startswith(prefix) and (covers is None or covers(name))
-        ]
-        start = bisect.bisect_right(names, after) if after is not None else 0
-        page = names[start : start + limit]
-        return page, page[-1] if start + limit < len(names) else None
-
-    async def ledger(self, queue: str, worker: str | None, offset: int, limit: int) -> list[LedgerEntry]:
-        return Ledger.reply(await self._call("ledger", queue, offset, limit, worker or ""))
-
-    async def workers(self, queue: str) -> list[WorkerHoldings]:
-        return Workers.reply(await self._call("workers", queue))
-
-    async def failed_page(
-        self, queue: str, offset: int, limit: int
-    ) -> tuple[AsyncIterator[list[JobView]], int]:
-        """The page's jobs, chunk by chunk as the caller iterates, and the total. The ids (and
-        payload sizes) come from one short script call; the hashes from chunked reads
-        (echomq_http.store.chunked_read), so a page of large jobs never holds anything for long."""
-        listing, total = FailedPage.reply(await self._call("failed-page", queue, offset, limit))
-        return self._jobs_still_in(queue, "failed", listing), total
-
-    async def list_jobs(
-        self, queue: str, state: str, limit: int, cursor: str | None
-    ) -> tuple[AsyncIterator[list[JobView]], str | None]:
-        """A page of the jobs in a state, from a cursor (None: the first page): the jobs chunk by
-        chunk as the caller iterates, and the next page's cursor (None: this is the last). The
-        ids come from one bounded script call (lua/list_jobs.lua), the hashes as for
-        failed_page. A malformed cursor, or one of another state, is an InvalidRequest."""
-        after = cursors.decode(cursor, state) if cursor is not None else [""]
-        listing, script_cursor = ListJobs.reply(await self._call("list-jobs", queue, state, limit, *after))
-        return self._jobs_still_in(queue, state, listing), cursors.encode(state, script_cursor)
-
-    async def _jobs_still_in(
-        self, queue: str, state: str, sized_ids: list[tuple[str, int]]
-    ) -> AsyncIterator[list[JobView]]:
-        """Each chunk's jobs that are still in the state when it is read: one that left it (a
-        dead letter redriven, a job deleted) since its id was read is left out."""
-        queue_keys = keys_of(queue)
-        wanted = state.encode()
-        for ids in chunked(sized_ids):
-            async with self._gate:
-                hashes = await read_hashes(self.client, [queue_keys.job(job_id) for job_id in ids])
-            yield [
-                job_view(queue, job_id, fields)
-                for job_id, fields in zip(ids, hashes, strict=True)
-                if fields.get(b"state") == wanted
-            ]
 
     async def sweep_queue(self, queue: str, max_steps: int, budget_s: float = math.inf) -> SweepReport:
         """Bounded steps until nothing is left to do, or max_steps ran, or budget_s passed. Each

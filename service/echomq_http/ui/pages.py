@@ -18,7 +18,8 @@ from echomq_http.api.schemas.common import is_name
 from echomq_http.api.schemas.jobs import JobView
 from echomq_http.core import limits
 from echomq_http.core.errors import InvalidRequest, JobNotFound
-from echomq_http.core.queue import SEARCH_STATES, JobQueues
+from echomq_http.core.queue import JobQueues
+from echomq_http.core.views import SEARCH_STATES
 from echomq_http.ui.access import Viewer, reader_of, viewer_of
 from echomq_http.ui.overview import summaries
 from echomq_http.ui.render import page
