@@ -21,7 +21,7 @@ from msgspec import UNSET, Raw, UnsetType
 from echomq_http.api.schemas.inspection import Counts, GroupView, LedgerEntry, WorkerHoldings, WorkerSession
 from echomq_http.api.schemas.working import LeasedJob
 from echomq_http.core import limits
-from echomq_http.core.errors import raise_for_code
+from echomq_http.core.errors import ScriptCode, raise_for_code
 from echomq_http.core.leasing import LeaseAsk
 
 _encode = msgspec.json.encode
@@ -529,9 +529,113 @@ class Sweep(Binding):
         return SweptStep(reclaimed, dead, promoted, deleted, bool(more), stale, offset, schedules_due)
 
 
-# The scripts that write nothing (their functions say so; no WAIT after them in durable mode),
-# those of schedules included.
+# --- schedules (core/schedules.py) -------------------------------------------------------------
+
+
+def fields_of(flat: list[Any]) -> dict[bytes, bytes]:
+    """A hash read as a flat {field, value, ...} list."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+class Schedule(Binding):
+    operation = "schedule"
+    read_only = True
+
+    @staticmethod
+    def reply(reply: list[Any]) -> tuple[int, dict[bytes, bytes]]:
+        """The Redis clock (ms) and the schedule's hash ({} when there is none)."""
+        now, *flat = reply
+        return now, fields_of(flat)
+
+
+class PutSchedule(Binding):
+    operation = "put-schedule"
+
+    @staticmethod
+    def args(
+        name: str,
+        version: bytes,
+        next_run: int | None,
+        now: int,
+        values: dict[str, str | bytes],
+        absent: list[str],
+    ) -> tuple[object, ...]:
+        """A compare-and-set against the version read: the fields to set, then those to delete."""
+        pairs = [item for field_value in values.items() for item in field_value]
+        return (name, version, "" if next_run is None else next_run, now, len(values), *pairs, *absent)
+
+    @staticmethod
+    def reply(reply: Any) -> tuple[bool, dict[bytes, bytes]] | None:
+        """Whether it created the schedule, and its hash; None when it moved since the read."""
+        if reply == ScriptCode.SCHEDULE_MOVED:
+            return None
+        created, *flat = reply
+        return created == 1, fields_of(flat)
+
+
+class ScheduleList(Binding):
+    operation = "schedules"
+    read_only = True
+
+    @staticmethod
+    def reply(reply: list[Any]) -> tuple[list[tuple[str, dict[bytes, bytes]]], bool]:
+        """A page of (name, hash) and whether more follow."""
+        more, *flat = reply
+        page, i = [], 0
+        while i < len(flat):
+            name, count = flat[i].decode(), flat[i + 1]
+            page.append((name, fields_of(flat[i + 2 : i + 2 + count])))
+            i += 2 + count
+        return page, bool(more)
+
+
+class TriggerSchedule(Binding):
+    operation = "trigger-schedule"
+
+    @staticmethod
+    def reply(name: str, reply: Any) -> tuple[str, bool]:
+        """The job's state and whether it was made now; a refusal raises."""
+        if isinstance(reply, int):
+            raise_for_code(reply, name)
+        state, created = reply
+        return state.decode(), created == 1
+
+
+@dataclass(frozen=True, slots=True)
+class DueRun:
+    schedule: str
+    run_at: int
+    clock: bytes  # the schedule's Clock, as stored
+
+
+class DueSchedules(Binding):
+    operation = "due-schedules"
+    read_only = True
+    FIELDS = 3  # per run: schedule, run_at, clock
+
+    @staticmethod
+    def reply(reply: list[Any]) -> tuple[int, list[DueRun]]:
+        now, *flat = reply
+        runs = [DueRun(flat[i].decode(), int(flat[i + 1]), flat[i + 2]) for i in range(0, len(flat), 3)]
+        return now, runs
+
+
+class FireSchedules(Binding):
+    operation = "fire-schedules"
+    FIRED, SKIPPED = 1, 2  # per run's outcome
+
+    @staticmethod
+    def args(runs: Sequence[tuple[str, int, int | None, str]]) -> tuple[object, ...]:
+        """Per run: the schedule, its run time, the one after it (None: no more), the job's id."""
+        flat = [
+            item
+            for schedule, run_at, following, job_id in runs
+            for item in (schedule, run_at, "" if following is None else following, job_id)
+        ]
+        return (len(runs), *flat)
+
+
+# The scripts that write nothing (their functions say so; no WAIT after them in durable mode).
 READ_ONLY_OPERATIONS = frozenset(
     {binding.operation for binding in Binding.__subclasses__() if binding.read_only}
-    | {"due-schedules", "schedules", "schedule"}
 )

@@ -16,7 +16,6 @@ ones) and the next is computed from the present.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 import msgspec
 from msgspec import Raw
@@ -24,7 +23,15 @@ from msgspec import Raw
 from echomq_http.api.schemas.jobs import EnqueueResponse
 from echomq_http.api.schemas.schedules import ScheduleJob, ScheduleRequest, ScheduleView
 from echomq_http.core import limits
-from echomq_http.core.bindings import ScriptJob
+from echomq_http.core.bindings import (
+    DueSchedules,
+    FireSchedules,
+    PutSchedule,
+    Schedule,
+    ScheduleList,
+    ScriptJob,
+    TriggerSchedule,
+)
 from echomq_http.core.errors import ScriptCode, raise_for_code
 from echomq_http.core.queue import JobQueues, SweepReport, new_job_id
 from echomq_http.core.schedule_times import Clock, cron_expression
@@ -34,7 +41,6 @@ MAX_FIRE_CALLS = 25  # per queue per sweep: 5,000 runs; a larger backlog goes on
 LIST_PAGE = 200
 PUT_ATTEMPTS = 20  # compare-and-set retries; each loses only to a write that just happened
 OPTIONAL_FIELDS = ("overlap", "run_limit", "paused")
-RUN_FIRED, RUN_SKIPPED = 1, 2
 
 
 class _Timing(msgspec.Struct, array_like=True):
@@ -56,10 +62,6 @@ def run_job_id(schedule: str, run_at: int) -> str:
     if len(schedule) + len(suffix) <= limits.MAX_NAME_CHARS:
         return schedule + suffix
     return hashlib.sha256(schedule.encode()).hexdigest()[:32] + suffix
-
-
-def _fields(flat: list[Any]) -> dict[bytes, bytes]:
-    return {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
 
 
 def _int(value: bytes | None) -> int | None:
@@ -105,8 +107,7 @@ class Schedules:
         self._queues = queues
 
     async def _read(self, queue: str, name: str) -> tuple[int, dict[bytes, bytes]]:
-        now, *flat = await self._queues.call_script("schedule", queue, name)
-        return now, _fields(flat)
+        return Schedule.reply(await self._queues.call_script("schedule", queue, name))
 
     async def get(self, queue: str, name: str) -> ScheduleView:
         _, fields = await self._read(queue, name)
@@ -156,22 +157,12 @@ class Schedules:
             if request.paused:
                 values["paused"] = "1"
             absent = [field for field in OPTIONAL_FIELDS if field not in values]
-            pairs = [item for field_value in values.items() for item in field_value]
-            reply = await self._queues.call_script(
-                "put-schedule",
-                queue,
-                name,
-                stored.get(b"version", b"0"),
-                "" if next_run is None else next_run,
-                now,
-                len(values),
-                *pairs,
-                *absent,
-            )
-            if reply == ScriptCode.SCHEDULE_MOVED:
+            args = PutSchedule.args(name, stored.get(b"version", b"0"), next_run, now, values, absent)
+            put = PutSchedule.reply(await self._queues.call_script("put-schedule", queue, *args))
+            if put is None:
                 continue  # a run fired or another PUT landed since the read: decide again
-            created, *flat = reply
-            return schedule_view(queue, name, _fields(flat)), created == 1
+            created, fields = put
+            return schedule_view(queue, name, fields), created
         raise RuntimeError(f"schedule {name!r} kept changing during {PUT_ATTEMPTS} attempts to put it")
 
     @staticmethod
@@ -199,12 +190,10 @@ class Schedules:
         views: list[ScheduleView] = []
         after = ""
         while True:
-            more, *flat = await self._queues.call_script("schedules", queue, after, LIST_PAGE)
-            i = 0
-            while i < len(flat):
-                name, count = flat[i].decode(), flat[i + 1]
-                fields = _fields(flat[i + 2 : i + 2 + count])
-                i += 2 + count
+            page, more = ScheduleList.reply(
+                await self._queues.call_script("schedules", queue, after, LIST_PAGE)
+            )
+            for name, fields in page:
                 if fields:
                     views.append(schedule_view(queue, name, fields))
                 after = name
@@ -215,26 +204,28 @@ class Schedules:
         """One job of the schedule made now; its timetable, runs and limit are not touched."""
         job_id = new_job_id()
         reply = await self._queues.call_script("trigger-schedule", queue, name, job_id)
-        if isinstance(reply, int):
-            raise_for_code(reply, name)
-        state, created = reply
-        return EnqueueResponse(id=job_id, queue=queue, state=state.decode(), created=created == 1)  # type: ignore[arg-type]
+        state, created = TriggerSchedule.reply(name, reply)
+        return EnqueueResponse(id=job_id, queue=queue, state=state, created=created)  # type: ignore[arg-type]
 
     async def fire_due(self, queue: str) -> SweepReport:
         """Fire the queue's due runs, in batches (each two script calls: read, then fire)."""
         fired = skipped = 0
         for _ in range(MAX_FIRE_CALLS):
-            now, *flat = await self._queues.call_script("due-schedules", queue, FIRE_BATCH)
-            if not flat:
+            now, due = DueSchedules.reply(await self._queues.call_script("due-schedules", queue, FIRE_BATCH))
+            if not due:
                 break
-            runs: list[object] = []
-            for i in range(0, len(flat), 3):
-                name, run_at = flat[i].decode(), int(flat[i + 1])
-                following = Clock.parse(flat[i + 2]).next_after(max(run_at, now))
-                runs += [name, flat[i + 1], "" if following is None else following, run_job_id(name, run_at)]
-            outcomes = await self._queues.call_script("fire-schedules", queue, len(runs) // 4, *runs)
-            fired += outcomes.count(RUN_FIRED)
-            skipped += outcomes.count(RUN_SKIPPED)
-            if len(flat) < 3 * FIRE_BATCH:
+            runs = [
+                (
+                    run.schedule,
+                    run.run_at,
+                    Clock.parse(run.clock).next_after(max(run.run_at, now)),
+                    run_job_id(run.schedule, run.run_at),
+                )
+                for run in due
+            ]
+            outcomes = await self._queues.call_script("fire-schedules", queue, *FireSchedules.args(runs))
+            fired += outcomes.count(FireSchedules.FIRED)
+            skipped += outcomes.count(FireSchedules.SKIPPED)
+            if len(due) < FIRE_BATCH:
                 break
         return SweepReport(runs_fired=fired, runs_skipped=skipped)
