@@ -37,7 +37,7 @@ from bench import free_port
 from echomq_http.api.schemas.jobs import EnqueueRequest
 from echomq_http.api.schemas.working import AckItem
 from echomq_http.core.queue import JobQueues
-from echomq_http.observability.telemetry import Telemetry
+from tests.support.queues import job_queues as support_job_queues
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -107,15 +107,7 @@ async def connected(port: int) -> Redis:
 
 
 def job_queues(client: Redis, lua: Path) -> JobQueues:
-    return JobQueues(
-        client,
-        completed_retention_s=3600,
-        failed_retention_s=3600,
-        sweep_batch=100,
-        telemetry=Telemetry(),
-        max_concurrent_calls=16,
-        scripts_dir=lua,
-    )
+    return support_job_queues(client, max_concurrent_calls=16, scripts_dir=lua)
 
 
 async def measure(lua: Path, out_dir: Path) -> dict[str, float]:
