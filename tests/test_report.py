@@ -1,17 +1,11 @@
-"""make report's splicing (bench/report/report.py): generated blocks are replaced, nothing else.
+"""make report's splicing (tests/support/doc_blocks.py, which bench/report/report.py fills the
+docs with): generated blocks are replaced, nothing else."""
 
-The module is loaded from its file alone (no bench package, nothing of bench on sys.path): the
-script imports nothing of bench at its top, so its splicing is reached without importing bench."""
-
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-REPORT_SCRIPT = Path(__file__).parent.parent / "bench" / "report" / "report.py"
-_SPEC = importlib.util.spec_from_file_location("report", REPORT_SCRIPT)
-report = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(report)
+from tests.support import doc_blocks as report
 
 DOCUMENT = """# Title
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import re
 import subprocess
 import sys
 import tempfile
@@ -38,47 +37,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = {
-    "bench": "docs/PERFORMANCE.md",
-    "against": "docs/PERFORMANCE.md",
-    "bigread": "docs/PERFORMANCE.md",
-    "chaos": "docs/RELIABILITY.md",
-    "abuse": "docs/RELIABILITY.md",
-}
+sys.path.insert(0, str(ROOT))  # for tests.support, when run as a script
+
+from tests.support.doc_blocks import DOCS, ReportError, splice  # noqa: E402 - after the path
+
 CHAOS_SEED = 7
-_BLOCK = re.compile(
-    r"(?P<open><!-- report:(?P<name>[a-z]+)(?: (?P<argument>[^ >]+))? -->\n)"
-    r"(?P<body>.*?)"
-    r"(?P<close><!-- /report:(?P=name) -->)",
-    re.DOTALL,
-)
-
-
-class ReportError(Exception):
-    pass
-
-
-def blocks(document: str) -> list[tuple[str, str | None]]:
-    """The generated blocks of a document: (name, argument), in order."""
-    return [(match["name"], match["argument"]) for match in _BLOCK.finditer(document)]
-
-
-def splice(document: str, name: str, make: Callable[[str | None], str]) -> str:
-    """The document with every block called `name` replaced by make(its argument)."""
-    found = False
-
-    def replace(match: re.Match[str]) -> str:
-        nonlocal found
-        if match["name"] != name:
-            return match[0]
-        found = True
-        body = make(match["argument"]).strip("\n")
-        return f"{match['open']}{body}\n{match['close']}"
-
-    spliced = _BLOCK.sub(replace, document)
-    if not found:
-        raise ReportError(f"no <!-- report:{name} --> block to fill")
-    return spliced
 
 
 def git(*args: str) -> str:

@@ -208,7 +208,7 @@ def mb(value: float | None) -> str:
 
 
 def table(rows: list[FloodRow], baseline: Latency, baseline_rss: float | None) -> str:
-    """The markdown table docs/RELIABILITY.md shows (bench/report.py's abuse block)."""
+    """The markdown table docs/RELIABILITY.md shows (bench/report/report.py's abuse block)."""
     lines = [
         "| flood | what it did, what the service answered | probes during (+1 s): p50 / p99 / max ms, "
         "failed | after: p99 / max ms, failed | RSS peak / after MB | worker fault: leased again after "
