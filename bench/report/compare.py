@@ -24,6 +24,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # for tests.support, when run as a script
+
+from tests.support.launched import service_process  # noqa: E402 - after the path
+
 DEFAULT_WORKLOADS = "cycle_50,batch"
 RUN_TIMEOUT_S = 900
 RUN_ATTEMPTS = 2
@@ -44,10 +48,15 @@ def run_bench(tree: Path, workloads: str, out: Path) -> dict[str, dict[str, obje
     its load generators' output), after printing the end of what it said.
     """
     command = [sys.executable, "bench/bench.py", "--only", workloads, "--no-bullmq", "--json", str(out)]
+    # Another tree's service, not this checkout's: the editable install maps echomq_http here, so
+    # the tree's own package goes first on PYTHONPATH (its bench.py and the services it starts
+    # inherit it).
+    env = None if tree == ROOT else service_process(tree, dict(os.environ))[1]
     for attempt in range(RUN_ATTEMPTS):
         run = subprocess.run(
             command,
             cwd=tree,
+            env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
