@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis as AsyncRedis
 
 from echomq_http.config import Settings
-from echomq_http.runtime import wakeups as longpoll
+from echomq_http.core import leasing
 from echomq_http.store.backend import connect
 from echomq_http.store.keys import QUEUE_REGISTRY, queue_prefix
 from tests.support.cluster import ValkeyCluster
@@ -160,7 +160,7 @@ def wake_ups_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """A waiting long poll looks again only when woken (a wake-up message, or its hub after a
     (re)subscription): its fallback poll is put off past any test's wait. A job that reaches a
     parked long poll then proves the wake-up came, with no timing to measure."""
-    monkeypatch.setattr(longpoll, "FALLBACK_POLL_S", 3600.0)
+    monkeypatch.setattr(leasing, "FALLBACK_POLL_S", 3600.0)
 
 
 @pytest.fixture

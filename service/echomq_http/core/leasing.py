@@ -23,7 +23,7 @@ from msgspec import Raw, UnsetType
 
 from echomq_http.api.schemas.working import AckItem, AckItemResult, LeasedJob
 from echomq_http.core import limits
-from echomq_http.runtime.wakeups import FALLBACK_POLL_S, Waiter, WakeHub
+from echomq_http.runtime.wakeups import Waiter, WakeHub
 from echomq_http.store.backends import WriteNotConfirmed
 
 if TYPE_CHECKING:
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 CLIENT_REQUEST_TTL_MS = 5 * 60 * 1000
 INTERNAL_REQUEST_TTL_MS = 10_000
 INTERNAL_REQUEST_PREFIX = "_"  # never the start of a client's request_id (a name)
+
+FALLBACK_POLL_S = 1.0  # a waiting long poll tries again this often even when no wake-up comes
 
 _PROCESS_TOKEN = os.urandom(limits.LEASE_ID_BYTES).hex()  # this process's calls apart from others'
 _request_numbers = itertools.count()

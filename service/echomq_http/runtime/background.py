@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 
 log = logging.getLogger(__name__)
 
@@ -21,3 +22,16 @@ async def stop_task(task: asyncio.Task[None] | None, stopping: asyncio.Event) ->
         if done:
             return
     log.warning("background task %s did not stop within %.0f s", task.get_name(), STOP_TIMEOUT_S)
+
+
+async def cancel_within(tasks: Iterable[asyncio.Task[None]], timeout_s: float) -> set[asyncio.Task[None]]:
+    """Cancel the tasks and wait for them at most timeout_s (cancelling again midway): the ones
+    still running then, whose cancellation redis-py swallowed. Never waits longer."""
+    pending = {task for task in tasks if not task.done()}
+    for _ in range(2):
+        if not pending:
+            break
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=timeout_s / 2)
+    return pending

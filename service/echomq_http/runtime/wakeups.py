@@ -18,12 +18,11 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import Connection
 from redis.exceptions import RedisError
 
-from echomq_http.runtime.background import stop_task
+from echomq_http.runtime.background import cancel_within, stop_task
 from echomq_http.store.keys import WAKE_CHANNEL_PATTERN, keys_of, queue_of_wake_channel
 
 log = logging.getLogger(__name__)
 
-FALLBACK_POLL_S = 1.0  # a waiter re-tries this often even when no message arrives
 # What a sharded subscriber takes over from its node's connection settings (no read timeout).
 _SUBSCRIBER_OPTIONS = frozenset(
     {
@@ -38,6 +37,7 @@ _SUBSCRIBER_OPTIONS = frozenset(
 RECONNECT_DELAY_S = 0.5
 # Cluster: a queue's wake channel stays subscribed this long after its last long poll.
 CHANNEL_IDLE_S = 300.0
+LISTENER_STOP_S = 1.0  # how long a rebuild waits for a round's listeners to stop
 
 
 class TooManyWaiters(Exception):
@@ -167,6 +167,7 @@ class ShardedWakeHub(WakeHub):
         self._cluster = client
         self._channels: dict[str, float] = {}  # channel -> when a long poll last waited on it
         self._changed = asyncio.Event()  # a new channel: listeners are rebuilt
+        self._pools: dict[asyncio.Task[None], ConnectionPool] = {}  # each listener's connection
 
     @property
     def channels(self) -> int:
@@ -211,10 +212,22 @@ class ShardedWakeHub(WakeHub):
                         await self._cluster.nodes_manager.initialize()
                     await asyncio.sleep(RECONNECT_DELAY_S)
             finally:
-                for task in (rebuild, *listeners):
-                    task.cancel()
-                await asyncio.gather(rebuild, *listeners, return_exceptions=True)
+                rebuild.cancel()
+                await self._stop_listeners(listeners)
             self._wake_all()  # anything published while (re)subscribing was missed
+
+    async def _stop_listeners(self, listeners: list[asyncio.Task[None]]) -> None:
+        """Stop a round's listeners without ever waiting on one for long: redis-py can swallow a
+        cancellation that lands in a read, and a rebuild that waited on that listener would never
+        subscribe another channel. Such a listener's connection is closed under it."""
+        stuck = await cancel_within(listeners, LISTENER_STOP_S)
+        for task in stuck:
+            pool = self._pools.get(task)
+            if pool is not None:
+                with contextlib.suppress(RedisError, OSError):
+                    await pool.disconnect()
+        for task in await cancel_within(stuck, LISTENER_STOP_S):
+            log.warning("wake listener %s did not stop; left behind", task.get_name())
 
     async def _listen_node(self, host: str, port: int, channels: list[str]) -> None:
         node = self._cluster.get_node(host=host, port=port)
@@ -232,6 +245,9 @@ class ShardedWakeHub(WakeHub):
         )
         client = Redis.from_pool(pool)
         pubsub = client.pubsub(ignore_subscribe_messages=True)
+        task = asyncio.current_task()
+        if task is not None:
+            self._pools[task] = pool
         try:
             # One SSUBSCRIBE per channel: a node refuses channels of several slots in one.
             for channel in channels:
@@ -252,6 +268,8 @@ class ShardedWakeHub(WakeHub):
         except Exception:
             log.exception("sharded wake subscription on %s:%s failed", host, port)
         finally:
+            if task is not None:
+                self._pools.pop(task, None)
             with contextlib.suppress(RedisError, OSError):
                 await pubsub.aclose()
                 await client.aclose()
