@@ -14,7 +14,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from echomq_http.config import Settings
 from echomq_http.core import leasing
-from echomq_http.store.backend import connect
+from echomq_http.store.connect import connect
 from echomq_http.store.keys import QUEUE_REGISTRY, queue_prefix
 from tests.support.cluster import ValkeyCluster
 from tests.support.servers import RedisServer

@@ -19,7 +19,7 @@ import msgspec
 from echomq_http.api.schemas.schedules import ScheduleRequest
 from echomq_http.config import Settings
 from echomq_http.core.schedules import Schedules, run_job_id
-from echomq_http.store.backend import close, connect
+from echomq_http.store.connect import close, connect
 from tests.support.queues import job_queues
 
 QUEUE = "fire-race"

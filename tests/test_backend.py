@@ -17,8 +17,8 @@ from redis.asyncio import Redis
 from uvicorn.config import STARTUP_FAILURE
 
 from echomq_http.config import Settings
-from echomq_http.store.backend import CONFIG_DENIED, UnsuitableServer, check_server, redis_client
 from echomq_http.store.backends import backend_for
+from echomq_http.store.connect import CONFIG_DENIED, UnsuitableServer, check_server, redis_client
 from tests.faultproxy import FaultProxy, fault_proxy
 from tests.support.launched import launched_service
 from tests.support.servers import RedisServer
@@ -52,7 +52,7 @@ def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
     found = [
         r.getMessage()
         for r in caplog.records
-        if r.name == "echomq_http.store.backend" and r.levelno == logging.WARNING
+        if r.name == "echomq_http.store.connect" and r.levelno == logging.WARNING
     ]
     caplog.clear()
     return found
@@ -75,12 +75,12 @@ async def test_an_unreachable_server_is_not_fatal_at_start_up(
     private_valkey.kill()
     client: Redis = redis_client(Settings(redis_url=private_valkey.url, redis_timeout_s=0.5))
     try:
-        with caplog.at_level(logging.WARNING, logger="echomq_http.store.backend"):
+        with caplog.at_level(logging.WARNING, logger="echomq_http.store.connect"):
             await check_server(backend_for(client))  # no exception: the service starts anyway
     finally:
         await client.aclose()
     # ...and says why it will answer 503 for now, once.
-    warnings = [r.getMessage() for r in caplog.records if r.name == "echomq_http.store.backend"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "echomq_http.store.connect"]
     assert len(warnings) == 1, warnings
     assert warnings[0].startswith("Redis is not reachable at start-up") and "serving 503" in warnings[0]
 
@@ -105,8 +105,8 @@ def test_the_service_refuses_to_start_on_redis_6_0(proxy: FaultProxy, tmp_path: 
     with launched_service(proxy.url, tmp_path / "service.log") as service:
         assert service.exit_status() == STARTUP_FAILURE
         log = service.log()
-    assert f"echomq_http.store.backend.UnsuitableServer: {too_old('6.0.16')}\n" in log
-    assert f" ERROR echomq_http.store.backend: refusing to start: {too_old('6.0.16')}\n" in log
+    assert f"echomq_http.store.connect.UnsuitableServer: {too_old('6.0.16')}\n" in log
+    assert f" ERROR echomq_http.store.connect: refusing to start: {too_old('6.0.16')}\n" in log
     assert "ERROR:    Application startup failed. Exiting.\n" in log
 
 
@@ -115,7 +115,7 @@ async def test_a_server_that_persists_nothing_is_warned_about(
 ) -> None:
     client = redis_client(Settings(redis_url=private_valkey.url))
     try:
-        with caplog.at_level(logging.WARNING, logger="echomq_http.store.backend"):
+        with caplog.at_level(logging.WARNING, logger="echomq_http.store.connect"):
             await check_server(backend_for(client))  # the test servers keep no AOF and take no snapshots
             assert warnings_of(caplog) == [NO_PERSISTENCE]
             await client.config_set("appendonly", "yes")
@@ -136,7 +136,7 @@ def test_the_service_says_at_start_up_that_redis_persists_nothing(
     with launched_service(private_valkey.url, tmp_path / "service.log") as service:
         service.wait_ready()
         assert service.stop() == 0
-    assert f" WARNING echomq_http.store.backend: {NO_PERSISTENCE}\n" in service.log()
+    assert f" WARNING echomq_http.store.connect: {NO_PERSISTENCE}\n" in service.log()
 
 
 async def test_a_user_denied_config_is_warned_about_and_accepted(
@@ -144,7 +144,7 @@ async def test_a_user_denied_config_is_warned_about_and_accepted(
 ) -> None:
     client = redis_client(Settings(redis_url=no_config_url))
     try:
-        with caplog.at_level(logging.WARNING, logger="echomq_http.store.backend"):
+        with caplog.at_level(logging.WARNING, logger="echomq_http.store.connect"):
             await check_server(backend_for(client))
             # It cannot read the snapshot schedule, so it says so instead of "persists nothing".
             assert warnings_of(caplog) == [CONFIG_DENIED]
@@ -180,5 +180,5 @@ def test_the_service_runs_as_a_user_denied_config(no_config_url: str, tmp_path: 
         assert acked.status_code == 200, acked.text
         assert service.stop() == 0
     log = service.log()
-    assert f" WARNING echomq_http.store.backend: {CONFIG_DENIED}\n" in log
+    assert f" WARNING echomq_http.store.connect: {CONFIG_DENIED}\n" in log
     assert NO_PERSISTENCE not in log

@@ -10,8 +10,8 @@ from redis.exceptions import RedisError
 
 from echomq_http.config import Settings
 from echomq_http.runtime.event_feeds import EventHub
-from echomq_http.store.backend import redis_client
 from echomq_http.store.backends import backend_for
+from echomq_http.store.connect import redis_client
 from tests.support.servers import RedisServer
 
 GONE_WITHIN_S = 1.0

@@ -50,8 +50,8 @@ from echomq_http.observability.telemetry import Telemetry, http_metrics_middlewa
 from echomq_http.runtime.event_feeds import EventHub
 from echomq_http.runtime.sweeper import Sweeper
 from echomq_http.runtime.wakeups import TooManyWaiters, WakeHub
-from echomq_http.store.backend import check_server, close, connect
 from echomq_http.store.backends import WriteNotConfirmed
+from echomq_http.store.connect import check_server, close, connect
 from echomq_http.ui import template_config, ui_handlers
 from echomq_http.ui.pages import UI
 

@@ -8,8 +8,8 @@ import secrets
 
 from echomq_http.config import Settings
 from echomq_http.runtime.event_feeds import EventHub
-from echomq_http.store.backend import connect
 from echomq_http.store.backends import backend_for
+from echomq_http.store.connect import connect
 from echomq_http.ui.live import changed_queues
 
 KEEPALIVE_S = 30.0  # longer than the test: the stream is inside its wait when the page leaves

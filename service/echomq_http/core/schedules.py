@@ -31,6 +31,7 @@ from echomq_http.core.bindings import (
     ScheduleList,
     ScriptJob,
     TriggerSchedule,
+    number,
 )
 from echomq_http.core.errors import ScriptCode, raise_for_code
 from echomq_http.core.queue import JobQueues, SweepReport, new_job_id
@@ -64,10 +65,6 @@ def run_job_id(schedule: str, run_at: int) -> str:
     return hashlib.sha256(schedule.encode()).hexdigest()[:32] + suffix
 
 
-def _int(value: bytes | None) -> int | None:
-    return None if value is None else int(value)
-
-
 def schedule_view(queue: str, name: str, fields: dict[bytes, bytes]) -> ScheduleView:
     """A schedule's hash as the API's view: the request it was put with, and its runs."""
     spec = msgspec.json.decode(fields[b"spec"], type=ScheduleRequest)
@@ -78,8 +75,8 @@ def schedule_view(queue: str, name: str, fields: dict[bytes, bytes]) -> Schedule
         job=job,
         schedule=name,
         queue=queue,
-        next_run_at=_int(fields.get(b"next_run_at")),
-        last_run_at=_int(fields.get(b"last_run_at")),
+        next_run_at=number(fields.get(b"next_run_at")),
+        last_run_at=number(fields.get(b"last_run_at")),
         last_job_id=None if b"last_job_id" not in fields else fields[b"last_job_id"].decode(),
         runs=int(fields.get(b"runs", 0)),
         skipped=int(fields.get(b"skipped", 0)),
