@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import inspect
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -268,7 +267,6 @@ class Bench:
             "warmup_ms": int(self.plan.warmup_s * 1000),
             "duration_ms": int(self.plan.duration_s * 1000),
             "watch": {"redis": self.watch["redis"]},
-            "clk_tck": os.sysconf("SC_CLK_TCK"),
             "deadline_ms": 300_000,
         } | extra
         try:

@@ -66,7 +66,7 @@ from bench_steps import (
     run_all,
     selection,
 )
-from bench_tables import cpu_table, cpu_us_per_job, machine, table
+from bench_tables import cpu_goals_table, cpu_table, cpu_us_per_job, machine, table
 
 from echomq_http.config import DEFAULT_WORKERS
 from tests.support.servers import redis_binary
@@ -164,7 +164,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--wakeup-timeout-s", type=float, default=60.0)
     parser.add_argument(
         "--only",
-        help="comma-separated: enqueue,enqueue_batch,cycle,cycle_50,batch,sdk_worker,sdk_next,wakeup,ledger,"
+        help="comma-separated: enqueue,enqueue_batch,enqueue_100,cycle,cycle_50,next_cycle,batch,"
+        "sdk_worker,sdk_next,wakeup,ledger,"
         "memory,idle_sweep,long_ops,ack_cost,events_cost,sse_fanout,outcome_wait,ts_worker "
         "(a first word selects all its workloads: cycle, "
         "sdk, ...; sdk: the Python SDK, ts_worker: the TypeScript SDK's Worker)",
@@ -305,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     tables = [
         table(rows),
+        "CPU per job, every side (/proc schedstat over the measured window):\n" + cpu_goals_table(rows),
         "Where the CPU went (per workload, % of one core over the measured window):\n" + cpu_table(rows),
         *bench.ledger_tables,
     ]

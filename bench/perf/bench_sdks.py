@@ -4,7 +4,6 @@ each against BullMQ's."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -44,7 +43,7 @@ def run_sdk(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
     if ours:
         title = f"SDK Worker drains {SDK_WORKER_JOBS:,}, c=50, no-op"
         rows.append(
-            Row("sdk_worker", title, "jobs/s", ours, bull, "Worker (Node), c=50, no-op", target=">= 1x")
+            Row("sdk_worker", title, "jobs/s", ours, bull, "Worker (Node), c=50, no-op", target=">= 1.5x")
         )
         python = None
         if bench.bullmq_python is not None:
@@ -119,7 +118,6 @@ def run_ts_worker(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
             "concurrency": TS_WORKER_CONCURRENCY,
             "lease_ms": CYCLE_LEASE_MS,
             "watch": bench.watch,
-            "clk_tck": os.sysconf("SC_CLK_TCK"),
             "deadline_ms": 150_000,
         } | extra
         done = subprocess.run(

@@ -19,6 +19,8 @@ from bench_plan import (
 from bench_sdks import run_sdk, run_ts_worker
 from bench_tables import judge
 
+NEXT_CYCLE_LOOPS = 50  # single-job worker loops, as the BullMQ loops they are set against
+
 
 def selection(args: argparse.Namespace) -> Callable[[str], bool]:
     """Whether --only selects a workload: by its key, or by the key's first word."""
@@ -118,6 +120,32 @@ def run_enqueue(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
                 ours,
                 bull,
                 f"Queue.add, c={args.enqueue_concurrency}",
+                target=">= 0.75x",
+            )
+        )
+    return rows
+
+
+def run_enqueue_100(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
+    """Enqueue, 100 jobs a request, against addBulk(100): the batch most producers send."""
+    args = bench.args
+    rows: list[Row] = []
+    ours, bull = measure_pair(
+        bench,
+        "enqueue_100",
+        lambda: bench.loadgen("enqueue_batch", args.batch_concurrency, batch=100),
+        lambda: bench.bullmq("addBulk", concurrency=args.batch_concurrency, batch=100),
+        enabled,
+    )
+    if ours:
+        rows.append(
+            Row(
+                "enqueue_100",
+                f"enqueue, 100 jobs/request, c={args.batch_concurrency}",
+                "jobs/s",
+                ours,
+                bull,
+                f"addBulk(100), c={args.batch_concurrency}",
             )
         )
     return rows
@@ -180,6 +208,39 @@ def run_cycles(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
                     target=">= 0.6x" if workers == 50 else "",
                 )
             )
+    return rows
+
+
+def run_next_cycle(bench: Bench, enabled: Callable[[str], bool]) -> list[Row]:
+    """The single-job worker loop: each ack leases the next job (lease_next), against
+    moveToCompleted(fetchNext) loops."""
+    plan = bench.plan
+    rows: list[Row] = []
+    loops = NEXT_CYCLE_LOOPS
+
+    def ours_next() -> Outcome:
+        bench.prefill("bench", plan.prefill_cycle)
+        return bench.loadgen("next_cycle", loops)
+
+    ours, bull = measure_pair(
+        bench,
+        "next_cycle",
+        ours_next,
+        lambda: bench.bullmq("fetch_next", concurrency=loops, prefill=plan.prefill_bull_manual),
+        enabled,
+    )
+    if ours:
+        rows.append(
+            Row(
+                "next_cycle",
+                f"ack with lease_next (1 job), {loops} loops",
+                "jobs/s",
+                ours,
+                bull,
+                f"moveToCompleted(fetchNext), {loops} loops",
+                target=">= 0.6x",
+            )
+        )
     return rows
 
 
@@ -402,7 +463,9 @@ def run_module(module_name: str, ops: Sequence[Any]) -> Callable[[Bench, Callabl
 STEPS: tuple[Callable[[Bench, Callable[[str], bool]], list[Row]], ...] = (
     run_enqueue,
     run_enqueue_batch,
+    run_enqueue_100,
     run_cycles,
+    run_next_cycle,
     run_batch,
     run_sdk,
     run_wakeup,

@@ -13,7 +13,17 @@ from bench_harness import Outcome
 from bench_measures import Row, ratio
 from bench_plan import BULLMQ_PY_VERSION, BULLMQ_VERSION, REPO
 
-RATIO_ROWS = ("enqueue_batch", "batch", "cycle_50", "sdk_worker", "sdk_worker_py", "sdk_next", "ts_worker")
+RATIO_ROWS = (
+    "enqueue",
+    "enqueue_batch",
+    "next_cycle",
+    "batch",
+    "cycle_50",
+    "sdk_worker",
+    "sdk_worker_py",
+    "sdk_next",
+    "ts_worker",
+)
 
 
 def judge(rows: list[Row], _duration_s: float) -> None:
@@ -97,6 +107,65 @@ def cpu_us_per_job(outcome: Outcome) -> float | None:
     if not jobs or outcome.planned_window_s is None:
         return None
     return sum(outcome.cpu_pct.values()) / 100 * outcome.planned_window_s / jobs * 1e6
+
+
+# CPU per job, every side, set against BullMQ's: (row, what it is, the row whose BullMQ side it
+# is set against (None: its own), which side's CPU (None: all processes), the ceiling of the ratio).
+CPU_GOALS = (
+    ("enqueue", "one enqueue (Queue.add)", None, None, 1.3),
+    ("enqueue_100", "enqueue of 100 (addBulk)", None, None, None),
+    ("next_cycle", "ack with lease_next (moveToCompleted fetchNext)", None, None, 1.0),
+    ("cycle_50", "lease 1 + ack 1, two requests (Worker c=50)", "batch", None, 1.5),
+    ("next_cycle", "Redis only: single-job loop (Worker c=50's Redis)", "batch", "redis", 1.0),
+    ("batch", "lease 100 + ack many (Worker c=50)", None, None, None),
+    ("sdk_worker", "Python SDK Worker (Node Worker)", None, None, None),
+    ("sdk_worker_py", "Python SDK Worker (Python Worker)", None, None, None),
+    ("ts_worker", "TypeScript SDK Worker (Node Worker)", None, None, None),
+)
+CLIENT_SIDES = ("loadgen", "sdk", "node", "bullmq-python")
+
+
+def cpu_sides_us(outcome: Outcome) -> dict[str, float] | None:
+    """CPU µs per job of each process group of a side (client, service, redis)."""
+    jobs = outcome.extra.get("jobs")
+    if not jobs or outcome.planned_window_s is None or not outcome.cpu_pct:
+        return None
+    window_s = outcome.planned_window_s
+    return {name: pct / 100 * window_s / jobs * 1e6 for name, pct in outcome.cpu_pct.items()}
+
+
+def _sides_text(sides: dict[str, float]) -> str:
+    order = sorted(sides, key=lambda name: (name not in CLIENT_SIDES, name == "redis", name))
+    return " + ".join(f"{sides[name]:,.0f}" for name in order) + f" = **{sum(sides.values()):,.0f}**"
+
+
+def cpu_goals_table(rows: list[Row]) -> str:
+    """CPU per job on every side, EchoMQ's (client + service + Redis) against BullMQ's (Node +
+    Redis), with the ratio and the issue's ceiling, met or not."""
+    by_key = {row.key: row for row in rows}
+    lines = [
+        "| per job | EchoMQ µs: client + service + Redis | BullMQ µs: client + Redis | ratio | goal | met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, title, against, side, ceiling in CPU_GOALS:
+        row = by_key.get(key)
+        if row is None or row.ours is None:
+            continue
+        theirs_row = by_key.get(against or key)
+        ours = cpu_sides_us(row.ours)
+        theirs = cpu_sides_us(theirs_row.bull) if theirs_row and theirs_row.bull else None
+        if ours is None:
+            continue
+        if side is not None:
+            ours = {side: ours.get(side, 0.0)}
+            theirs = None if theirs is None else {side: theirs.get(side, 0.0)}
+        r = None if not theirs else sum(ours.values()) / sum(theirs.values())
+        met = "" if ceiling is None or r is None else ("met" if r <= ceiling else "NOT met")
+        lines.append(
+            f"| {title} | {_sides_text(ours)} | {'-' if theirs is None else _sides_text(theirs)} | "
+            f"{'-' if r is None else f'{r:.2f}x'} | {'' if ceiling is None else f'<= {ceiling}x'} | {met} |"
+        )
+    return "\n".join(lines)
 
 
 def cpu_table(rows: list[Row]) -> str:

@@ -2,7 +2,7 @@
 //
 //   NODE_PATH=~/.cache/echomq-bench/node/node_modules node bench/bullmq_bench.mjs '<json spec>'
 //
-// bench.py installs bullmq (a pinned 5.x) into a cache folder outside the repository and runs
+// bench.py installs bullmq (pinned: bench_plan.BULLMQ_VERSION) into a cache folder outside the repository and runs
 // this script once per workload; it prints one JSON object on stdout. Workloads (spec.workload):
 //   add          Queue.add, one job per call, spec.concurrency calls in flight
 //   addBulk      Queue.addBulk of spec.batch jobs, spec.concurrency calls in flight
@@ -37,7 +37,7 @@ const IORedis = require('ioredis');
 const connection = { host: spec.host, port: spec.port, maxRetriesPerRequest: null };
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-const cpuSample = () => cpuSampleOf(spec.watch, spec.clk_tck || 100);
+const cpuSample = () => cpuSampleOf(spec.watch);
 
 class Window extends MeasuredWindow {
   constructor(warmupMs, durationMs) {

@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
 import random
 import subprocess
 import sys
@@ -43,11 +42,11 @@ from pathlib import Path
 from typing import Any
 
 import loadgen
+from proc_cpu import process_cpu_s
 
 BENCH_DIR = Path(__file__).resolve().parent
 LONG_LEASE_MS = 12 * 3600 * 1000  # the API's maximum: nothing expires unless the bench says so
 SETUP_CONCURRENCY = 64  # script calls in flight at once during set-up
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # targets of issue 11
 IDLE_SCRIPT_CALLS_TARGET = 100  # script calls per second, in total, with 10,000 idle queues
@@ -59,16 +58,8 @@ LONG_OPS_P99_TARGET_MS = 50.0
 
 
 def cpu_seconds(pids: Iterable[int]) -> float:
-    """User + system CPU of these processes (those that are gone count nothing)."""
-    ticks = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            continue
-    return ticks / CLK_TCK
+    """CPU of these processes, all threads (those that are gone count nothing)."""
+    return sum(process_cpu_s(pid) for pid in pids)
 
 
 def command_calls(commandstats: dict[str, Any], answered_only: bool = False) -> dict[str, tuple[int, int]]:

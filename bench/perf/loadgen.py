@@ -24,6 +24,8 @@ Workloads (spec["workload"]):
                  the time from sending the enqueue to receiving the lease response, spec["samples"] times
   sdk_worker     the Python SDK's Worker (spec["concurrency"] slots, a no-op async handler) drains
                  spec["total"] pre-filled jobs; the window ends once the last is acked
+  next_cycle     spec["concurrency"] single-job worker loops: each ack leases the next job
+                 (lease_next, max_jobs 1), one request per job
   sdk_next       spec["concurrency"] loops over one SDK AsyncClient: each ack leases the next job
                  (lease_next, max_jobs 1), one request per job
   paced          small requests at a fixed rate (spec["rate"] requests/s over all connections):
@@ -221,6 +223,34 @@ async def cycle_loop(conn: Any, spec: dict[str, Any], window: Window, worker: st
         status, answer = await conn.request("POST", f"/v1/queues/{queue}/jobs/{job['id']}/ack", ack_body)
         if _check(status, answer, window, "ack"):
             window.note(1, 2, time.perf_counter() - started)
+
+
+async def next_cycle_loop(conn: Any, spec: dict[str, Any], window: Window, worker: str) -> None:
+    """A single-job worker loop: each ack leases the next job (lease_next, max_jobs 1), one
+    request per job."""
+    queue = spec["queue"]
+    lease_path = f"/v1/queues/{queue}/lease"
+    lease_body = _encode({"worker": worker, "lease_ms": spec["lease_ms"], "max_jobs": 1})
+    following = {"worker": worker, "lease_ms": spec["lease_ms"], "max_jobs": 1}
+    jobs: list[Any] = []
+    while time.time() < window.end:
+        if not jobs:
+            status, answer = await conn.request("POST", lease_path, lease_body)
+            if not _check(status, answer, window, "lease"):
+                continue
+            jobs = _decode(answer)["jobs"]
+            if not jobs:
+                window.note_empty()
+                await asyncio.sleep(EMPTY_BACKOFF_S)
+            continue
+        started = time.perf_counter()
+        job = jobs[0]
+        ack_body = _encode({"lease_id": job["lease_id"], "lease_next": following})
+        status, answer = await conn.request("POST", f"/v1/queues/{queue}/jobs/{job['id']}/ack", ack_body)
+        jobs = []
+        if _check(status, answer, window, "ack"):
+            window.note(1, 1, time.perf_counter() - started)
+            jobs = _decode(answer).get("jobs") or []
 
 
 def _sdk() -> Any:
@@ -496,6 +526,8 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         tasks = [enqueue_batch_loop(conn, spec, window) for conn in conns]
     elif workload == "cycle":
         tasks = [cycle_loop(conn, spec, window, f"{tag}-{i}") for i, conn in enumerate(conns)]
+    elif workload == "next_cycle":
+        tasks = [next_cycle_loop(conn, spec, window, f"{tag}-{i}") for i, conn in enumerate(conns)]
     elif workload == "batch_cycle":
         tasks = [batch_cycle_loop(conn, spec, window, f"{tag}-{i}") for i, conn in enumerate(conns)]
     elif workload == "wakeup":

@@ -15,7 +15,7 @@ import { Window, printResult } from './window.mjs';
 const spec = JSON.parse(process.argv[2]);
 const { Client } = await import(new URL('../../clients/typescript/dist/index.js', import.meta.url).href);
 
-const cpuSample = () => cpuSampleOf(spec.watch, spec.clk_tck || 100);
+const cpuSample = () => cpuSampleOf(spec.watch);
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function main() {
