@@ -8,31 +8,67 @@ import contextlib
 from collections.abc import Callable
 
 import pytest
+from redis.asyncio import Redis
 
 from echomq_http.runtime import wakeups as longpoll
 from echomq_http.runtime.background import cancel_within
-from echomq_http.runtime.wakeups import ShardedWakeHub
+from echomq_http.runtime.wakeups import ShardedWakeHub, WakeHub
 from echomq_http.store.keys import keys_of
+from tests.support.servers import RedisServer
 
 IDLE_S = 0.05
 
 
-async def test_channels_nobody_waits_on_lately_are_forgotten_at_a_rebuild(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(longpoll, "CHANNEL_IDLE_S", IDLE_S)
+async def test_channels_nobody_waits_on_lately_are_forgotten_at_a_rebuild() -> None:
     hub = ShardedWakeHub(None, max_waiters=10)  # type: ignore[arg-type]  # the rule alone: no listener runs
     await hub.ensure_subscribed("idle")
     with hub.register("held"):
         await hub.ensure_subscribed("held")
         await asyncio.sleep(2 * IDLE_S)
         await hub.ensure_subscribed("recent")
-        hub._forget_idle_channels()
+        hub._idle_channels(IDLE_S)
         # "held" still has a waiter, "recent" was waited on just now; "idle" has neither.
         assert hub.channels == 2
     await asyncio.sleep(2 * IDLE_S)
-    hub._forget_idle_channels()
+    hub._idle_channels(IDLE_S)
     assert hub.channels == 0
+
+
+async def test_a_single_server_hub_hears_a_queue_only_while_it_has_waiters(
+    private_valkey: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process nobody waits in gets no message per enqueue (it had one per enqueue, of every
+    queue, from a pattern subscription); a waiter is woken by its subscription's confirmation,
+    then by each wake-up, and the channel is left CHANNEL_LINGER_S after its last waiter."""
+    monkeypatch.setattr(longpoll, "CHANNEL_LINGER_S", 0.2)
+    client = Redis.from_url(private_valkey.url)
+    hub = WakeHub(client, max_waiters=10)
+    hub.start()
+    channel = keys_of("q").wake
+
+    async def subscribers() -> int:
+        return int(dict(await client.pubsub_numsub(channel))[channel.encode()])
+
+    try:
+        await asyncio.sleep(0.2)  # the hub is connected
+        assert await client.publish(channel, 1) == 0  # received by nobody
+        with hub.register("q") as waiter:
+            await hub.ensure_subscribed("q")
+            await asyncio.wait_for(waiter.event.wait(), 2)  # the confirmation
+            waiter.event.clear()
+            assert await subscribers() == 1
+            assert await client.publish(channel, 1) == 1
+            await asyncio.wait_for(waiter.event.wait(), 2)
+        assert await subscribers() == 1  # lingers a moment
+        for _ in range(50):
+            if await subscribers() == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert await subscribers() == 0
+        assert hub.channels == 0
+    finally:
+        await hub.stop()
+        await client.aclose()
 
 
 async def test_cancel_within_gives_up_on_a_task_that_swallows_its_cancellation() -> None:

@@ -1,13 +1,16 @@
 """A small CPU-time sampling profiler for the service, for machines without py-spy.
 
-    .venv/bin/python bench/sample_profile.py PREFIX -m service
+    .venv/bin/python bench/perf/sample_profile.py PREFIX -m echomq_http
 
 Runs the module like ``python -m`` would. A CPU-time interval timer (ITIMER_PROF, every
 ``EMQ_SAMPLE_INTERVAL_MS``, default 1 ms of CPU used by the process) raises SIGPROF; the handler
-records the Python stack of every thread. Only CPU time is sampled, so a loop waiting for I/O
+records the Python stack of the main thread. Only CPU time is sampled, so a loop waiting for I/O
 costs no samples; a long C call (a socket write, a JSON encode) is charged to the Python function
-that made it. Sampling is off until SIGUSR1 (reset and start) and stops at SIGUSR2, so bench.py
-samples exactly its measured window; without those signals it samples the whole run.
+that made it. Only the main thread is sampled, from the frame the signal interrupted (walking
+every thread's frames with sys._current_frames() inside a signal handler can deadlock), with a
+guard against a tick arriving while one is recorded. Sampling is off until SIGUSR1 (reset and
+start) and stops at SIGUSR2, so bench.py samples exactly its measured window; without those
+signals it samples the whole run.
 
 On exit it writes
   PREFIX.txt        the functions with the most samples: own (leaf) and total (on the stack)
@@ -26,7 +29,6 @@ import os
 import runpy
 import signal
 import sys
-import threading
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -51,8 +53,6 @@ GROUPS = (
     ),
     ("framework (litestar, uvicorn ASGI)", ("litestar/", "uvicorn/protocols")),
 )
-# Leaves of threads that are parked, not working (thread-pool workers waiting for work).
-PARKED_LEAVES = {"_worker", "wait", "get", "_wait_for_tstate_lock", "select", "poll"}
 
 
 class Sampler:
@@ -61,7 +61,7 @@ class Sampler:
         self.stacks: collections.Counter[tuple[str, ...]] = collections.Counter()
         self.samples = 0
         self.active = False
-        self._main = threading.main_thread().ident
+        self._recording = False
 
     def install(self, start_now: bool) -> None:
         signal.signal(signal.SIGPROF, self._on_tick)
@@ -79,16 +79,17 @@ class Sampler:
         self.active = False
 
     def _on_tick(self, signum: int, frame: FrameType | None) -> None:
-        if not self.active:
+        # The main thread only, from the frame the signal interrupted: sys._current_frames()
+        # takes the interpreter's thread lock and could deadlock inside a handler. A tick that
+        # arrives while one is being recorded is dropped (the guard), never nested.
+        if not self.active or self._recording:
             return
-        self.samples += 1
-        self.stacks[("main", *_stack(frame))] += 1
-        for ident, other in sys._current_frames().items():
-            if ident == self._main:
-                continue
-            stack = _stack(other)
-            if stack and stack[-1].rsplit(":", 1)[-1] not in PARKED_LEAVES:
-                self.stacks[("thread", *stack)] += 1
+        self._recording = True
+        try:
+            self.samples += 1
+            self.stacks[("main", *_stack(frame))] += 1
+        finally:
+            self._recording = False
 
     def stop(self) -> None:
         signal.setitimer(signal.ITIMER_PROF, 0, 0)
@@ -97,18 +98,14 @@ class Sampler:
     def report(self, prefix: str) -> None:
         own: collections.Counter[str] = collections.Counter()
         total: collections.Counter[str] = collections.Counter()
-        threads = 0
         for stack, count in self.stacks.items():
-            if stack[0] == "thread":
-                threads += count
-            label = "" if stack[0] == "main" else "[thread] "
-            own[label + (stack[-1] if len(stack) > 1 else "?")] += count
+            own[stack[-1] if len(stack) > 1 else "?"] += count
             for name in set(stack[1:]):
-                total[label + name] += count
+                total[name] += count
         base = max(1, self.samples)
         lines = [
-            f"{self.samples} samples, one per {self.interval_s * 1000:g} ms of CPU; {threads} more samples "
-            "found another thread working; percentages are of the samples",
+            f"{self.samples} samples of the main thread, one per {self.interval_s * 1000:g} ms of the "
+            "process's CPU; percentages are of the samples",
             "",
             f"own (leaf) samples, top {TOP}:",
         ]

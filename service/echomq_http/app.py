@@ -286,6 +286,7 @@ def job_queues(
         confirm_replicas=settings.wait_replicas,
         confirm_timeout_ms=settings.wait_timeout_ms,
         max_queues=settings.max_queues,
+        merge_calls=settings.merge_calls,
     )
 
 

@@ -157,6 +157,7 @@ class Settings:
     log_format: str = "text"  # "json": one JSON object per line, with trace ids
     workers: int = DEFAULT_WORKERS  # uvicorn worker processes
     access_log: bool = False  # uvicorn's line per request (EMQ_ACCESS_LOG=1)
+    merge_calls: bool = True  # concurrent single calls of a queue merged into one script call
     wait_replicas: int = 0  # durable mode: each write confirmed by this many replicas (WAIT)
     wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
     max_queues: int = DEFAULT_MAX_QUEUES  # queues the registry holds at most; a new one beyond: 409
@@ -212,6 +213,7 @@ class Settings:
             max_headers=integer("EMQ_MAX_HEADERS", DEFAULT_MAX_HEADERS, 16),
             workers=integer("EMQ_WORKERS", DEFAULT_WORKERS, 1),
             access_log=env.get("EMQ_ACCESS_LOG", "").strip().lower() in ("1", "true", "yes"),
+            merge_calls=env.get("EMQ_MERGE_CALLS", "1").strip().lower() not in ("0", "false", "no"),
             wait_replicas=integer("EMQ_WAIT_REPLICAS", 0, 0),
             wait_timeout_ms=integer("EMQ_WAIT_TIMEOUT_MS", DEFAULT_WAIT_TIMEOUT_MS, 1),
             max_queues=integer("EMQ_MAX_QUEUES", DEFAULT_MAX_QUEUES, 1),

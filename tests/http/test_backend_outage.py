@@ -51,9 +51,9 @@ async def test_redis_outage_gives_503_and_service_recovers(private_valkey: Redis
                 assert time.monotonic() < deadline, "never became ready again"
                 await asyncio.sleep(0.1)
             # The wake-up subscription is back too: a long poll is woken by an enqueue.
-            async with Redis.from_url(private_valkey.url) as server:  # only this service subscribes there
-                await wait_for_wake_subscription(server, queue)
             waiter = long_poll(http, queue)
             await wait_for_long_polls(http, 1)
+            async with Redis.from_url(private_valkey.url) as server:  # only this service subscribes there
+                await wait_for_wake_subscription(server, queue)
             created = await enqueue(http, queue, "after")
             assert [job["id"] for job in await woken(waiter)] == [created["id"]]

@@ -30,6 +30,10 @@ async def test_a_long_poll_that_finds_nothing_tries_twice(private_valkey: RedisS
             body = {"lease_id": first["lease_id"], "lease_next": {"worker": "w1", "lease_ms": 60_000}}
             (held,) = (await http.post(f"/v1/queues/polled/jobs/{first['id']}/ack", json=body)).json()["jobs"]
             await asyncio.sleep(SETTLE_S)  # the queue's registration, after its first call, is done
+            # A first long poll subscribes the queue's wake channel, whose confirmation makes its
+            # waiter look once more (runtime/wakeups.py); the channel then stays subscribed a
+            # moment (CHANNEL_LINGER_S), which the polls below are within.
+            await http.post("/v1/queues/polled/lease", json={"worker": "w", "wait_ms": WAIT_MS})
 
             before = await script_calls(redis)
             answer = await http.post("/v1/queues/polled/lease", json={"worker": "w", "wait_ms": WAIT_MS})

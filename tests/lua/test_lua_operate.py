@@ -32,6 +32,7 @@ OPERATIONS = [
     "heartbeat",
     "job",
     "lease",
+    "lease-merged",
     "ledger",
     "list-jobs",
     "promote",

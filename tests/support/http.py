@@ -113,14 +113,14 @@ async def woken(poll: asyncio.Task[tuple[list[Any], float]]) -> list[Any]:
 
 
 async def wake_subscriptions(redis_client: Redis | RedisCluster, queue: str) -> int:
-    """Subscriptions that carry this queue's wake-ups to a service: sharded subscribers of its
-    channel on a Cluster; on a single server, the pattern every service subscribes to."""
+    """Subscriptions that carry this queue's wake-ups to a service: subscribers of its channel
+    (sharded on a Cluster), which a service has while a request of it waits on the queue."""
+    channel = QueueKeys.for_queue(queue).wake
     if isinstance(redis_client, RedisCluster):
-        channel = QueueKeys.for_queue(queue).wake
         owner = redis_client.get_node_from_key(channel)  # asked of any other node, it says 0
         reply = await redis_client.execute_command("PUBSUB SHARDNUMSUB", channel, target_nodes=owner)
         return sum(count for _, count in reply)
-    return int(await redis_client.pubsub_numpat())
+    return int(dict(await redis_client.pubsub_numsub(channel))[channel.encode()])
 
 
 async def wait_for_wake_subscription(redis_client: Redis | RedisCluster, queue: str) -> None:

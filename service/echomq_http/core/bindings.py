@@ -136,11 +136,14 @@ class Lease(Binding):
 
     @staticmethod
     def packed(ask: LeaseAsk, lease_ids: str | None = None) -> bytes:
+        return _pack(Lease.options(ask, lease_ids))
+
+    @staticmethod
+    def options(ask: LeaseAsk, lease_ids: str | None = None) -> LeaseOptions:
         ids = lease_ids if lease_ids is not None else os.urandom(limits.LEASE_ID_BYTES * ask.max_jobs).hex()
-        options = LeaseOptions(
+        return LeaseOptions(
             ask.worker, ask.lease_ms, ask.max_jobs, ids, ask.request_id, ask.record_ttl_ms, ask.owner
         )
-        return _pack(options)
 
     @staticmethod
     def reply(queue: str, reply: list[Any]) -> Leased:
@@ -215,6 +218,45 @@ class AckLease(Binding):
         split = AckLease.split(acks)
         acked = Ack.reply(reply[:split])
         return acked, Lease.reply(queue, reply[split:]) if len(reply) > split else None
+
+
+class MergedEntry(msgspec.Struct):
+    """One lease request of a merged call, with the acks it carries (lua/lease_merged.lua)."""
+
+    acks: list[tuple[str, str]]
+    ask: LeaseOptions
+    all_taken: bool
+
+
+LeaseRequest = tuple[Sequence[AckEntry], LeaseAsk, bool]  # acks (none: a plain lease), ask, all_taken
+
+
+class LeaseMerged(Binding):
+    """Several lease requests, each with its acks, in one call (lua/lease_merged.lua): each
+    answers what lease.lua (no acks) or ack_lease.lua would have answered alone."""
+
+    operation = "lease-merged"
+
+    @staticmethod
+    def args(requests: Sequence[LeaseRequest]) -> tuple[object, ...]:
+        entries = [
+            MergedEntry([(job_id, lease_id) for job_id, lease_id, _ in acks], Lease.options(ask), all_taken)
+            for acks, ask, all_taken in requests
+        ]
+        results = [
+            NO_RESULT if result is UNSET else bytes(result) for acks, _, _ in requests for *_, result in acks
+        ]
+        return (_pack(entries), *results)
+
+    @staticmethod
+    def reply(reply: list[Any]) -> list[list[Any]]:
+        """Each entry's answer, as its own script would have replied."""
+        answers, at = [], 0
+        while at < len(reply):
+            size = reply[at]
+            answers.append(reply[at + 1 : at + 1 + size])
+            at += 1 + size
+        return answers
 
 
 Renewal = tuple[str, str, int | None, Raw | UnsetType]  # id, lease id, lease_ms (None: its own), progress

@@ -50,13 +50,16 @@ class QueueCalls:
         events_maxlen: int = config.DEFAULT_EVENTS_MAXLEN,
         max_queues: int = config.DEFAULT_MAX_QUEUES,
         scripts_dir: Path | None = None,
+        merge_calls: bool = True,
     ) -> None:
         """scripts_dir: where the Lua scripts are (default: the service's own; bench/lua_cost.py
-        runs others)."""
+        runs others). merge_calls: concurrent single calls of a queue merged into one script call
+        (core/merging.py); never while tracing is on, so that each call keeps its own span."""
         self.client = client
         self.backend = backend_for(client, confirm_replicas, confirm_timeout_ms)
         self.cluster = self.backend.cluster
         self.telemetry = telemetry
+        self.merging = merge_calls and not telemetry.tracing
         # At most this many Redis calls at once: requests beyond wait for a turn instead of
         # opening connections without bound (a cluster client's pools do not wait by themselves).
         self._gate = asyncio.Semaphore(max_concurrent_calls)

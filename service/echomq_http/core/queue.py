@@ -8,6 +8,7 @@ Knows nothing of HTTP. Payloads and results pass through as raw JSON bytes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -45,6 +46,8 @@ from echomq_http.core.bindings import (
     Heartbeat,
     Lease,
     Leased,
+    LeaseMerged,
+    LeaseRequest,
     Redrive,
     Release,
     ReleaseWorker,
@@ -56,6 +59,7 @@ from echomq_http.core.bindings import (
 )
 from echomq_http.core.errors import JobActive, ScriptCode, problem_code_of, raise_for_code
 from echomq_http.core.leasing import LeaseAsk, Leases, LeasesNotConfirmed
+from echomq_http.core.merging import Merger
 from echomq_http.core.reads import QueueReads
 from echomq_http.core.views import ScriptSettings
 from echomq_http.store.backends import WriteNotConfirmed
@@ -69,6 +73,9 @@ RELEASE_STEP = 250  # ~12 ms a step on a slow 2-core VM at 100,000 in flight (do
 REDRIVE_STEP = 1000
 DELETE_STEP = 1000
 REQUEST_SCAN_COUNT = 1000  # keys one SCAN call looks at when a deleted queue's requests are found
+# Concurrent single calls merged into one script call at most (core/merging.py): a bound on the
+# merged call's run in Redis, well under a millisecond for enqueues and acks of one job.
+MERGE_MAX = 64
 
 
 def new_job_id() -> str:
@@ -107,6 +114,26 @@ class SweepReport:
 class JobQueues(QueueReads):
     """All queues of one Redis server: every operation the API offers."""
 
+    # Concurrent single enqueues, acks and lease requests of a queue made in the same event-loop
+    # turn, run as one script call of each kind (core/merging.py) while self.merging is on.
+    @functools.cached_property
+    def _merged_enqueues(self) -> Merger[tuple[EnqueueRequest, ScriptJob], EnqueueResponse]:
+        return Merger(self._enqueue_all, MERGE_MAX)
+
+    @functools.cached_property
+    def _merged_acks(self) -> Merger[tuple[str, str, Raw | UnsetType], int]:
+        return Merger(self._ack_all, MERGE_MAX)
+
+    @functools.cached_property
+    def _merged_leases(self) -> Merger[LeaseRequest, tuple[list[int], Leases | None]]:
+        return Merger(self._lease_all, MERGE_MAX)
+
+    async def aclose(self) -> None:
+        for name in ("_merged_enqueues", "_merged_acks", "_merged_leases"):
+            if name in self.__dict__:  # made on first use
+                await self.__dict__[name].aclose()
+        await super().aclose()
+
     async def enqueue(
         self, queue: str, jobs: Sequence[EnqueueRequest], traceparent: str | None = None
     ) -> list[EnqueueResponse]:
@@ -124,6 +151,19 @@ class JobQueues(QueueReads):
             )
             for job in jobs
         ]
+        if self.merging and len(jobs) == 1:
+            return [await self._merged_enqueues(queue, (jobs[0], options[0]))]
+        return await self._enqueue_now(queue, jobs, options)
+
+    async def _enqueue_all(
+        self, queue: str, items: list[tuple[EnqueueRequest, ScriptJob]]
+    ) -> list[EnqueueResponse]:
+        """Merged single enqueues, as one enqueue of them all."""
+        return await self._enqueue_now(queue, [job for job, _ in items], [options for _, options in items])
+
+    async def _enqueue_now(
+        self, queue: str, jobs: Sequence[EnqueueRequest], options: Sequence[ScriptJob]
+    ) -> list[EnqueueResponse]:
         payloads = [bytes(job.payload) for job in jobs]
         # A queue that has keys is listed: one call. A new one is refused by the script (nothing
         # stored), admitted within the cap, and then started by a second call.
@@ -164,12 +204,58 @@ class JobQueues(QueueReads):
         answers the jobs the first run leased instead of leasing more (lua/lease.lua).
         WorkerOwned when the worker name belongs to another token than ask.owner;
         LeasesNotConfirmed, with the jobs, when no replica confirmed the write (durable mode)."""
+        _, leases = await self._lease_request(queue, ((), ask, False))
+        return leases  # type: ignore[return-value]  # a lease without acks always leases
+
+    async def _lease_request(
+        self, queue: str, request: LeaseRequest, job_id: str | None = None
+    ) -> tuple[list[int], Leases | None]:
+        """A lease request with the acks it carries (none for a plain lease): merged with the
+        others of the moment, or alone."""
+        if self.merging:
+            return await self._merged_leases(queue, request)
+        acks, ask, all_taken = request
+        return await self._ack_and_lease(queue, acks, ask, only_if_all_taken=all_taken, job_id=job_id)
+
+    async def _lease_all(
+        self, queue: str, requests: list[LeaseRequest]
+    ) -> list[tuple[list[int], Leases | None] | Exception]:
+        """Merged lease requests, in one script call (lua/lease_merged.lua); one alone is sent
+        as it would have been unmerged."""
+        if len(requests) == 1:
+            acks, ask, all_taken = requests[0]
+            try:
+                return [await self._ack_and_lease(queue, acks, ask, only_if_all_taken=all_taken)]
+            except Exception as error:
+                return [error]
+        unconfirmed: WriteNotConfirmed | None = None
         try:
-            reply = await self._call("lease", queue, *Lease.args(ask))
-        except WriteNotConfirmed as unconfirmed:
-            raise self._unconfirmed(queue, unconfirmed, 0) from None
+            reply = await self._call("lease-merged", queue, *LeaseMerged.args(requests))
+        except WriteNotConfirmed as error:
+            if not isinstance(error.reply, list):
+                raise
+            unconfirmed, reply = error, error.reply
+        outcomes: list[tuple[list[int], Leases | None] | Exception] = []
+        for (acks, ask, _), answer in zip(requests, LeaseMerged.reply(reply), strict=True):
+            if unconfirmed is not None:
+                own = WriteNotConfirmed(str(unconfirmed), answer)
+                outcomes.append(self._unconfirmed(queue, own, AckLease.split(len(acks))))
+                continue
+            try:
+                outcomes.append(self._lease_outcome(queue, acks, ask, answer))
+            except Exception as error:  # the worker name is another token's
+                outcomes.append(error)
+        return outcomes
+
+    def _lease_outcome(
+        self, queue: str, acks: Sequence[tuple[str, str, Raw | UnsetType]], ask: LeaseAsk, reply: list[object]
+    ) -> tuple[list[int], Leases | None]:
+        """What an ack-lease (or, without acks, a lease) script's reply says: each ack's code, and
+        the jobs leased (None when it did not lease)."""
         refused(reply, ask.worker)
-        return self._leased(queue, Lease.reply(queue, reply))
+        acked, leased = AckLease.reply(queue, len(acks), reply)
+        codes = self._completed(queue, acked) if acks else []
+        return codes, None if leased is None else self._leased(queue, leased)
 
     def _unconfirmed(self, queue: str, unconfirmed: WriteNotConfirmed, skip: int) -> LeasesNotConfirmed:
         """The jobs an unconfirmed lease write leased: its reply after skip entries (a reply of
@@ -188,20 +274,20 @@ class JobQueues(QueueReads):
         only_if_all_taken: bool,
         job_id: str | None = None,
     ) -> tuple[list[int], Leases | None]:
-        """Acks, then a try of the lease request, in one script call (lua/ack_lease.lua):
-        each ack's code, and the jobs leased (None when it did not lease: only_if_all_taken and
-        an ack was refused). WorkerOwned, nothing acked, when the lease's worker name belongs to
-        another token than ask.owner's; LeasesNotConfirmed as lease_answer."""
+        """Acks, then a try of the lease request, in one script call (lua/ack_lease.lua; with no
+        acks, lua/lease.lua): each ack's code, and the jobs leased (None when it did not lease:
+        only_if_all_taken and an ack was refused). WorkerOwned, nothing acked, when the lease's
+        worker name belongs to another token than ask.owner's; LeasesNotConfirmed as
+        lease_answer."""
         try:
-            reply = await self._call(
-                "ack-lease", queue, *AckLease.args(acks, ask, only_if_all_taken), job_id=job_id
-            )
+            if acks:
+                args = AckLease.args(acks, ask, only_if_all_taken)
+                reply = await self._call("ack-lease", queue, *args, job_id=job_id)
+            else:
+                reply = await self._call("lease", queue, *Lease.args(ask))
         except WriteNotConfirmed as unconfirmed:
             raise self._unconfirmed(queue, unconfirmed, AckLease.split(len(acks))) from None
-        refused(reply, ask.worker)
-        acked, leased = AckLease.reply(queue, len(acks), reply)
-        codes = self._completed(queue, acked)
-        return codes, None if leased is None else self._leased(queue, leased)
+        return self._lease_outcome(queue, acks, ask, reply)
 
     def _leased(self, queue: str, leased: Leased) -> Leases:
         self.telemetry.record_stale(queue, leased.stale)
@@ -274,8 +360,15 @@ class JobQueues(QueueReads):
         return acked.codes
 
     async def ack_one(self, queue: str, job_id: str, lease_id: str, result: Raw | UnsetType) -> None:
-        (code,) = await self._ack_codes(queue, [(job_id, lease_id, result)], job_id=job_id)
+        if self.merging:
+            code = await self._merged_acks(queue, (job_id, lease_id, result))
+        else:
+            (code,) = await self._ack_codes(queue, [(job_id, lease_id, result)], job_id=job_id)
         raise_for_code(code, job_id)
+
+    async def _ack_all(self, queue: str, acks: list[tuple[str, str, Raw | UnsetType]]) -> list[int]:
+        """Merged single acks, as one ack of them all: each its own code."""
+        return await self._ack_codes(queue, acks)
 
     async def ack(self, queue: str, acks: Sequence[AckItem]) -> list[AckItemResult]:
         codes = await self._ack_codes(queue, [(ack.id, ack.lease_id, ack.result) for ack in acks])
@@ -290,8 +383,8 @@ class JobQueues(QueueReads):
         ask: LeaseAsk,
     ) -> Leases:
         """ack_one, then (only if the ack was taken) a try of the lease request, in one script call."""
-        (code,), leases = await self._ack_and_lease(
-            queue, [(job_id, lease_id, result)], ask, only_if_all_taken=True, job_id=job_id
+        (code,), leases = await self._lease_request(
+            queue, ([(job_id, lease_id, result)], ask, True), job_id=job_id
         )
         raise_for_code(code, job_id)
         return leases or Leases([])
@@ -300,8 +393,8 @@ class JobQueues(QueueReads):
         self, queue: str, acks: Sequence[AckItem], ask: LeaseAsk
     ) -> tuple[list[AckItemResult], Leases]:
         """ack, then a try of the lease request whatever the acks' codes, in one script call."""
-        codes, leases = await self._ack_and_lease(
-            queue, [(ack.id, ack.lease_id, ack.result) for ack in acks], ask, only_if_all_taken=False
+        codes, leases = await self._lease_request(
+            queue, ([(ack.id, ack.lease_id, ack.result) for ack in acks], ask, False)
         )
         return _ack_results(acks, codes), leases or Leases([])
 

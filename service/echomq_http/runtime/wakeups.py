@@ -4,6 +4,14 @@ Each replica holds one pub/sub connection (``WakeHub``). Scripts that make jobs 
 publish "<n>" on the queue's wake channel; the hub wakes up to n of that queue's waiters, which
 retry the lease script (core/leasing.py). A waiter also retries on a coarse timer, so a missed
 message (or a pub/sub reconnect) costs latency, never a lost wake-up.
+
+The hub subscribes a queue's channel only while some request of its process waits on that queue
+(and CHANNEL_LINGER_S after the last one left, so that a worker fleet going back and forth
+between work and waiting does not resubscribe each time): a process with nobody waiting receives
+no message, where a pattern subscription had every enqueue wake every process (about 15 µs of
+CPU per enqueue per process). A channel's subscription is confirmed by Redis with a message that
+wakes the queue's waiters, so a job made leasable between their first try and the subscription
+is found at once, not at the fallback poll.
 """
 
 from __future__ import annotations
@@ -14,12 +22,13 @@ import logging
 from collections.abc import Iterator
 
 from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import Connection
 from redis.exceptions import RedisError
 
 from echomq_http.runtime.background import cancel_within, stop_task
-from echomq_http.store.keys import WAKE_CHANNEL_PATTERN, keys_of, queue_of_wake_channel
+from echomq_http.store.keys import KEY_ROOT, keys_of, queue_of_wake_channel
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +44,14 @@ _SUBSCRIBER_OPTIONS = frozenset(
     }
 )
 RECONNECT_DELAY_S = 0.5
-# Cluster: a queue's wake channel stays subscribed this long after its last long poll.
+# Cluster: a queue's wake channel stays subscribed this long after its last long poll (a new
+# channel rebuilds every listener of the process, so they are kept longer).
 CHANNEL_IDLE_S = 300.0
+# Single server: a queue's wake channel stays subscribed this long after its last waiter left.
+CHANNEL_LINGER_S = 2.0
+# A channel no script publishes on, which keeps the hub's connection subscribed (and so in
+# pub/sub mode, where it only reads) while no queue has a waiter.
+HUB_CHANNEL = f"{KEY_ROOT}:wake-hub"
 LISTENER_STOP_S = 1.0  # how long a rebuild waits for a round's listeners to stop
 
 
@@ -52,6 +67,9 @@ class Waiter:
 
 
 class WakeHub:
+    """Single server (or Sentinel): one connection, SUBSCRIBEd to the wake channel of each queue
+    that has waiters here (module doc)."""
+
     def __init__(self, client: Redis, max_waiters: int) -> None:
         self._client = client
         self._max_waiters = max_waiters
@@ -60,6 +78,8 @@ class WakeHub:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self._channels: dict[str, float] = {}  # channel -> when a waiter last waited on it or left
+        self._pubsub: PubSub | None = None  # the listener's, once its channels are subscribed
 
     @property
     def waiting(self) -> int:
@@ -73,6 +93,11 @@ class WakeHub:
     def full(self) -> bool:
         """No room for another long poll: register would refuse it."""
         return self._count >= self._max_waiters
+
+    @property
+    def channels(self) -> int:
+        """Wake channels subscribed (or to be, once the connection is back)."""
+        return len(self._channels)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._listen(), name="emq-wake-hub")
@@ -103,6 +128,7 @@ class WakeHub:
             waiters.remove(waiter)
             if not waiters:
                 del self._waiters[queue]
+                self._last_waiter_left(queue)
 
     def wake(self, queue: str, count: int) -> None:
         """Wake up to count waiters of a queue, oldest first, skipping ones already woken."""
@@ -114,7 +140,20 @@ class WakeHub:
                 count -= 1
 
     async def ensure_subscribed(self, queue: str) -> None:
-        """Make sure this queue's wake-ups reach the hub (a pattern subscription covers all)."""
+        """Make sure this queue's wake-ups reach the hub: called once a request waits on it."""
+        channel = keys_of(queue).wake
+        fresh = channel not in self._channels
+        self._channels[channel] = asyncio.get_running_loop().time()
+        if fresh and self._pubsub is not None:
+            # Its confirmation wakes the queue's waiters (_listen). Lost with the connection, it
+            # is made again by the listener's next round, which subscribes every channel.
+            with contextlib.suppress(RedisError, OSError):
+                await self._pubsub.subscribe(channel)
+
+    def _last_waiter_left(self, queue: str) -> None:
+        channel = keys_of(queue).wake
+        if channel in self._channels:
+            self._channels[channel] = asyncio.get_running_loop().time()
 
     def _on_message(self, channel: bytes, data: bytes) -> None:
         try:
@@ -133,16 +172,41 @@ class WakeHub:
             for waiter in waiters:
                 waiter.event.set()
 
+    def _idle_channels(self, idle_s: float) -> list[str]:
+        """Channels of queues with no waiter here, none for idle_s: forgotten, returned."""
+        cutoff = asyncio.get_running_loop().time() - idle_s
+        idle = [
+            channel
+            for channel, at in self._channels.items()
+            if at < cutoff and queue_of_wake_channel(channel) not in self._waiters
+        ]
+        for channel in idle:
+            del self._channels[channel]
+        return idle
+
     async def _listen(self) -> None:
         while not self._stopping.is_set():
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            pubsub = self._client.pubsub()
+            forgetting = None
             try:
-                await pubsub.psubscribe(WAKE_CHANNEL_PATTERN)
+                channels = set(self._channels)
+                await pubsub.subscribe(HUB_CHANNEL, *channels)
+                self._pubsub = pubsub
+                added = set(self._channels) - channels  # while the round subscribed
+                if added:
+                    await pubsub.subscribe(*added)
                 # Anything published while we were not subscribed was missed: let everyone look.
                 self._wake_all()
-                async for message in pubsub.listen():
-                    if message["type"] == "pmessage":
-                        self._on_message(message["channel"], message["data"])
+                forgetting = asyncio.create_task(self._unsubscribe_idle(pubsub), name="emq-wake-hub-idle")
+                while True:
+                    message = await pubsub.get_message(timeout=None)
+                    if message is None:
+                        continue
+                    kind, channel = message["type"], message["channel"]
+                    if kind == "message":
+                        self._on_message(channel, message["data"])
+                    elif kind == "subscribe" and channel != HUB_CHANNEL.encode():
+                        self._wake_queue(queue_of_wake_channel(channel.decode()))
             except (RedisError, OSError) as error:
                 log.warning("wake subscription lost (%s); reconnecting", error)
                 await asyncio.sleep(RECONNECT_DELAY_S)
@@ -151,8 +215,20 @@ class WakeHub:
                 log.exception("wake subscription failed; reconnecting")
                 await asyncio.sleep(RECONNECT_DELAY_S)
             finally:
+                self._pubsub = None
+                if forgetting is not None:
+                    forgetting.cancel()
                 with contextlib.suppress(RedisError, OSError):
                     await pubsub.aclose()
+
+    async def _unsubscribe_idle(self, pubsub: PubSub) -> None:
+        """Every CHANNEL_LINGER_S, the channels no waiter has used for that long are left."""
+        while True:
+            await asyncio.sleep(CHANNEL_LINGER_S / 2)
+            idle = self._idle_channels(CHANNEL_LINGER_S)
+            if idle:
+                with contextlib.suppress(RedisError, OSError):  # the listener reconnects
+                    await pubsub.unsubscribe(*idle)
 
 
 class ShardedWakeHub(WakeHub):
@@ -165,13 +241,8 @@ class ShardedWakeHub(WakeHub):
     def __init__(self, client: RedisCluster, max_waiters: int) -> None:
         super().__init__(client, max_waiters)  # type: ignore[arg-type]
         self._cluster = client
-        self._channels: dict[str, float] = {}  # channel -> when a long poll last waited on it
         self._changed = asyncio.Event()  # a new channel: listeners are rebuilt
         self._pools: dict[asyncio.Task[None], ConnectionPool] = {}  # each listener's connection
-
-    @property
-    def channels(self) -> int:
-        return len(self._channels)
 
     async def ensure_subscribed(self, queue: str) -> None:
         channel = keys_of(queue).wake
@@ -181,19 +252,16 @@ class ShardedWakeHub(WakeHub):
             self._changed.set()
             await asyncio.sleep(0)  # let the listeners start over with it before the first lease try
 
-    def _forget_idle_channels(self) -> None:
-        """Channels no long poll has waited on for CHANNEL_IDLE_S leave at a rebuild: without
-        this every queue ever long-polled stays subscribed, and each rebuild (one per queue
-        newly waited on) subscribes them all again, one command each."""
-        cutoff = asyncio.get_running_loop().time() - CHANNEL_IDLE_S
-        for channel, waited_at in list(self._channels.items()):
-            if waited_at < cutoff and queue_of_wake_channel(channel) not in self._waiters:
-                del self._channels[channel]
+    def _last_waiter_left(self, queue: str) -> None:
+        """Idle from when it was last waited on (ensure_subscribed), as the rebuild counts it."""
 
     async def _listen(self) -> None:
         while not self._stopping.is_set():
             self._changed.clear()
-            self._forget_idle_channels()
+            # Channels no long poll has waited on for CHANNEL_IDLE_S leave at a rebuild: without
+            # this every queue ever long-polled stays subscribed, and each rebuild (one per queue
+            # newly waited on) subscribes them all again, one command each.
+            self._idle_channels(CHANNEL_IDLE_S)
             by_node: dict[tuple[str, int], list[str]] = {}
             for channel in sorted(self._channels):
                 node = self._cluster.get_node_from_key(channel)

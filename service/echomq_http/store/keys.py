@@ -175,9 +175,6 @@ def sign_in_failures_key(address: str, window: int) -> str:
     return f"{SIGN_IN_FAILURES_PREFIX}{address}:{window}"
 
 
-WAKE_CHANNEL_PATTERN = f"{KEY_ROOT}:{{*}}:wake"
-
-
 def queue_of_wake_channel(channel: str) -> str:
     """The queue name inside a wake channel name (the text between the braces)."""
     return channel[channel.index("{") + 1 : channel.rindex("}")]

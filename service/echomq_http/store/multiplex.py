@@ -28,6 +28,9 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 RETRY_AFTER_S = 0.01
+# Written data the socket has not taken yet above which the writes wait for it to drain (asyncio's
+# own high-water mark): below, the transport buffers it and no task waits.
+DRAIN_ABOVE_BYTES = 64 * 1024
 WATCH_CHECKS_PER_TIMEOUT = 4
 _BROKEN = (RedisConnectionError, RedisTimeoutError, OSError)
 
@@ -108,7 +111,7 @@ class Multiplexer:
         link.something_owed.set()
         if not link.writing:
             link.writing = True
-            self._spawn(link, self._write(link))
+            reply.get_loop().call_soon(self._flush, link)
         return reply
 
     def _open(self) -> _Link:
@@ -131,17 +134,39 @@ class Multiplexer:
         self._spawn(link, self._read(link))
         if link.connection.socket_timeout:
             self._spawn(link, self._watch(link, link.connection.socket_timeout))
-        await self._write(link)
+        self._flush(link)
 
-    async def _write(self, link: _Link) -> None:
-        """Everything queued so far in one write; again while more was queued meanwhile."""
+    def _flush(self, link: _Link) -> None:
+        """Everything queued during this turn of the event loop in one write to the transport,
+        without a task (two per write through redis-py's send_packed_command, with its timeout):
+        a task waits only when the socket is behind by more than DRAIN_ABOVE_BYTES. A write that
+        never completes leaves replies owed, which _watch times out."""
+        if link.broken is not None:  # _break failed the calls owed
+            link.writing = False
+            return
+        chunks, link.unsent = link.unsent, []
+        writer = link.connection._writer  # redis-py's stream writer of the connected socket
         try:
-            while link.unsent and link.broken is None:
-                chunks, link.unsent = link.unsent, []
-                await link.connection.send_packed_command(chunks, check_health=False)
+            if writer is None:
+                raise RedisConnectionError("the connection is closed")
+            writer.writelines(chunks)
+        except Exception as error:
+            self._spawn(link, self._break(link, error))
+            return
+        if writer.transport.get_write_buffer_size() > DRAIN_ABOVE_BYTES:
+            self._spawn(link, self._drain(link, writer))
+        else:
+            link.writing = False
+
+    async def _drain(self, link: _Link, writer: asyncio.StreamWriter) -> None:
+        try:
+            await writer.drain()
         except BaseException as error:
             await self._break(link, error)
-        finally:
+            return
+        if link.unsent:
+            self._flush(link)
+        else:
             link.writing = False
 
     async def _read(self, link: _Link) -> None:
