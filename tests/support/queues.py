@@ -13,9 +13,12 @@ RETENTION_S = 3600  # nothing a test makes expires while it runs
 SWEEP_BATCH = 100
 
 
-def job_queues(client: Any, max_concurrent_calls: int, scripts_dir: Path | None = None) -> JobQueues:
+def job_queues(
+    client: Any, max_concurrent_calls: int, scripts_dir: Path | None = None, merge_calls: bool = True
+) -> JobQueues:
     """JobQueues on client (a single server's or a Cluster's), an hour's retention, no metrics
-    kept; scripts_dir: other scripts than the service's (bench/lua_cost.py's A/B)."""
+    kept; scripts_dir: other scripts than the service's (bench/lua_cost.py's A/B); merge_calls:
+    concurrent single calls merged (core/merging.py)."""
     return JobQueues(
         client,
         completed_retention_s=RETENTION_S,
@@ -24,4 +27,5 @@ def job_queues(client: Any, max_concurrent_calls: int, scripts_dir: Path | None 
         telemetry=Telemetry(),
         max_concurrent_calls=max_concurrent_calls,
         scripts_dir=scripts_dir,
+        merge_calls=merge_calls,
     )
