@@ -10,8 +10,10 @@ checkout's JobQueues (its Python, its placeholders) against a redis-server of it
 under callgrind with counting off. The state is made first (16,000 jobs, 14,000 of them leased
 and acked in batches, past the completed-jobs cap and the events kept), then counting is on
 only while each measured run of calls is made: 200 one-job leases, their 200 acks, 10 leases of
-100 jobs (4 workers) and their 10 ack-manies. Printed: thousands of instructions per call, per
-job, and each directory's ratio to the first's. Instructions are not time (a cache miss costs
+100 jobs (4 workers) and their 10 ack-manies, 200 one-job enqueues, 200 acks with lease_next one
+at a time, and 200 more made 8 at once (merged into one script call: the figure is per job).
+Printed: thousands of instructions per call, per job, and each directory's ratio to the
+first's. Instructions are not time (a cache miss costs
 more than an add), but a script that runs fewer of them costs Redis less.
 
 Needs valgrind (Debian: apt-get install valgrind) and a redis-server on PATH.
@@ -36,6 +38,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from bench import free_port
 from echomq_http.api.schemas.jobs import EnqueueRequest
 from echomq_http.api.schemas.working import AckItem
+from echomq_http.core.leasing import LeaseAsk
 from echomq_http.core.queue import JobQueues
 from tests.support.queues import job_queues as support_job_queues
 
@@ -45,7 +48,8 @@ QUEUE = "cost"
 PAYLOAD = Raw(b'{"n":1,"s":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}')
 JOBS, BEFORE_BATCHES = 16_000, 140  # 14,000 acked first: past the caps of 10,000
 SINGLE_CALLS, BATCH_CALLS, BATCH = 200, 10, 100
-RUNS = ("lease 1", "ack 1", "lease 100", "ack 100")
+MERGED = 8  # calls at once that merge into one script call (core/merging.py): c=20's usual group
+RUNS = ("lease 1", "ack 1", "lease 100", "ack 100", "enqueue 1", "ack+next 1", f"ack+next x{MERGED}")
 START_TIMEOUT_S = 60
 
 
@@ -146,6 +150,30 @@ async def measure(lua: Path, out_dir: Path) -> dict[str, float]:
                 await queues.ack(QUEUE, [AckItem(id=job.id, lease_id=job.lease_id) for job in batch])
 
         await counted("ack 100", BATCH_CALLS, ack_batches)
+
+        async def enqueue_singles() -> None:
+            for _ in range(SINGLE_CALLS):
+                await queues.enqueue(QUEUE, [EnqueueRequest(payload=PAYLOAD)])
+
+        await counted("enqueue 1", SINGLE_CALLS, enqueue_singles)
+        held = [job for (job,) in await leases(MERGED, 1, MERGED)]
+
+        async def ack_next(index: int) -> None:
+            job = held[index]
+            ask = LeaseAsk.of(f"w{index}", 30_000, 1)
+            (held[index],) = (await queues.ack_one_and_lease(QUEUE, job.id, job.lease_id, UNSET, ask)).jobs
+
+        async def ack_next_singles() -> None:
+            for call in range(SINGLE_CALLS):
+                await ack_next(call % MERGED)
+
+        await counted("ack+next 1", SINGLE_CALLS, ack_next_singles)
+
+        async def ack_next_merged() -> None:  # MERGED at once: one script call each round
+            for _ in range(SINGLE_CALLS // MERGED):
+                await asyncio.gather(*(ack_next(index) for index in range(MERGED)))
+
+        await counted(f"ack+next x{MERGED}", SINGLE_CALLS, ack_next_merged)
         await queues.aclose()
         await client.aclose()
         return per_call

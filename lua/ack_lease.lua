@@ -21,12 +21,14 @@
 local ask = cmsgpack.unpack(ARGV[3])
 if not claim_worker(ask.worker, ask.owner, ask.lease_ms) then return {WORKER_OWNED} end
 local now = now_ms()
-local reply = ack_jobs(cjson.decode(ARGV[2]), 5, now)
-if ARGV[4] == '1' then
-  for i = 1, #reply, 2 do
-    if reply[i] <= 0 then return finish(reply, now) end
-  end
+-- META read once for both parts; the worker acking its jobs stays in WORKERS while it leases
+-- again, and leaves only if it leased nothing and holds nothing.
+local meta = read_queue_meta()
+local reply, deferred = ack_jobs(cjson.decode(ARGV[2]), 5, now, meta, ask.worker)
+local leased = nil
+if ARGV[4] ~= '1' or all_taken(reply) then
+  leased = lease_jobs(ask, now, meta, deferred)
+  for i = 1, #leased do reply[#reply + 1] = leased[i] end
 end
-local leased = lease_jobs(ask, now)
-for i = 1, #leased do reply[#reply + 1] = leased[i] end
+if deferred and (not leased or #leased == 2) then worker_left(ask.worker) end
 return finish(reply, now)

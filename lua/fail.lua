@@ -68,6 +68,7 @@ if delay_ms > 0 then
   local run_at = now + delay_ms
   redis.call('HSET', key, 'state', 'delayed', 'run_at', text(run_at)) -- as include/store.lua keeps it
   redis.call('ZADD', DELAYED, run_at, id)
+  note_delayed(run_at)
   sweep_needed_by(run_at)
   return retrying('delayed')
 end

@@ -19,6 +19,7 @@
 -- @include lease
 local entries = cmsgpack.unpack(ARGV[2])
 local now = now_ms()
+local meta = read_queue_meta() -- once for every entry, kept current by them (include/lease.lua)
 local reply = {}
 local results_from = 3
 for _, entry in ipairs(entries) do
@@ -27,18 +28,16 @@ for _, entry in ipairs(entries) do
   if not claim_worker(ask.worker, ask.owner, ask.lease_ms) then
     answer = {WORKER_OWNED}
   else
-    answer = #acks > 0 and ack_jobs(acks, results_from, now) or {}
-    local lease = true
-    if entry.all_taken then
-      for i = 1, #answer, 2 do
-        if answer[i] <= 0 then lease = false break end
-      end
-    end
-    if lease then
+    local deferred = false
+    answer = {}
+    if #acks > 0 then answer, deferred = ack_jobs(acks, results_from, now, meta, ask.worker) end
+    local leased = nil
+    if not entry.all_taken or all_taken(answer) then
       stale_entries = 0 -- counted per entry: each answer reports its own
-      local leased = lease_jobs(ask, now)
+      leased = lease_jobs(ask, now, meta, deferred)
       for i = 1, #leased do answer[#answer + 1] = leased[i] end
     end
+    if deferred and (not leased or #leased == 2) then worker_left(ask.worker) end
   end
   results_from = results_from + #acks
   reply[#reply + 1] = #answer

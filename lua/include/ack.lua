@@ -12,7 +12,8 @@
 -- "" = no result. Returns a flat array, 2 entries per ack: code (1 completed now, 2 already
 -- completed by this lease, JOB_NOT_FOUND, LEASE_LOST) and, for code 1, how long the lease was
 -- held (ms, lease to ack), else 0. Emits completed per job completed (count in the history).
-local function ack_jobs(acks, results_from, now)
+-- meta, staying: as detach's (include/ledger.lua); the second value returned is detach's.
+local function ack_jobs(acks, results_from, now, meta, staying)
   local now_text = text(now)
   local reply = {}
   local departures = new_departures()
@@ -51,8 +52,16 @@ local function ack_jobs(acks, results_from, now)
     reply[#reply + 1] = code
     reply[#reply + 1] = held_ms
   end
-  detach(departures)
+  local deferred = detach(departures, meta, staying)
   record_completed(completed, now)
   count_history('completed', #completed / 2)
-  return reply
+  return reply, deferred
+end
+
+-- Whether every ack of ack_jobs' reply was taken (code 1 or 2).
+local function all_taken(reply)
+  for i = 1, #reply, 2 do
+    if reply[i] <= 0 then return false end
+  end
+  return true
 end

@@ -71,6 +71,37 @@ local function json_text(value)
   return cjson.encode(value)
 end
 
+-- META fields a call writes, written in one HSET at its end (finish, include/events.lua) with
+-- the number of its last event: the fence of its leases, and delayed_due.
+local fence_written, delayed_due_written = nil, nil
+
+-- META "delayed_due": no job in DELAYED is due before this time (ms); "" when DELAYED is empty;
+-- absent when not known. A lease looks in DELAYED only once something may be due (include/
+-- lease.lua); a call that delays a job lowers it (note_delayed), one read at the call's end.
+local delayed_min = nil
+local function note_delayed(run_at)
+  if not delayed_min or run_at < delayed_min then delayed_min = run_at end
+end
+
+-- event_seq: the number of the call's last event (text), nil when it wrote none.
+local function flush_meta(event_seq)
+  if delayed_min then
+    local known = redis.call('HGET', META, 'delayed_due')
+    if known and (known == '' or tonumber(known) > delayed_min) then delayed_due_written = text(delayed_min) end
+    delayed_min = nil
+  end
+  if not (fence_written or delayed_due_written) then
+    if event_seq then redis.call('HSET', META, 'event_seq', event_seq) end
+    return
+  end
+  local fields, n = {}, 0
+  if event_seq then fields[1], fields[2], n = 'event_seq', event_seq, 2 end
+  if fence_written then fields[n + 1], fields[n + 2], n = 'fence', fence_written, n + 2 end
+  if delayed_due_written then fields[n + 1], fields[n + 2], n = 'delayed_due', delayed_due_written, n + 2 end
+  redis.call('HSET', META, unpack(fields, 1, n))
+  fence_written, delayed_due_written = nil, nil
+end
+
 local function wake_waiters(count)
   -- PUBLISH, or SPUBLISH on a Cluster (the channel is KEYS[10], so it shares the queue's slot)
   if count > 0 then redis.call('@PUBLISH@', WAKE, count) end

@@ -43,6 +43,7 @@ local function stream_entry_args(last, count, at)
 end
 
 -- One stream entry for the events emitted so far (none: nothing written). at: the time (ms text).
+-- Returns the number of the last event written (text, for META "event_seq"), or nil.
 local function flush_events(at)
   local count = #event_lines
   if count == 0 then return end
@@ -65,14 +66,15 @@ local function flush_events(at)
       end
       redis.call(unpack(stream_entry_args(last, count, at)))
     end
-    redis.call('HSET', META, 'event_seq', text(last))
+    event_lines = {}
+    return text(last)
   end
   event_lines = {}
 end
 
 -- Every script that emits events or counts history ends with this.
 local function finish(reply, now)
-  flush_events(text(now))
+  flush_meta(flush_events(text(now)))
   flush_history(now)
   return reply
 end

@@ -154,10 +154,13 @@ end
 -- After the leasing loop: the jobs leased count against the rate. A cap that held the call back
 -- (it leased all the room it had, less than it asked for) asks to be woken (max_in_flight) or
 -- says when to come back (the rate: reply[2], retry_after_ms); otherwise reply[2] stays 0.
-local function flow_after(flow, leased, max_jobs, reply, now)
+local function flow_after(flow, leased, max_jobs, reply, now, meta)
   if leased > 0 and flow[4] then record_rate_use(leased, flow[4], now) end
   if leased ~= flow[1] or leased >= max_jobs then return end
-  if flow[2] == leased then redis.call('HSET', META, 'room_wanted', '1') end
+  if flow[2] == leased then
+    redis.call('HSET', META, 'room_wanted', '1')
+    meta.room_wanted = '1'
+  end
   if flow[3] == leased then reply[2] = rate_retry_after(flow[4], now) end
 end
 
@@ -273,12 +276,38 @@ local function take_waiting(wanted, grouped)
   return take_ungrouped(wanted)
 end
 
+-- META's fields a lease reads, and an ack's departures (room_wanted), in one read: the scripts
+-- that ack and lease in one call read them once (read_queue_meta) and hand the table to both,
+-- which keep it current with what they write (the fence of each lease, room_wanted), so that
+-- several leases of one call (lease_merged.lua) share it too.
+local function read_queue_meta()
+  local m = redis.call('HMGET', META, 'paused', 'fence', 'grouped', 'group_max_in_flight', 'parked_cap',
+    'max_in_flight', 'rate_max', 'rate_per_ms', 'events_off', 'event_seq', 'room_wanted', 'delayed_due')
+  note_events_meta(m[9], m[10])
+  return {paused = m[1], fence = number_or(m[2], 0), grouped = m[3], group_cap = m[4], parked_cap = m[5],
+    max_in_flight = m[6], rate_max = m[7], rate_per_ms = m[8], room_wanted = m[11], delayed_due = m[12]}
+end
+
+-- Delayed jobs due by now join their lines, when META "delayed_due" says some may be (include/
+-- base.lua); then delayed_due is the next one's due time, or "" for none, unless the limit left
+-- some due ones behind.
+local function promote_if_due(meta, now, limit)
+  local due_at = meta.delayed_due
+  if due_at == '' or (due_at and tonumber(due_at) > now) then return end
+  local _, found = promote_due(now, limit)
+  if found >= limit then return end
+  local next_one = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
+  meta.delayed_due = next_one[2] or ''
+  delayed_due_written = meta.delayed_due
+end
+
 -- Lease up to ask.max_jobs waiting jobs to ask.worker: ask is the lease request as lease.lua's
 -- ARGV[2] unpacked (lease_ids: max_jobs random tokens of @LEASE_ID_CHARS@ characters,
 -- concatenated; request_id: the call's id, its record kept record_ms). Returns the lease
 -- script's reply: {stale, retry_after_ms (0: none), then 10 entries per leased job}. now: the
--- time (ms).
-local function lease_jobs(ask, now)
+-- time (ms). meta: read_queue_meta()'s table when the caller read it (else read here);
+-- member: the worker is in WORKERS already (an ack of this call left it there).
+local function lease_jobs(ask, now, meta, member)
   local worker, lease_ms, max_jobs = ask.worker, ask.lease_ms, ask.max_jobs
   local lease_ids, request_id, record_ms = ask.lease_ids, ask.request_id, ask.record_ms
   local lease_ms_text = text(lease_ms)
@@ -301,6 +330,7 @@ local function lease_jobs(ask, now)
     end
     return reply
   end
+  meta = meta or read_queue_meta()
   -- The worker's session: a quiet one leases nothing; a lapsed one the sweep has not yet taken
   -- is bound here, before this lease, so that its lapse leaves this lease alone (sweep.lua).
   local session = redis.call('HMGET', session_key(worker), 'state', 'expires_at', 'lapsed_fence')
@@ -308,31 +338,31 @@ local function lease_jobs(ask, now)
     if tonumber(session[2]) > now then
       if session[1] == 'quiet' then return {0, 0} end
     elseif not session[3] then
-      redis.call('HSET', session_key(worker), 'lapsed_fence', redis.call('HGET', META, 'fence') or '0')
+      redis.call('HSET', session_key(worker), 'lapsed_fence', text(meta.fence))
     end
   end
-  local meta = redis.call('HMGET', META, 'paused', 'fence', 'grouped', 'group_max_in_flight', 'parked_cap',
-    'max_in_flight', 'rate_max', 'rate_per_ms', 'events_off', 'event_seq')
-  note_events_meta(meta[9], meta[10])
-  if meta[1] then return {0, 0} end
-  local grouped = meta[3] ~= false
+  if meta.paused then return {0, 0} end
+  local grouped = meta.grouped ~= false
   if grouped then
-    groups().queue_cap = tonumber(meta[4] or '') or math.huge
-    if (meta[4] or '') ~= (meta[5] or '') then ring().unpark(meta[4] or '') end
+    groups().queue_cap = tonumber(meta.group_cap or '') or math.huge
+    if (meta.group_cap or '') ~= (meta.parked_cap or '') then
+      ring().unpark(meta.group_cap or '')
+      meta.parked_cap = redis.call('HGET', META, 'parked_cap')
+    end
   end
-  promote_due(now, max_jobs)
+  promote_if_due(meta, now, max_jobs)
   local asked = max_jobs
-  local flow = flow_room(max_jobs, {meta[6], meta[7], meta[8]}, now)
+  local flow = flow_room(max_jobs, {meta.max_in_flight, meta.rate_max, meta.rate_per_ms}, now)
   max_jobs = flow[1]
   if max_jobs == 0 then
     local reply = {stale_entries, 0}
-    flow_after(flow, 0, asked, reply, now)
+    flow_after(flow, 0, asked, reply, now, meta)
     return reply
   end
 
   local expires_at = now + lease_ms
   local now_text, expires_text = text(now), text(expires_at)
-  local fence = number_or(meta[2], 0)
+  local fence = meta.fence
   local leased, deadlines, held, record = {}, {}, {}, {}
   local events = events_on()
   local event_worker = ' "worker":"' .. worker .. '","attempt":'
@@ -376,7 +406,7 @@ local function lease_jobs(ask, now)
     if #leased == max_jobs then break end
   end
   reply[1] = stale_entries
-  flow_after(flow, #leased, asked, reply, now)
+  flow_after(flow, #leased, asked, reply, now, meta)
   if #leased == 0 then return reply end
 
   -- Newest lease on the left, in leasing order, as one LMOVE per job would have left them.
@@ -384,8 +414,9 @@ local function lease_jobs(ask, now)
   redis.call('ZADD', DEADLINES, unpack(deadlines))
   sweep_needed_by(expires_at)
   redis.call('ZADD', held_key(worker), unpack(held))
-  redis.call('HSET', META, 'fence', text(fence))
-  redis.call('SADD', WORKERS, worker)
+  meta.fence = fence
+  fence_written = text(fence)
+  if not member then redis.call('SADD', WORKERS, worker) end
   redis.call('SET', request, table.concat(record, ' '), 'PX', record_ms)
   return reply
 end

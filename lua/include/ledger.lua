@@ -122,25 +122,40 @@ local function leave_ledger(departures, id, key, worker, lock_deleted, group)
   end
 end
 
-local function detach(departures)
-  if #departures.ids == 0 then return end
+-- A worker whose held set is left empty leaves WORKERS, except `staying`, a worker that leases
+-- again in the same call (an ack with lease_next): its check is left to that call (returns
+-- true when it was left). meta: META's fields as include/lease.lua read_queue_meta read them,
+-- when the caller did (else read here).
+local function worker_left(worker)
+  if redis.call('ZCARD', held_key(worker)) == 0 then redis.call('SREM', WORKERS, worker) end
+end
+
+local function detach(departures, meta, staying)
+  if #departures.ids == 0 then return false end
   if not departures.out_of_ledger then remove_from_ledger(departures.ids) end
   call_chunked('ZREM', DEADLINES, departures.ids)
+  local deferred = false
   for _, worker in ipairs(departures.workers) do
-    local held = held_key(worker)
-    call_chunked('ZREM', held, departures.by_worker[worker])
-    if redis.call('ZCARD', held) == 0 then redis.call('SREM', WORKERS, worker) end
+    call_chunked('ZREM', held_key(worker), departures.by_worker[worker])
+    if worker == staying then deferred = true else worker_left(worker) end
   end
   -- A lease that max_in_flight held back left META "room_wanted" (lease.lua): these jobs free
   -- slots, so the queue's long polls are woken. Without a cap, this read is all it costs (and
   -- it reads the events' fields of META for flush_events).
-  local meta = redis.call('HMGET', META, 'room_wanted', 'events_off', 'event_seq')
-  note_events_meta(meta[2], meta[3])
-  if meta[1] then
+  local room_wanted
+  if meta then
+    room_wanted, meta.room_wanted = meta.room_wanted, false
+  else
+    local fields = redis.call('HMGET', META, 'room_wanted', 'events_off', 'event_seq')
+    note_events_meta(fields[2], fields[3])
+    room_wanted = fields[1]
+  end
+  if room_wanted then
     redis.call('HDEL', META, 'room_wanted')
     wake_waiters(#departures.ids)
   end
   if departures.groups then groups().free(departures) end
+  return deferred
 end
 
 -- Both steps for one job.

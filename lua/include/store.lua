@@ -42,6 +42,7 @@ local function store_job(id, job, payload, now, schedule, unprioritised)
   emit('enqueued', id, '"state":"' .. state .. '"' .. (schedule and ',"schedule":"' .. schedule .. '"' or ''))
   if state == 'delayed' then
     redis.call('ZADD', DELAYED, run_at, id)
+    note_delayed(run_at)
     sweep_needed_by(run_at)
   elseif unprioritised and job.priority == 0 and not job.group then
     unprioritised[#unprioritised + 1] = id

@@ -437,7 +437,9 @@ class LuaQueue:
         await self.redis.zadd(self.keys.deadlines, {job_id: deadline_ms})
 
     async def make_due(self, job_id: str, due_ms: int = PAST_MS) -> None:
+        """As if the job's due time had come: its score, and META's delayed_due (include/base.lua)."""
         await self.redis.zadd(self.keys.delayed, {job_id: due_ms})
+        await self.redis.hset(self.keys.meta, "delayed_due", due_ms)
 
     def wake(self) -> WakeListener:
         return WakeListener(self.redis, self.keys.wake)

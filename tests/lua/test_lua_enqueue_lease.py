@@ -1,4 +1,4 @@
-"""enqueue-10.lua and lease-10.lua: every reply and the keys each call leaves."""
+"""enqueue.lua, lease.lua and ack_lease.lua: every reply and the keys each call leaves."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 import msgspec
 
 from echomq_http.core import limits
+from tests.lua.conftest import ack_lease_args
 
 LEASE_ID = re.compile(r"^[0-9a-f]{32}$")
 PAYLOAD = b'{"to":  "a@example.com",\n "n": [1, 2.50, null], "s": "\\u00e9"}'  # odd spacing on purpose
@@ -335,6 +336,33 @@ async def test_a_lease_promotes_at_most_max_jobs_due_delayed_jobs(q):
     assert await q.zset(q.keys.delayed) == {}
 
 
+async def test_a_lease_looks_in_delayed_only_once_a_job_may_be_due(q):
+    """META "delayed_due" (include/base.lua): no delayed job is due before it, "" when there is
+    none; a lease reads DELAYED only once it has passed, and a job delayed sooner lowers it."""
+
+    async def delayed_due() -> bytes | None:
+        return await q.redis.hget(q.keys.meta, "delayed_due")
+
+    await q.add("later", delay_ms=60_000)
+    due_at = (await q.zset(q.keys.delayed))["later"]
+    assert await delayed_due() is None  # a new queue's: not known yet, so the first lease looks
+    assert await q.lease() == []
+    assert await delayed_due() == str(due_at).encode()  # the next one due, found by that look
+    await q.add("sooner", delay_ms=30_000)
+    assert await delayed_due() == str((await q.zset(q.keys.delayed))["sooner"]).encode()
+
+    # Moved to the past without a script, so no lease sees it due before delayed_due says so...
+    await q.redis.zadd(q.keys.delayed, {"sooner": 1})
+    assert await q.lease() == []
+    # ...and once it says so, the lease promotes it and leases it at once.
+    await q.make_due("sooner", 1)
+    assert [job.id for job in await q.lease(max_jobs=2)] == ["sooner"]
+    assert await delayed_due() == str(due_at).encode()  # all due ones promoted: the next one's
+    await q.make_due("later", 2)
+    assert [job.id for job in await q.lease(max_jobs=2)] == ["later"]
+    assert await delayed_due() == b""  # none left
+
+
 async def test_lease_does_not_promote_when_paused(q):
     await q.add("d", delay_ms=60_000)
     await q.make_due("d")
@@ -360,3 +388,17 @@ async def test_ack_reports_how_long_the_lease_was_held(q):
     assert code == 1 and held_ms >= 1
     assert await q.ack_reply(("a", job.lease_id)) == [2, 0]  # the repeat held nothing new
     assert await q.ack_reply(("a", "0" * 32), ("missing", "0" * 32)) == [-2, 0, -1, 0]
+
+
+async def test_an_ack_with_lease_next_keeps_its_worker_listed_only_while_it_holds_jobs(q):
+    """The acking worker's leaving WORKERS is decided after its lease (include/ledger.lua
+    detach's staying): listed while it holds the next job, gone once it holds none."""
+    await q.add("a")
+    await q.add("b")
+    a = await q.lease_one()
+    await q.call("ack-lease", *ack_lease_args([("a", a.lease_id)]))
+    assert (await q.job("b"))["state"] == "active"
+    assert await q.members(q.keys.workers) == {"w1"}
+    await q.call("ack-lease", *ack_lease_args([("b", (await q.job("b"))["lease_id"])]))  # none left
+    assert (await q.job("b"))["state"] == "completed"
+    assert await q.redis.exists(q.keys.workers, q.keys.held("w1")) == 0
