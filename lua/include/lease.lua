@@ -298,7 +298,9 @@ local function promote_if_due(meta, now, limit)
   if found >= limit then return end
   local next_one = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
   meta.delayed_due = next_one[2] or ''
-  delayed_due_written = meta.delayed_due
+  -- Never META of a queue that has no keys: a lease must not start a queue (its first enqueue
+  -- admits it to the registry, and a queue with keys is taken as admitted).
+  if next_one[2] or redis.call('EXISTS', META) == 1 then delayed_due_written = meta.delayed_due end
 end
 
 -- Lease up to ask.max_jobs waiting jobs to ask.worker: ask is the lease request as lease.lua's

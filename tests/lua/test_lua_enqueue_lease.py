@@ -402,3 +402,10 @@ async def test_an_ack_with_lease_next_keeps_its_worker_listed_only_while_it_hold
     await q.call("ack-lease", *ack_lease_args([("b", (await q.job("b"))["lease_id"])]))  # none left
     assert (await q.job("b"))["state"] == "completed"
     assert await q.redis.exists(q.keys.workers, q.keys.held("w1")) == 0
+
+
+async def test_a_lease_of_a_queue_without_keys_makes_none(q):
+    """A lease must not start a queue: its first enqueue admits it to the registry (a queue with
+    keys is taken as admitted), so a lease that found nothing writes nothing."""
+    assert await q.lease() == []
+    assert [key async for key in q.redis.scan_iter(match=q.keys.prefix + "*")] == []

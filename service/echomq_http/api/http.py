@@ -45,8 +45,26 @@ _decoders: dict[type, msgspec.json.Decoder[Any]] = {}
 _lenient_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
 
 
+class JsonResponse(Response[bytes]):
+    """A litestar Response of JSON bytes, made without Response.__init__'s general work (its
+    cookies and headers normalised, its encoders merged): about 5 µs of a small request's CPU.
+    Its headers and cookies are its own, as litestar's are."""
+
+    __slots__ = ()
+
+    def __init__(self, content: bytes, status: int) -> None:
+        self.content = content
+        self.status_code = status
+        self.media_type = JSON
+        self.headers = {}
+        self.cookies = []
+        self.background = None
+        self.encoding = "utf-8"
+        self.response_type_encoders = {}
+
+
 def json_response(body: msgspec.Struct, status: int = 200) -> Response[bytes]:
-    return Response(_encoder.encode(body), status_code=status, media_type=JSON)
+    return JsonResponse(_encoder.encode(body), status)
 
 
 async def json_with_streamed_list(
