@@ -58,7 +58,19 @@ GROUP_OPS = (("group_lease_cost", "lease cost with 1 vs 10,000 groups", (120, 30
 UI_OPS = (("ui_pages", "dashboard pages with 1,000,000 waiting and 10,000 in flight", (90, 240)),)
 # The workload of bench/schedules_ops.py (issue 16), the same way.
 SCHEDULE_OPS = (("schedule_cost", "10,000 schedules, 100 due a second: CPU and lateness", (90, 120)),)
-HTTP_ONLY_WORKLOADS = {"enqueue", "enqueue_batch", "wakeup", "idle_sweep", "idle"}
+# Workloads another checkout's service can run (--service-dir): over HTTP alone, or on jobs this
+# checkout's scripts enqueue (prefill), which every version since the job hash settled can lease.
+HTTP_ONLY_WORKLOADS = {
+    "enqueue",
+    "enqueue_batch",
+    "enqueue_100",
+    "cycle_50",
+    "next_cycle",
+    "batch",
+    "wakeup",
+    "idle_sweep",
+    "idle",
+}
 
 
 def run_ledger_ops(
