@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 from echomq_http.api.schemas.jobs import EnqueueRequest
 from echomq_http.api.schemas.working import AckItem
 from echomq_http.core.leasing import LeaseAsk, Leases, LeasesNotConfirmed
+from echomq_http.core.merging import Merger
 from echomq_http.core.queue import JobQueues
 from echomq_http.observability.telemetry import Telemetry
 from echomq_http.store.keys import QUEUE_REGISTRY, queue_prefix
@@ -252,3 +253,31 @@ async def test_merged_leases_no_replica_confirmed_give_each_caller_its_own_jobs(
         await durable.aclose()
         await plain.aclose()
         await client.aclose()
+
+
+async def test_a_merged_run_holds_at_most_its_weight_and_a_heavy_call_runs_alone() -> None:
+    runs: list[list[int]] = []
+
+    async def run(_: str, items: list[int]) -> list[int]:
+        runs.append(items)
+        return [item * 10 for item in items]
+
+    merger: Merger[int, int] = Merger(run, max_weight=10, weigh=lambda item: item)
+    answers = await asyncio.gather(*(merger("q", item) for item in (4, 4, 4, 30, 1, 2)))
+    assert answers == [40, 40, 40, 300, 10, 20]  # each caller its own answer
+    assert runs == [[4, 4], [4], [30], [1, 2]]  # in order, none over 10 but a heavy one alone
+
+
+async def test_a_failed_run_fails_each_of_its_callers_and_no_other() -> None:
+    async def run(queue: str, items: list[int]) -> list[int | Exception]:
+        if queue == "down":
+            raise ConnectionError("Redis went away")
+        return [ValueError(item) if item < 0 else item for item in items]
+
+    merger: Merger[int, int] = Merger(run, max_weight=8)
+    outcomes = await asyncio.gather(
+        merger("up", 1), merger("up", -1), merger("down", 2), merger("down", 3), return_exceptions=True
+    )
+    assert outcomes[0] == 1
+    assert isinstance(outcomes[1], ValueError)
+    assert all(isinstance(outcome, ConnectionError) for outcome in outcomes[2:])

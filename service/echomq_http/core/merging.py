@@ -26,27 +26,38 @@ Answer = TypeVar("Answer")
 Outcomes = Sequence["Answer | BaseException"]
 
 
+def _one(_: object) -> int:
+    return 1
+
+
 class Merger(Generic[Item, Answer]):
-    """Calls of one kind, merged per queue and per event-loop turn, at most max_batch in one run."""
+    """Calls of one kind, merged per queue and per event-loop turn, at most max_weight of work
+    in one run (a bound on the merged script call's time)."""
 
     def __init__(
         self,
         run: Callable[[str, list[Item]], Awaitable[Sequence[Answer | BaseException]]],
-        max_batch: int,
+        max_weight: int,
+        weigh: Callable[[Item], int] = _one,
     ) -> None:
         """run(queue, items): one outcome per item, in order; an exception it raises is every
-        item's."""
+        item's. weigh(item): the work an item adds to its run (jobs it may touch)."""
         self._run = run
-        self._max_batch = max_batch
+        self._max_weight = max_weight
+        self._weigh = weigh
         self._pending: dict[str, list[tuple[Item, asyncio.Future[Answer]]]] = {}
+        self._weights: dict[str, int] = {}
         self._running: set[asyncio.Task[None]] = set()
 
     async def __call__(self, queue: str, item: Item) -> Answer:
         loop = asyncio.get_running_loop()
+        weight = self._weigh(item)
         batch = self._pending.get(queue)
-        if batch is None or len(batch) >= self._max_batch:
+        if batch is None or self._weights[queue] + weight > self._max_weight:
             batch = self._pending[queue] = []
+            self._weights[queue] = 0
             loop.call_soon(self._start, queue, batch)
+        self._weights[queue] += weight
         answer: asyncio.Future[Answer] = loop.create_future()
         batch.append((item, answer))
         return await answer
@@ -54,6 +65,7 @@ class Merger(Generic[Item, Answer]):
     def _start(self, queue: str, batch: list[tuple[Item, asyncio.Future[Answer]]]) -> None:
         if self._pending.get(queue) is batch:
             del self._pending[queue]
+            del self._weights[queue]
         task = asyncio.get_running_loop().create_task(self._answer(queue, batch))
         self._running.add(task)
         task.add_done_callback(self._running.discard)

@@ -73,9 +73,17 @@ RELEASE_STEP = 250  # ~12 ms a step on a slow 2-core VM at 100,000 in flight (do
 REDRIVE_STEP = 1000
 DELETE_STEP = 1000
 REQUEST_SCAN_COUNT = 1000  # keys one SCAN call looks at when a deleted queue's requests are found
-# Concurrent single calls merged into one script call at most (core/merging.py): a bound on the
-# merged call's run in Redis, well under a millisecond for enqueues and acks of one job.
+# The work merged into one script call at most (core/merging.py), in jobs: 64 single enqueues or
+# acks, or lease requests whose max_jobs and acks add up to 128 (a lease of 100 alone is never
+# merged with more than a few), so that a merged call stays a bounded step of a few ms at most.
 MERGE_MAX = 64
+MERGE_MAX_LEASED = 128
+
+
+def _lease_weight(request: LeaseRequest) -> int:
+    """The jobs a lease request may touch: those it may lease, and those it acks."""
+    acks, ask, _ = request
+    return ask.max_jobs + len(acks)
 
 
 def new_job_id() -> str:
@@ -126,7 +134,7 @@ class JobQueues(QueueReads):
 
     @functools.cached_property
     def _merged_leases(self) -> Merger[LeaseRequest, tuple[list[int], Leases | None]]:
-        return Merger(self._lease_all, MERGE_MAX)
+        return Merger(self._lease_all, MERGE_MAX_LEASED, _lease_weight)
 
     async def aclose(self) -> None:
         for name in ("_merged_enqueues", "_merged_acks", "_merged_leases"):
