@@ -1,9 +1,10 @@
 """Merged calls answer each caller exactly as separate calls would (core/merging.py).
 
-Each scenario runs twice on the test's backend, on two fresh queues: once with merging on, each
-round's calls made at once (so that they merge), and once with it off, the same calls made one
-after the other in the order a merged round runs them (each kind's calls in their order, the
-kinds in the order they first appear). Every answer, error and final job state must match.
+Each scenario runs twice on the test's backend, on two fresh queues: once with merging on, the
+calls of a round that go to one merger made at once (so that they merge), one merger's after the
+other's (two merged calls on a Cluster's two connections have no order between them), and once
+with it off, the same calls made one after the other in that order. Every answer, error and
+final job state must match.
 The calls are random mixes of good and bad: enqueues of new and repeated ids, acks with the live
 lease, a lost one or of a missing job, the same ack twice, leases and acks with lease_next,
 repeated request ids, and worker names another token owns.
@@ -136,9 +137,9 @@ def scenario(seed: int) -> list[list[Call]]:
     return rounds
 
 
-def in_merged_order(calls: list[Call]) -> list[int]:
-    """The order a merged round runs its calls in: each kind's calls in order, the kinds by first
-    appearance (a lease and an ack with lease_next share one merged call)."""
+def merged_groups(calls: list[Call]) -> list[list[int]]:
+    """A round's calls by the merger they go to (a lease and an ack with lease_next share one),
+    each group in order, the groups by first appearance."""
     group = {
         "enqueue": "enqueue",
         "ack": "ack",
@@ -150,7 +151,12 @@ def in_merged_order(calls: list[Call]) -> list[int]:
     for kind, _ in calls:
         if group[kind] not in kinds:
             kinds.append(group[kind])
-    return [i for g in kinds for i, (kind, _) in enumerate(calls) if group[kind] == g]
+    return [[i for i, (kind, _) in enumerate(calls) if group[kind] == g] for g in kinds]
+
+
+def in_merged_order(calls: list[Call]) -> list[int]:
+    """The order a merged round runs its calls in: group after group, each in order."""
+    return [i for indexes in merged_groups(calls) for i in indexes]
 
 
 async def outcome(attempt: Callable[[], Awaitable[Any]]) -> Any:
@@ -177,8 +183,12 @@ async def play(queues: JobQueues, queue: str, rounds: list[list[Call]], merged: 
     answers: list[Any] = []
     for calls in rounds:
         attempts = [run.call(kind, args) for kind, args in calls]
-        if merged:
-            got = await asyncio.gather(*(outcome(attempt) for attempt in attempts))
+        if merged:  # a merger's calls at once; one merger's after another's (module doc)
+            got = [None] * len(calls)
+            for indexes in merged_groups(calls):
+                answers_of_group = await asyncio.gather(*(outcome(attempts[i]) for i in indexes))
+                for i, answer in zip(indexes, answers_of_group, strict=True):
+                    got[i] = answer
         else:
             got = [None] * len(calls)
             for i in in_merged_order(calls):
