@@ -86,6 +86,14 @@ def test_a_late_missing_or_skipped_reclaim_fails() -> None:
     ]
 
 
+def test_a_late_reclaim_while_every_live_worker_was_busy_is_shown_and_passes() -> None:
+    busy = flood(release_ms=[3662])
+    busy["fault"]["release_busy_ms"] = [3662]  # the chaos checker found no worker told "nothing"
+    row = judge_flood(busy, probes(0, 15), RSS, BOUNDS, T0 + 15)
+    assert (row.failures, row.release_ms, row.release_busy) == ([], 3662, True)
+    assert "3.66 s (every live worker busy)" in table([row], latency(probes(0, 15), T0, T0 + 15), 90.0)
+
+
 def test_a_hostile_request_served_fails_and_refused_passes() -> None:
     served = flood("web", statuses={"form-enqueue": {"201": 50}, "rebound-host": {"421": 50}})
     row = judge_flood(served, probes(0, 15), RSS, BOUNDS, T0 + 15)

@@ -965,3 +965,52 @@ def test_runs_undone_by_a_redis_restart_after_a_worker_did_them_pass(tmp_path: P
     assert result["failures"] == []
     assert [lost["job"] for lost in result["lost_in_aof_window"]] == [undone]
     assert (result["schedules"]["missed"], result["schedules"]["runs"]) == (1, 3)
+
+
+# -- a late reclaim: a fault of the service, or every live worker busy ---------------------------
+
+
+def late_release_run(again_ms: int, idle_at_ms: int | None) -> dict[str, Any]:
+    """clean_run with C leased again at again_ms instead of 2450 (the kill was at 500), and
+    w1g0 told "nothing" by a lease answered at idle_at_ms (None: it never was)."""
+    run = clean_run()
+    w1g0 = run["clients"]["events-w1g0.jsonl"]
+    w1g0[3:5] = [lease(C, "lease-c2", 4, 2, again_ms), ack(C, "lease-c2", again_ms + 20)]
+    if idle_at_ms is not None:
+        w1g0.insert(3, {"ev": "idle", "ts": at(idle_at_ms - 1000), "t": at(idle_at_ms)})
+    run["clients"]["effects-w1g0.jsonl"][1] = effect(C, "lease-c2", 4, again_ms + 10)
+    stream = [e for e in run["stream.jsonl"] if not (e["id"] == C and e["at"] >= T0_MS + 2400)]
+    run["stream.jsonl"] = numbered(
+        [
+            *stream,
+            event("reclaimed", C, again_ms - 50, worker="w0g0", attempt=1),
+            leased(C, 4, 2, again_ms, "w1g0"),
+            done(C, again_ms + 19, "w1g0", 2),
+        ]
+    )
+    return run
+
+
+def strict_verdict(run: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    return Checker(History.load(write(run, workdir)), aof_window_s=2.0, strict_timing=True).run()
+
+
+def test_a_late_reclaim_while_a_live_worker_was_told_nothing_fails(tmp_path: Path) -> None:
+    """Leased again 3.4 s after the kill; w1g0 was answered an empty lease 3.25 s after it."""
+    result = strict_verdict(late_release_run(again_ms=3900, idle_at_ms=3750), tmp_path)
+    assert findings(result) == {("slow-release", C)}
+
+
+def test_a_late_reclaim_while_every_live_worker_was_busy_passes(tmp_path: Path) -> None:
+    """Leased again 3.4 s after the kill, with no worker told "nothing" once C was back in line
+    (w1g0's empty answer came before that): the first worker to ask took it."""
+    checker = Checker(History.load(write(late_release_run(3900, idle_at_ms=3500), tmp_path)), 2.0, True)
+    result = checker.run()
+    assert result["failures"] == []
+    assert checker.faults[0].extra["release_busy_ms"] == [3400]  # shown apart, not judged
+    assert result["figures"]["worker-kill"]["max_release_ms"] is None
+
+
+def test_a_reclaim_later_than_a_busy_fleet_explains_fails(tmp_path: Path) -> None:
+    result = strict_verdict(late_release_run(again_ms=500 + 3200 + 2000 + 100, idle_at_ms=None), tmp_path)
+    assert findings(result) == {("slow-release", C)}

@@ -405,6 +405,7 @@ def verdict(harness: AbuseHarness, bounds: Bounds) -> tuple[list[str], str, dict
     history = History.load(harness.workdir)
     result = Checker(history, aof_window_s=2.0, strict_timing=True).run()
     releases = {fault.id: fault.extra.get("release_ms") for fault in history.faults}
+    busy = {fault.id: fault.extra.get("release_busy_ms") for fault in history.faults}
     skipped = {fault.id: fault.skipped for fault in history.faults}
     floods = []
     for flood in harness.floods:
@@ -417,6 +418,7 @@ def verdict(harness: AbuseHarness, bounds: Bounds) -> tuple[list[str], str, dict
                     "t": fault.t,
                     "skipped": skipped[fault.id],
                     "release_ms": releases[fault.id],
+                    "release_busy_ms": busy[fault.id],
                 }
             }
         )

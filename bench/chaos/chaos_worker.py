@@ -243,6 +243,8 @@ def run_worker(args: argparse.Namespace) -> int:
             if status != 200:
                 events.write({"ev": "fatal", "op": "lease", "status": status, "body": body, "t": received})
                 return 3
+            if not body["jobs"]:  # told "nothing": the checker's proof that this worker was free
+                events.write({"ev": "idle", "ts": sent, "t": received})
             for job in body["jobs"]:
                 work(
                     api, events, effects, rng, ctl, job, sent, received, replica, lease_ms, heartbeat_s,
