@@ -5,10 +5,7 @@ no one out (echomq_http.api.http_protocol)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
-import select
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +14,7 @@ import pytest
 
 from echomq_http.config import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
 from tests.support.launched import LaunchedService, launched_service
+from tests.support.raw_http import HEALTH_REQUEST, Answer, RawConnection
 
 CONNECTION_CAP = 100
 HEADER_TIMEOUT_S = 1
@@ -25,7 +23,6 @@ SILENT_CONNECTIONS = 300
 PROBE_DEADLINE_S = 1.0  # another client's request answers within this, flood or not
 MARGIN_S = 2.0  # for a loaded 2-core runner: a timer fires late, never early
 TRICKLE_INTERVAL_S = 0.2
-HEALTH_REQUEST = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 NOT_FOUND_REQUEST = b"GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 SEND_CHUNK_BYTES = 256 * 1024
 HUGE_HEADER_BYTES = 60 * 1024 * 1024
@@ -43,60 +40,6 @@ def service(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     with launched_service(redis_url, log_path, **limits) as launched:
         launched.wait_ready()
         yield launched
-
-
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    status: int
-    headers: dict[bytes, bytes]  # names in lower case
-    body: bytes
-
-
-class Connection:
-    """A client's connection to the service, read through a buffer: answers to pipelined
-    requests may come in one segment."""
-
-    def __init__(self, service: LaunchedService) -> None:
-        host, port = service.url.removeprefix("http://").split(":")
-        self.socket = socket.create_connection((host, int(port)), timeout=10)
-        self.reader = self.socket.makefile("rb")
-
-    def __enter__(self) -> Connection:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.reader.close()
-        self.socket.close()
-
-    def ask(self, request: bytes = HEALTH_REQUEST) -> Answer:
-        self.socket.sendall(request)
-        return self.answer()
-
-    def answer(self) -> Answer:
-        """One whole answer (with a Content-Length)."""
-        status_line = self.reader.readline()
-        assert status_line, "the service closed the connection without answering"
-        headers = {}
-        while (line := self.reader.readline()) not in (b"\r\n", b""):
-            name, _, value = line.partition(b":")
-            headers[name.lower()] = value.strip()
-        body = self.reader.read(int(headers[b"content-length"]))
-        return Answer(int(status_line.split()[1]), headers, body)
-
-    def answer_waiting(self) -> bool:
-        return bool(select.select([self.socket], [], [], 0)[0])
-
-    def closed_after_s(self, within_s: float) -> float:
-        """Seconds until the service closes the connection; fails if it is still open within_s."""
-        started = time.monotonic()
-        self.socket.settimeout(within_s)
-        try:
-            assert self.reader.read(1) == b"", "the service answered instead of closing"
-        except TimeoutError:
-            pytest.fail(f"the connection was still open after {within_s} s")
-        except ConnectionResetError:
-            pass
-        return time.monotonic() - started
 
 
 def assert_refused(answer: Answer, status: int, code: str) -> None:
@@ -121,10 +64,10 @@ def head_with(*fields: bytes) -> bytes:
 def test_silent_connections_keep_no_one_out_and_are_closed(service: LaunchedService) -> None:
     with contextlib.ExitStack() as stack:
         started = time.monotonic()
-        silent = [stack.enter_context(Connection(service)) for _ in range(SILENT_CONNECTIONS)]
+        silent = [stack.enter_context(RawConnection(service.url)) for _ in range(SILENT_CONNECTIONS)]
         for _ in range(5):
             asked = time.monotonic()
-            with Connection(service) as probe:
+            with RawConnection(service.url) as probe:
                 answer = probe.ask()
             assert answer.status == 200, answer
             assert time.monotonic() - asked < PROBE_DEADLINE_S
@@ -138,7 +81,7 @@ def test_silent_connections_keep_no_one_out_and_are_closed(service: LaunchedServ
 def test_a_head_that_never_ends_is_answered_408_at_the_head_timeout(
     service: LaunchedService, after_a_request: bool
 ) -> None:
-    with Connection(service) as connection:
+    with RawConnection(service.url) as connection:
         if after_a_request:
             assert connection.ask().status == 200
         started = time.monotonic()
@@ -153,7 +96,7 @@ def test_a_head_that_never_ends_is_answered_408_at_the_head_timeout(
 
 
 def test_a_head_over_the_size_cap_is_answered_431_and_closed(service: LaunchedService) -> None:
-    with Connection(service) as connection:
+    with RawConnection(service.url) as connection:
         fits = b"X-Fill: " + b"a" * (DEFAULT_MAX_HEADER_BYTES - 200)
         assert connection.ask(head_with(fits)).status == 200
         too_big = b"X-Big: " + b"a" * 20_000
@@ -163,7 +106,7 @@ def test_a_head_over_the_size_cap_is_answered_431_and_closed(service: LaunchedSe
 
 def test_a_huge_header_is_refused_without_being_buffered(service: LaunchedService) -> None:
     before_kb = peak_memory_kb(service)
-    with Connection(service) as connection:
+    with RawConnection(service.url) as connection:
         connection.socket.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Huge: ")
         chunk = b"a" * SEND_CHUNK_BYTES
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -175,7 +118,7 @@ def test_a_huge_header_is_refused_without_being_buffered(service: LaunchedServic
 
 
 def test_more_header_fields_than_the_cap_are_answered_431(service: LaunchedService) -> None:
-    with Connection(service) as connection:
+    with RawConnection(service.url) as connection:
         fields = [b"X-%d: 1" % number for number in range(DEFAULT_MAX_HEADERS)]
         assert connection.ask(head_with(*fields[:-1])).status == 200  # with Host: the cap
         assert_refused(connection.ask(head_with(*fields)), 431, "headers_too_large")
@@ -183,7 +126,7 @@ def test_more_header_fields_than_the_cap_are_answered_431(service: LaunchedServi
 
 
 def test_an_idle_kept_alive_connection_lasts_the_keep_alive_timeout(service: LaunchedService) -> None:
-    with Connection(service) as connection:
+    with RawConnection(service.url) as connection:
         assert connection.ask().status == 200
         time.sleep(HEADER_TIMEOUT_S + 0.3)  # idle longer than a head may take: still open
         assert connection.ask().status == 200
@@ -192,7 +135,7 @@ def test_an_idle_kept_alive_connection_lasts_the_keep_alive_timeout(service: Lau
 
 
 def test_pipelined_requests_are_answered_in_order_on_a_kept_connection(service: LaunchedService) -> None:
-    with Connection(service) as connection:
+    with RawConnection(service.url) as connection:
         connection.socket.sendall(HEALTH_REQUEST + NOT_FOUND_REQUEST + HEALTH_REQUEST)
         assert [connection.answer().status for _ in range(3)] == [200, 404, 200]
         assert connection.ask().status == 200

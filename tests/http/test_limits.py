@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import socket
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from echomq_http.config import Settings
 from echomq_http.core import limits
 from tests.support import assert_problem, counts, enqueue, job_call, lease_one
 from tests.support.launched import launched_service
+from tests.support.raw_http import Answer, RawConnection, post_request
 from tests.support.service import running_service
 
 JSON = {"content-type": "application/json"}
@@ -158,53 +158,16 @@ async def test_batches_are_limited(client: httpx.AsyncClient, queue: str) -> Non
 
 
 CONNECTION_CAP = 16  # the least EMQ_MAX_CONNECTIONS takes
-HEALTH_REQUEST = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 RECOVERY_DEADLINE_S = 30.0
 LONG_POLL_MS = 5000  # long enough for all of them to be waiting at once
 
 
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    status: bytes  # the status line
-    headers: dict[bytes, bytes]  # names in lower case
-    body: bytes
-
-
-def ask_health(connection: socket.socket) -> Answer:
-    """One request on a kept-alive connection, and its whole answer."""
-    connection.sendall(HEALTH_REQUEST)
-    return read_answer(connection)
-
-
-def _more(connection: socket.socket) -> bytes:
-    chunk = connection.recv(4096)
-    assert chunk, "the service closed the connection without answering"
-    return chunk
-
-
 def served(answer: Answer) -> bool:
-    return answer.status == b"HTTP/1.1 200 OK" and answer.body == b'{"status":"ok"}'
+    return answer.status == 200 and answer.body == b'{"status":"ok"}'
 
 
 def long_poll_request(queue: str, wait_ms: int) -> bytes:
-    body = b'{"worker": "w1", "wait_ms": %d}' % wait_ms
-    return (
-        b"POST /v1/queues/%s/lease HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n%s" % (queue.encode(), len(body), body)
-    )
-
-
-def read_answer(connection: socket.socket) -> Answer:
-    """A whole answer (with a Content-Length) to the one request the connection sent."""
-    received = b""
-    while b"\r\n\r\n" not in received:
-        received += _more(connection)
-    head, _, body = received.partition(b"\r\n\r\n")
-    status, *lines = head.split(b"\r\n")
-    headers = {name.lower(): value.strip() for name, _, value in (line.partition(b":") for line in lines)}
-    while len(body) < int(headers[b"content-length"]):
-        body += _more(connection)
-    return Answer(status, headers, body)
+    return post_request(f"/v1/queues/{queue}/lease", b'{"worker": "w1", "wait_ms": %d}' % wait_ms)
 
 
 @pytest.mark.timeout(120)
@@ -217,36 +180,35 @@ def test_idle_connections_make_room_and_busy_ones_beyond_the_cap_get_503(
         contextlib.ExitStack() as stack,
     ):
         service.wait_ready()
-        host, port = service.url.removeprefix("http://").split(":")
 
-        def connect() -> socket.socket:
-            return stack.enter_context(socket.create_connection((host, int(port)), timeout=30))
+        def connect() -> RawConnection:
+            return stack.enter_context(RawConnection(service.url, timeout_s=30))
 
         # Up to the cap, every connection is served and stays open; one more is served too, and
         # the connection idle the longest is closed to make room for it.
         idle = [connect() for _ in range(CONNECTION_CAP)]
-        assert all(served(ask_health(connection)) for connection in idle)
-        assert served(ask_health(connect()))
-        assert idle[0].recv(1) == b""
+        assert all(served(connection.ask()) for connection in idle)
+        assert served(connect().ask())
+        assert idle[0].is_closed()
 
         # Every connection busy (long polls): one more request gets uvicorn's 503, and is closed.
         polls = [connect() for _ in range(CONNECTION_CAP)]
         for poll in polls:
-            poll.sendall(long_poll_request(queue, LONG_POLL_MS))
+            poll.send(long_poll_request(queue, LONG_POLL_MS))
         deadline = time.monotonic() + RECOVERY_DEADLINE_S
         for _ in range(10 * CONNECTION_CAP):  # bounded: each try opens a connection
-            if not served(refused := ask_health(extra := connect())):  # until the polls are all in
+            if not served(refused := (extra := connect()).ask()):  # until the polls are all in
                 break
             assert time.monotonic() < deadline, "never refused with every connection busy"
         else:
             raise AssertionError("never refused with every connection busy")
-        assert refused.status == b"HTTP/1.1 503 Service Unavailable"
+        assert refused.status == 503
         assert refused.headers[b"content-type"] == b"text/plain; charset=utf-8"
         assert refused.headers[b"connection"] == b"close"
         assert refused.body == b"Service Unavailable"
-        assert extra.recv(1) == b""
+        assert extra.is_closed()
         assert "WARNING:  Exceeded concurrency limit." in service.log()
 
         # Once the polls end, their connections are idle again: new connections are served.
-        assert all(read_answer(poll).status == b"HTTP/1.1 200 OK" for poll in polls)
-        assert served(ask_health(connect()))
+        assert all(poll.answer().status == 200 for poll in polls)
+        assert served(connect().ask())

@@ -693,9 +693,7 @@ class Checker:
         if delay_ms > RELEASE_TARGET_MS + BUSY_FLEET_MS:
             return False
         back_in_line_s = t_death + RELEASE_TARGET_MS / 1000
-        return not any(
-            inst != dead and back_in_line_s < t < grant_ms / 1000 for inst, t in self.idle_answers
-        )
+        return not any(inst != dead and back_in_line_s < t < grant_ms / 1000 for inst, t in self.idle_answers)
 
     def check_releases(self) -> None:
         """Death -> leased again in time, and the jobs each fault hit (its figures)."""

@@ -75,9 +75,12 @@ class _Headers:
 class HotRequest:
     """What a hot handler (and api/http.py's helpers, and the auth guard) reads of a request:
     the scope, receive, the app, the path parameters, the route's handler, the state, the
-    headers. litestar's Request is made for every use a handler could have."""
+    headers. litestar's Request is made for every use a handler could have.
 
-    __slots__ = ("app", "path_params", "receive", "route_handler", "scope", "send", "state")
+    body is the whole request body when the HTTP protocol had all of it before the handler ran
+    (api/hot_serving.py); None: read_body reads it through receive."""
+
+    __slots__ = ("app", "body", "path_params", "receive", "route_handler", "scope", "send", "state")
 
     def __init__(
         self,
@@ -87,8 +90,10 @@ class HotRequest:
         app: Litestar,
         path_params: dict[str, str],
         route_handler: HTTPRouteHandler,
+        body: bytes | None = None,
     ) -> None:
         self.scope = scope
+        self.body = body
         self.receive = receive
         self.send = send
         self.app = app
@@ -166,6 +171,15 @@ class FastPath:
                 return route, {name: segments[index] for index, name in route.params}
         return None
 
+    def direct_route(self, scope: Scope) -> tuple[_Route, dict[str, str]] | None:
+        """The route of a request the HTTP protocol may serve itself, past ASGI
+        (api/hot_serving.py): a hot route that the web guard lets through. None: give it to
+        this app as an ASGI request."""
+        matched = self.match(scope)
+        if matched is None or self.telemetry.tracing or self.guard.refusal(scope) is not None:
+            return None
+        return matched if _host_ok(scope) else None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         matched = None
         if scope["type"] == "http":
@@ -181,13 +195,20 @@ class FastPath:
         started = time.perf_counter()
         route, path_params = matched
         request = HotRequest(scope, receive, send, self.app, path_params, route.handler)
+        response = await self.respond(request, route)
+        await _send(response, send)
+        self.record(route, response.status_code, started)
+
+    async def respond(self, request: HotRequest, route: _Route) -> Response[Any]:
+        """The route's answer to the request, an error answered as litestar would."""
         try:
             await authorize(request, route.handler)  # type: ignore[arg-type]
-            response = await route.handler.fn(request)
-        except Exception as error:  # each is answered as litestar would
-            response = self._answer(request, error)  # type: ignore[arg-type]
-        await _send(response, send)
-        self.telemetry.record_http(route.label, "POST", response.status_code, time.perf_counter() - started)
+            return await route.handler.fn(request)  # type: ignore[no-any-return]
+        except Exception as error:
+            return self._answer(request, error)  # type: ignore[arg-type]
+
+    def record(self, route: _Route, status: int, started: float) -> None:
+        self.telemetry.record_http(route.label, "POST", status, time.perf_counter() - started)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, error: Exception) -> None:
         started = time.perf_counter()

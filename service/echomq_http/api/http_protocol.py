@@ -37,6 +37,8 @@ from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
+from echomq_http.api import hot_serving
+from echomq_http.api.fastpath import FastPath
 from echomq_http.config import Settings
 from echomq_http.core.errors import problem_type
 
@@ -148,6 +150,8 @@ class JoinedWritesProtocol(HttpToolsProtocol):
         self._head_begun = False  # a request's first byte came, its headers are not complete
         self._header_fields = 0
         self._refused = False  # answered 408/431: what comes is dropped until the close
+        # Its hot routes served past ASGI (not with uvicorn's opt-in fresh context per request).
+        self._fast_path = None if getattr(config, "reset_contextvars", False) else _fast_path_in(self.app)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -285,6 +289,12 @@ class JoinedWritesProtocol(HttpToolsProtocol):
         if app is self.app and len(self.tasks) >= self.limits.max_connections:
             self.logger.warning("Exceeded concurrency limit.")
             app = service_unavailable
+        elif app is self.app and self._fast_path is not None:
+            # Decided when the task runs: by then a small body has arrived with its head.
+            task = self.loop.create_task(hot_serving.serve(self._fast_path, cycle, app))
+            task.add_done_callback(self.tasks.discard)
+            self.tasks.add(task)
+            return
         super()._start_asgi_task(cycle, app)
 
     def on_response_complete(self) -> None:
@@ -333,3 +343,13 @@ class JoinedWritesProtocol(HttpToolsProtocol):
             self.transport.write_eof()
         self._disarm()
         self._timer = self.loop.call_later(LINGER_S, self.transport.close)
+
+
+def _fast_path_in(app: Any) -> FastPath | None:
+    """The FastPath under uvicorn's wrappers (its proxy-headers middleware: nothing a hot route
+    reads), if this server runs one."""
+    for _ in range(8):
+        if isinstance(app, FastPath):
+            return app
+        app = getattr(app, "app", None)
+    return None
