@@ -67,8 +67,7 @@ class ScriptJob(msgspec.Struct, omit_defaults=True):
     group: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Stored:
+class Stored(msgspec.Struct, frozen=True):
     """One job of an enqueue: its id, its state, and whether this call stored it."""
 
     id: str
@@ -100,8 +99,7 @@ class Enqueue(Binding):
         return first_of_queue, stored
 
 
-@dataclass(frozen=True, slots=True)
-class Leased:
+class Leased(msgspec.Struct, frozen=True):
     """What one try of a lease leased: its jobs; retry_after_ms, when the rate limit that held it
     back has room again (ms; 0: none did); stale, index entries it dropped."""
 
@@ -168,8 +166,7 @@ class Lease(Binding):
         return Leased(jobs, retry_after_ms, stale)
 
 
-@dataclass(frozen=True, slots=True)
-class Acked:
+class Acked(msgspec.Struct, frozen=True):
     """Per ack, in order: its code (1: completed now) and how long the job was held (ms)."""
 
     codes: list[int]
@@ -269,8 +266,7 @@ def compact(value: Raw | UnsetType) -> str:
     return _encode(msgspec.json.decode(value)).decode()  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True, slots=True)
-class Renewed:
+class Renewed(msgspec.Struct, frozen=True):
     code: int
     lease_expires_at: int
     cancel_requested: bool

@@ -16,9 +16,9 @@ import contextlib
 import itertools
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+import msgspec
 from msgspec import Raw, UnsetType
 
 from echomq_http.api.schemas.working import AckItem, AckItemResult, LeasedJob
@@ -48,8 +48,7 @@ def new_request_id() -> str:
     return f"{INTERNAL_REQUEST_PREFIX}{_PROCESS_TOKEN}{next(_request_numbers)}"
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseAsk:
+class LeaseAsk(msgspec.Struct, frozen=True):
     """What a lease request asks for. owner: the calling token's id ("" for none), to which the
     worker name must belong."""
 
@@ -79,8 +78,7 @@ class LeaseAsk:
         return INTERNAL_REQUEST_TTL_MS if internal else CLIENT_REQUEST_TTL_MS
 
 
-@dataclass(frozen=True, slots=True)
-class Leases:
+class Leases(msgspec.Struct, frozen=True):
     """What a lease call leased, and retry_after_ms: when the rate limit that held it back has
     room again (ms from the call; 0: no limit held it back)."""
 
