@@ -13,7 +13,7 @@ from uvicorn import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from echomq_http.api.http_protocol import HttpLimits, JoinedWrites, JoinedWritesProtocol
+from echomq_http.api.http_protocol import TIMER_SLACK_S, HttpLimits, JoinedWrites, JoinedWritesProtocol
 
 REQUEST = b"GET /x HTTP/1.1\r\nHost: test\r\n\r\n"
 
@@ -199,3 +199,64 @@ async def test_a_pipelined_head_is_counted_from_its_own_first_byte() -> None:
             break
     assert b"".join(transport.writes).count(b"HTTP/1.1 200 OK") == 2
     assert not transport.closed
+
+
+class CountingLoop:
+    """The running loop, counting the timers made through it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.timers = 0
+
+    def call_at(self, when: float, callback: Any, *args: Any) -> asyncio.TimerHandle:
+        self.timers += 1
+        return self._loop.call_at(when, callback, *args)
+
+    def call_later(self, delay: float, callback: Any, *args: Any) -> asyncio.TimerHandle:
+        self.timers += 1
+        return self._loop.call_later(delay, callback, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loop, name)
+
+
+async def answered(transport: RecordingTransport, count: int) -> None:
+    for _ in range(100):
+        if b"".join(transport.writes).count(b"200 OK") >= count:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"fewer than {count} answers: {transport.writes!r}")
+
+
+async def test_requests_on_a_kept_connection_make_no_timer_each() -> None:
+    """Each request moves the head and keep-alive deadlines; the connection's one timer stays."""
+    config = Config(small_answer, lifespan="off", log_level="warning")
+    protocol = JoinedWritesProtocol(config, ServerState(), app_state={}, limits=LIMITS)
+    loop = CountingLoop(asyncio.get_running_loop())
+    protocol.loop = loop  # type: ignore[assignment]
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    for count in range(1, 21):
+        protocol.data_received(REQUEST)
+        await answered(transport, count)
+    assert loop.timers == 1  # the head's, from the connection on; before: two per request
+    assert not transport.closed
+
+
+async def test_a_deadline_set_later_than_the_timer_is_waited_for_never_cut_short() -> None:
+    """The timer set for the first head (100 ms) fires while the keep-alive deadline (300 ms)
+    runs: the connection stays open until that one passes, and is closed then."""
+    limits = HttpLimits(max_connections=2, header_timeout_s=0.1, keepalive_timeout_s=0.3,
+                        max_header_bytes=1024, max_headers=10)  # fmt: skip
+    config = Config(small_answer, lifespan="off", log_level="warning")
+    protocol = JoinedWritesProtocol(config, ServerState(), app_state={}, limits=limits)
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    sent_at = asyncio.get_running_loop().time()  # the keep-alive deadline counts from later
+    protocol.data_received(REQUEST)
+    await answered(transport, 1)
+    await asyncio.sleep(0.2)
+    assert not transport.closed
+    while not transport.closed:
+        await asyncio.sleep(0.01)
+    assert asyncio.get_running_loop().time() - sent_at >= 0.3 - TIMER_SLACK_S

@@ -45,6 +45,21 @@ class _Route:
     params: tuple[tuple[int, str], ...]  # (segment index, parameter name)
     handler: HTTPRouteHandler
     label: str  # the template, as the request metric names it
+    literals: tuple[tuple[int, str], ...]  # (segment index, the literal it must be)
+
+    def params_of(self, segments: list[str]) -> dict[str, str] | None:
+        """The path parameters when segments fit the template (literals equal, parameters not
+        empty), else None. Plain loops: this runs for every hot request."""
+        for index, literal in self.literals:
+            if segments[index] != literal:
+                return None
+        params = {}
+        for index, name in self.params:
+            segment = segments[index]
+            if not segment:
+                return None
+            params[name] = segment
+        return params
 
 
 class _RequestState(dict[str, Any]):
@@ -115,7 +130,8 @@ def _route(path: str, prefix: str, handler: HTTPRouteHandler) -> _Route:
             segments.append(None)
         else:
             segments.append(segment)
-    return _Route(tuple(segments), tuple(params), handler, route_label(path))
+    literals = tuple((index, segment) for index, segment in enumerate(segments) if segment is not None)
+    return _Route(tuple(segments), tuple(params), handler, route_label(path), literals)
 
 
 class FastPath:
@@ -164,11 +180,9 @@ class FastPath:
             return None
         segments = path[len(self.prefix) :].split("/")
         for route in self.routes.get((len(segments), segments[-1]), ()):
-            if all(
-                (literal is None and segment) or literal == segment
-                for literal, segment in zip(route.segments, segments, strict=True)
-            ):
-                return route, {name: segments[index] for index, name in route.params}
+            params = route.params_of(segments)
+            if params is not None:
+                return route, params
         return None
 
     def direct_route(self, scope: Scope) -> tuple[_Route, dict[str, str]] | None:

@@ -45,6 +45,8 @@ from echomq_http.core.errors import problem_type
 # After refusing a request, what the client still sends is read and dropped this long before the
 # close, so that the close does not reset the connection before the client has read the answer.
 LINGER_S = 2.0
+# A timer may fire this much before its time (uvloop's clock has ms steps): then it is on time.
+TIMER_SLACK_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -144,8 +146,12 @@ class JoinedWritesProtocol(HttpToolsProtocol):
         super().__init__(config, server_state, app_state, _loop)
         self.limits = limits or HttpLimits.from_settings(Settings())
         self._idle = _idle_connections.setdefault(server_state, {})
+        # One deadline at a time (the head's or the keep-alive one), watched by one timer that is
+        # moved only when the deadline comes earlier than it fires (see _arm).
+        self._deadline: float | None = None  # loop time; None: nothing is timed
         self._timer: asyncio.TimerHandle | None = None
-        self._timing_head = False  # the timer running is the head's (else the keep-alive one)
+        self._timer_at = 0.0  # when _timer fires
+        self._timing_head = False  # the deadline is the head's (else the keep-alive one)
         self._head_bytes: int | None = 0  # of the head being received; None while a body is
         self._head_begun = False  # a request's first byte came, its headers are not complete
         self._header_fields = 0
@@ -163,6 +169,9 @@ class JoinedWritesProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self._disarm()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._idle.pop(self, None)
 
     def _reclaim_an_idle_connection(self) -> None:
@@ -176,21 +185,36 @@ class JoinedWritesProtocol(HttpToolsProtocol):
         self.connections.discard(oldest)  # gone already for the count, though closed a turn later
         oldest.transport.close()
 
-    # Timers
+    # Timers. Each request sets a deadline twice (its head's, then the keep-alive one) and clears
+    # one: a timer made and cancelled each time cost about 2.3 µs a time (uvloop, timeit), a
+    # tenth of a small request's floor. The deadline is a number instead; the connection's one
+    # timer fires when it was set for, and then times out, or waits on for a deadline set later.
 
     def _arm(self, delay_s: float, head: bool) -> None:
-        self._disarm()
-        self._timer = self.loop.call_later(delay_s, self._timed_out)
-        self._timing_head = head
-
-    def _disarm(self) -> None:
+        deadline = self.loop.time() + delay_s
+        self._deadline, self._timing_head = deadline, head
+        if self._timer is not None and self._timer_at <= deadline:
+            return  # it fires first and then looks at the deadline
         if self._timer is not None:
             self._timer.cancel()
-            self._timer = None
+        self._timer, self._timer_at = self.loop.call_at(deadline, self._on_timer), deadline
+
+    def _disarm(self) -> None:
+        self._deadline = None  # the timer, if one is set, finds nothing to do
         self._timing_head = False
 
-    def _timed_out(self) -> None:
+    def _on_timer(self) -> None:
         self._timer = None
+        deadline = self._deadline
+        if deadline is None:
+            return
+        if self.loop.time() < deadline - TIMER_SLACK_S:
+            self._timer, self._timer_at = self.loop.call_at(deadline, self._on_timer), deadline
+            return
+        self._deadline = None
+        self._timed_out()
+
+    def _timed_out(self) -> None:
         if self._head_begun:
             seconds = f"{self.limits.header_timeout_s:g}"
             self._refuse(
@@ -342,7 +366,7 @@ class JoinedWritesProtocol(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self._disarm()
-        self._timer = self.loop.call_later(LINGER_S, self.transport.close)
+        self.loop.call_later(LINGER_S, self.transport.close)
 
 
 def _fast_path_in(app: Any) -> FastPath | None:
