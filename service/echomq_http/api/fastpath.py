@@ -167,6 +167,7 @@ class FastPath:
                     wanted.discard(str(handler.operation_id))
         if wanted:
             raise ValueError(f"no POST route for {sorted(wanted)}")
+        self._recorders: dict[tuple[str, int], Callable[[float], None]] = {}  # see record
 
     def match(self, scope: Scope) -> tuple[_Route, dict[str, str]] | None:
         path: str = scope["path"]
@@ -222,7 +223,14 @@ class FastPath:
             return self._answer(request, error)  # type: ignore[arg-type]
 
     def record(self, route: _Route, status: int, started: float) -> None:
-        self.telemetry.record_http(route.label, "POST", status, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        recorder = self._recorders.get((route.label, status))
+        if recorder is None:
+            # Bounded: one per hot route and status it answers (a few dozen at most).
+            recorder = self._recorders[route.label, status] = self.telemetry.http_recorder(
+                route.label, "POST", status
+            )
+        recorder(seconds)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, error: Exception) -> None:
         started = time.perf_counter()

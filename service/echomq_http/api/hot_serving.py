@@ -76,17 +76,34 @@ async def serve(fast: FastPath, cycle: RequestResponseCycle, app: ASGI3Applicati
     fast.record(route, response.status_code, started)
 
 
+# The head's first lines for one status and media type, with the default headers they were made
+# with (uvicorn makes a new list of those each second, for its date header). An entry serves only
+# the list it holds, so servers of other threads (the tests') never get each other's.
+_head_starts: dict[tuple[int, str], tuple[list[Any], bytes]] = {}
+
+
+def _head_start(cycle: RequestResponseCycle, status: int, media_type: str) -> bytes:
+    """Status line, default headers and content-type, as RequestResponseCycle.send writes them."""
+    defaults = cycle.default_headers
+    made = _head_starts.get((status, media_type))
+    if made is not None and made[0] is defaults:
+        return made[1]
+    parts = [STATUS_LINE[status]]
+    for name, value in defaults:
+        parts += [name, b": ", value, b"\r\n"]
+    parts += [b"content-type: ", media_type.encode(), b"\r\n"]
+    start = b"".join(parts)
+    _head_starts[status, media_type] = (defaults, start)
+    return start
+
+
 def _write(cycle: RequestResponseCycle, response: Response[Any]) -> None:
     """The response's head and body in one write, as RequestResponseCycle.send writes a
     response whose content is bytes (every hot handler answers so)."""
     body: bytes = response.content
-    head = [STATUS_LINE[response.status_code]]
-    for name, value in cycle.default_headers:
-        head += [name, b": ", value, b"\r\n"]
-    head += [
-        b"content-type: ",
-        response.media_type.encode(),
-        b"\r\ncontent-length: %d\r\n" % len(body),
+    head = [
+        _head_start(cycle, response.status_code, response.media_type),
+        b"content-length: %d\r\n" % len(body),
     ]
     for name, value in response.headers.items():
         head += [name.lower().encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n"]

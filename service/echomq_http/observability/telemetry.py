@@ -230,6 +230,10 @@ class Telemetry:
     def record_http(self, route: str, method: str, status: int, seconds: float) -> None:
         self.http_duration.record(seconds, ("method", method), ("route", route), ("status", str(status)))
 
+    def http_recorder(self, route: str, method: str, status: int) -> Callable[[float], None]:
+        """record_http for one route, method and status, its series looked up once."""
+        return self.http_duration.recorder(("method", method), ("route", route), ("status", str(status)))
+
     def record_sweep(self, queue: str, reclaimed: int, dead_lettered: int) -> None:
         if reclaimed:
             self.reclaimed.add(reclaimed, ("queue", queue))
