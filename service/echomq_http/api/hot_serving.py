@@ -82,9 +82,9 @@ async def serve(fast: FastPath, cycle: RequestResponseCycle, app: ASGI3Applicati
 _head_starts: dict[tuple[int, str], tuple[list[Any], bytes]] = {}
 
 
-def _head_start(cycle: RequestResponseCycle, status: int, media_type: str) -> bytes:
-    """Status line, default headers and content-type, as RequestResponseCycle.send writes them."""
-    defaults = cycle.default_headers
+def head_start(status: int, media_type: str, defaults: list[tuple[bytes, bytes]]) -> bytes:
+    """Status line, default headers and content-type, as RequestResponseCycle.send writes them
+    (and the protocol's own refusals: api/http_protocol.py)."""
     made = _head_starts.get((status, media_type))
     if made is not None and made[0] is defaults:
         return made[1]
@@ -102,7 +102,7 @@ def _write(cycle: RequestResponseCycle, response: Response[Any]) -> None:
     response whose content is bytes (every hot handler answers so)."""
     body: bytes = response.content
     head = [
-        _head_start(cycle, response.status_code, response.media_type),
+        head_start(response.status_code, response.media_type, cycle.default_headers),
         b"content-length: %d\r\n" % len(body),
     ]
     for name, value in response.headers.items():

@@ -34,7 +34,7 @@ import msgspec
 from uvicorn import Config
 from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.flow_control import service_unavailable
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from echomq_http.api import hot_serving
@@ -353,11 +353,9 @@ class JoinedWritesProtocol(HttpToolsProtocol):
                 "code": refusal.code,
             }
         )
-        head = [STATUS_LINE[refusal.status]]
-        for name, value in self.server_state.default_headers:
-            head += [name, b": ", value, b"\r\n"]
-        head += [
-            b"content-type: application/problem+json\r\n",
+        defaults = self.server_state.default_headers
+        head = [
+            hot_serving.head_start(refusal.status, "application/problem+json", defaults),
             b"content-length: %d\r\n" % len(body),
             b"connection: close\r\n\r\n",
         ]
