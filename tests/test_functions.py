@@ -4,7 +4,9 @@ a user who may not call them gets the same scripts by EVALSHA."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from msgspec import UNSET, Raw
@@ -14,6 +16,7 @@ from echomq_http.api.schemas.jobs import EnqueueRequest
 from echomq_http.core.bindings import READ_ONLY_OPERATIONS
 from echomq_http.core.queue import JobQueues
 from echomq_http.store.backends import backend_for
+from echomq_http.store.keys import keys_of
 from echomq_http.store.luafunctions import library
 from echomq_http.store.scripts import Scripts, lua_dir, operation_of, render_parts
 from tests.support.queues import job_queues
@@ -127,3 +130,40 @@ async def test_a_read_only_script_is_a_function_that_writes_nothing() -> None:
     for operation in scripts.operations:
         text = scripts._scripts[operation].library
         assert ("flags = {'no-writes'}" in text) == (operation in READ_ONLY_OPERATIONS)
+
+
+# A test's script: an event in its own queue, then, with the helpers bound again to the queue
+# whose prefix ARGV[2] is, one in that queue; answers both queue names and the second's keys.
+TWO_QUEUES = """-- @include base
+-- @include events
+local now = now_ms()
+local first = QUEUE
+emit('probe', '-', '"n":1')
+finish({}, now)
+use_keys(queue_keys(ARGV[2]), {ARGV[2]})
+emit('probe', '-', '"n":2')
+return finish({first, QUEUE, META, DUE, PREFIX}, now)
+"""
+
+
+async def test_a_function_acts_on_a_second_queue_with_the_same_helpers(server: Redis, tmp_path: Path) -> None:
+    """What a flow's parent in another queue needs on a single server (docs/FLOWS-DESIGN.md):
+    one call, each queue's own events and META, as each queue's own scripts would write them."""
+    shutil.copytree(lua_dir() / "include", tmp_path / "include")
+    (tmp_path / "two_queues.lua").write_text(TWO_QUEUES)
+    scripts = Scripts(backend_for(server), tmp_path)
+    try:
+        first, second = keys_of("qa"), keys_of("qb")
+        await server.hset(second.meta, "event_seq", "41")  # the second queue's own numbering goes on
+        reply = await scripts.call("two-queues", first.script_keys, [first.prefix, second.prefix])
+        assert [item.decode() for item in reply] == ["qa", "qb", second.meta, second.due, second.prefix]
+        assert await server.hget(first.meta, "event_seq") == b"1"
+        assert await server.hget(second.meta, "event_seq") == b"42"
+        [(first_id, first_entry)] = await server.xrange(first.events)
+        [(second_id, second_entry)] = await server.xrange(second.events)
+        assert (first_id, first_entry[b"e"]) == (b"0-1", b'probe - "n":1')
+        assert (second_id, second_entry[b"e"]) == (b"0-42", b'probe - "n":2')
+        calls = await script_calls(server)
+        assert calls["evalsha"] == calls["eval"] == 0  # one function call (and its load's retry)
+    finally:
+        await scripts.aclose()

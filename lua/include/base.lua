@@ -50,6 +50,17 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Another queue's KEYS, in this order, on a single server (its due index is the one key): what
+-- a function passes to use_keys (store/luafunctions.py) to act on that queue once it has
+-- finished with its own.
+local SCRIPT_KEY_NAMES = @SCRIPT_KEY_NAMES@
+local function queue_keys(prefix)
+  local keys = {}
+  for i, name in ipairs(SCRIPT_KEY_NAMES) do keys[i] = prefix .. name end
+  keys[#keys + 1] = '@DUE_INDEX@'
+  return keys
+end
+
 local function job_key(id) return PREFIX .. id .. '@JOB_SUFFIX@' end
 local function lock_key(id) return PREFIX .. id .. '@LOCK_SUFFIX@' end
 

@@ -80,6 +80,12 @@ def queue_prefix(queue: str) -> str:
     return f"{KEY_ROOT}:{{{queue}}}:"
 
 
+# The names of a queue's script keys after its prefix, in lua/include/base.lua's KEYS order
+# (the due index, the last of them, is not under the prefix: due_index_key).
+SCRIPT_KEY_NAMES = ("meta", "wait", "prio", "delayed", "active", "deadlines", "workers")
+SCRIPT_KEY_NAMES += ("completed", "failed", "wake")
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     """The keys of one queue. Built once per queue name and cached by the caller."""
@@ -112,9 +118,7 @@ class QueueKeys:
     @classmethod
     def for_queue(cls, queue: str, cluster: bool = False) -> QueueKeys:
         prefix = queue_prefix(queue)
-        names = ("meta", "wait", "prio", "delayed", "active", "deadlines", "workers")
-        names += ("completed", "failed", "wake")
-        named = {name: prefix + name for name in names}
+        named = {name: prefix + name for name in SCRIPT_KEY_NAMES}
         named["due"] = due_index_key(queue, cluster)
         return cls(
             queue=queue,

@@ -12,7 +12,12 @@ it registers runs per call. So the library keeps the script's meaning with its p
   events it emits) are assigned again at the start of each call, in their order, by small
   functions of their own (a Lua function may have at most 60 upvalues);
 - the script's own text (after its includes) is the registered function's body, KEYS and ARGV
-  the call's keys and arguments.
+  the call's keys and arguments;
+- ``use_keys(keys, args)`` is what binds them: the body runs it first with the call's own, and
+  may run it again with another queue's keys and prefix (include/base.lua queue_keys) to act on
+  that queue with the same helpers, once it has finished with the first (a single server only:
+  keys of two queues are in two Cluster slots). Only a function has it: an EVAL script's values
+  are its top level's, made once.
 
 Includes hold only local definitions (echomq_http.store.luatrim), so this split is exact: a value is
 reassigned before any function can read it in a call, as it was when the whole text ran.
@@ -32,6 +37,8 @@ _COMMENT = re.compile(r"--[^\n]*")
 # Names a binder may refer to, at most (Lua 5.1 allows 60 upvalues; counting every name in its
 # text, keywords and globals included, overcounts, so the limit is never reached).
 _BINDER_NAMES = 50
+# The library's function that binds KEYS, ARGV and the includes' values (see the module).
+USE_KEYS = "use_keys"
 
 
 def library_name(operation: str, sha: str) -> str:
@@ -56,7 +63,8 @@ def library(name: str, includes: Sequence[str], body: str, *, read_only: bool) -
     binders, calls = [], []
     for number, statements in enumerate(_binder_groups(values)):
         binders.append(f"local function bind_{number}()\n{''.join(statements)}end\n")
-        calls.append(f"bind_{number}()")
+        calls.append(f"bind_{number}()\n")
+    binders.append(f"local function {USE_KEYS}(keys, args)\nKEYS, ARGV = keys, args\n{''.join(calls)}end\n")
     flags = "{'no-writes'}" if read_only else "{}"
     return (
         f"#!lua name={name}\n"
@@ -65,8 +73,7 @@ def library(name: str, includes: Sequence[str], body: str, *, read_only: bool) -
         + "".join(binders)
         + f"redis.register_function{{function_name = '{name}', flags = {flags},\n"
         + "callback = function(keys, args)\n"
-        + "KEYS, ARGV = keys, args\n"
-        + "".join(f"{call}\n" for call in calls)
+        + f"{USE_KEYS}(keys, args)\n"
         + body
         + "\nend}\n"
     )

@@ -82,6 +82,8 @@ PLACEHOLDERS: Mapping[str, str] = {
     "SCHEDULES_NAME": keys.SCHEDULES_NAME,
     "TIMETABLE_NAME": keys.TIMETABLE_NAME,
     "QUEUE_NAME_START": str(len(keys.queue_prefix("")) - 1),  # where the name starts in the prefix
+    "SCRIPT_KEY_NAMES": "{" + ", ".join(f"'{name}'" for name in keys.SCRIPT_KEY_NAMES) + "}",
+    "DUE_INDEX": keys.DUE_INDEX,  # a single server's due index (include/base.lua queue_keys)
     "MAX_PRIORITY": str(limits.MAX_PRIORITY),
     "LEASE_ID_CHARS": str(limits.LEASE_ID_CHARS),
     "WORKER_OWNER_GRACE_MS": str(limits.WORKER_OWNER_GRACE_MS),
