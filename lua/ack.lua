@@ -12,5 +12,6 @@
 -- @include base
 -- @include events
 -- @include ack
+-- @include flows
 local now = now_ms()
-return finish(ack_jobs(cjson.decode(ARGV[2]), 3, now), now)
+return finish_and_deliver(ack_jobs(cjson.decode(ARGV[2]), 3, now), now)

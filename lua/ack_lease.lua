@@ -18,6 +18,7 @@
 -- @include events
 -- @include ack
 -- @include lease
+-- @include flows
 local ask = cmsgpack.unpack(ARGV[3])
 if not claim_worker(ask.worker, ask.owner, ask.lease_ms) then return {WORKER_OWNED} end
 local now = now_ms()
@@ -31,4 +32,4 @@ if ARGV[4] ~= '1' or all_taken(reply) then
   for i = 1, #leased do reply[#reply + 1] = leased[i] end
 end
 if deferred and (not leased or #leased == 2) then worker_left(ask.worker) end
-return finish(reply, now)
+return finish_and_deliver(reply, now)

@@ -1,4 +1,4 @@
--- Cancel a job. A waiting or delayed one is cancelled at once (kept like a dead letter, in
+-- Cancel a job. A waiting, delayed or waiting_children one is cancelled at once (kept like a dead letter, in
 -- CANCELLED, its error the reason) and never leased. An active one only has its cancellation
 -- requested: its heartbeats then answer cancel_requested, an ack still completes it, and a fail,
 -- a release, an operator release or an expired lease make it cancelled (no retry). A finished
@@ -16,6 +16,7 @@
 -- @include retention
 -- @include groups
 -- @include waiting
+-- @include flows
 local id, reason = ARGV[2], ARGV[3] ~= '' and ARGV[3] or nil
 local key = job_key(id)
 local job = redis.call('HMGET', key, 'state', 'cancel_requested', 'group')
@@ -30,6 +31,8 @@ if state == 'waiting' then
   end
 elseif state == 'delayed' then
   redis.call('ZREM', DELAYED, id)
+elseif state == 'waiting_children' then
+  redis.call('ZREM', waiting_children_key(), id) -- its children go on; their outcomes change nothing now
 elseif state == 'active' then
   if not job[2] then
     if reason then
@@ -39,9 +42,9 @@ elseif state == 'active' then
     end
     emit('cancel_requested', id, '')
   end
-  return finish({state, 1}, now)
+  return finish_and_deliver({state, 1}, now)
 else
   return {state, job[2] and 1 or 0}
 end
 cancel_job(id, key, now, reason)
-return finish({'cancelled', 1}, now)
+return finish_and_deliver({'cancelled', 1}, now)

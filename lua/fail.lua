@@ -21,6 +21,7 @@
 -- @include retention
 -- @include waiting
 -- @include ledger
+-- @include flows
 local id, lease_id = ARGV[2], ARGV[3]
 local key = job_key(id)
 local job = redis.call('HMGET', key, 'state', 'worker', 'attempt', 'max_attempts', 'backoff_type',
@@ -40,7 +41,7 @@ leave_ledger_now(id, key, job[2], job[11])
 local function settle(state, error_text)
   redis.call('HSET', key, 'error', error_text or ARGV[5], 'updated_at', now,
     'done_lease', lease_id .. ':fail:' .. state .. ':' .. attempt)
-  return finish({1, state, attempt}, now)
+  return finish_and_deliver({1, state, attempt}, now)
 end
 
 if job[9] then

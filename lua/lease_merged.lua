@@ -17,6 +17,7 @@
 -- @include events
 -- @include ack
 -- @include lease
+-- @include flows
 local entries = cmsgpack.unpack(ARGV[2])
 local now = now_ms()
 local meta = read_queue_meta() -- once for every entry, kept current by them (include/lease.lua)
@@ -43,4 +44,4 @@ for _, entry in ipairs(entries) do
   reply[#reply + 1] = #answer
   for i = 1, #answer do reply[#reply + 1] = answer[i] end
 end
-return finish(reply, now)
+return finish_and_deliver(reply, now)

@@ -5,11 +5,12 @@
 -- its right end), then the grouped waiting jobs (leased round-robin across groups, which no
 -- listing order can follow): group after group by name (GROUPS), each group by (score, id),
 -- delayed by due time, active oldest lease first (ACTIVE from its right end, which is by fence),
--- completed, failed and cancelled most recently finished first.
+-- completed, failed and cancelled most recently finished first, waiting_children oldest first
+-- (by when they began to wait).
 -- Following the cursors visits every job that stays in the state during the paging exactly
 -- once (a job that moves in or out meanwhile may or may not be listed), as each cursor says
 -- where the next page starts in terms that the queue's other transitions keep true:
---   "z" (a sorted set: DELAYED, COMPLETED, FAILED, CANCELLED, or PRIO for waiting): the last
+--   "z" (a sorted set: DELAYED, COMPLETED, FAILED, CANCELLED, WAITING_CHILDREN, or PRIO for waiting): the last
 --       entry read, (score, id): the next page starts strictly after it in the set's order
 --       (equal scores go by the ids' bytes), found by counting, whether it is still there or not.
 --       A job keeps its score while it stays in its state.
@@ -35,7 +36,7 @@
 --             fence for waiting), the jobs' hashes, PREFIX .. "@CANCELLED_NAME@", and for waiting
 --             GROUPS and the groups' lines
 -- ARGV[1]     key prefix "emq:{queue}:"
--- ARGV[2]     state: waiting, delayed, active, completed, failed or cancelled
+-- ARGV[2]     state: waiting, delayed, active, completed, failed, cancelled or waiting_children
 -- ARGV[3]     limit (1..1000)
 -- ARGV[4]     the previous page's cursor kind: "" (the first page), "z", "w" or "a", its fields
 --             in ARGV[5..]: z: score, id; w: L, N, N's index, fence, time (ms), front
@@ -47,8 +48,10 @@
 -- @include retention
 -- @include groups
 -- @include waiting
+-- @include flows
 local SCAN_SLACK = 1000 -- entries passed over per call at most, beyond the page
-local ZSETS = {delayed = DELAYED, completed = COMPLETED, failed = FAILED, cancelled = CANCELLED}
+local ZSETS = {delayed = DELAYED, completed = COMPLETED, failed = FAILED, cancelled = CANCELLED,
+  waiting_children = waiting_children_key()}
 local DESCENDING = {completed = true, failed = true, cancelled = true}
 
 local state, limit, kind = ARGV[2], tonumber(ARGV[3]), ARGV[4]

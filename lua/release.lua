@@ -20,6 +20,7 @@
 -- @include retention
 -- @include waiting
 -- @include ledger
+-- @include flows
 local pairs_ = cjson.decode(ARGV[2])
 if ARGV[4] then
   local request = request_key(ARGV[3], ARGV[4])
@@ -64,4 +65,4 @@ detach(departures)
 -- The last given back goes in front last: the first of the batch ends up first in line.
 for i = #returning, 1, -1 do push_waiting(returning[i][1], returning[i][2], true, returning[i][3]) end
 wake_waiters(#returning)
-return finish(codes, now)
+return finish_and_deliver(codes, now)

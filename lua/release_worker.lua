@@ -30,6 +30,7 @@
 -- @include retention
 -- @include waiting
 -- @include ledger
+-- @include flows
 local worker, step, offset = ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5])
 if owned_by_another(worker, ARGV[7] or '') then return {WORKER_OWNED} end
 local held = held_key(worker)
@@ -97,4 +98,4 @@ if more == 0 and redis.call('EXISTS', held, session_key(worker)) == 0 then
 end
 local reply = {bound, more, stale_entries, reached_end and 0 or offset + scanned - #cut}
 for i = #released, 1, -1 do reply[#reply + 1] = released[i] end
-return finish(reply, now)
+return finish_and_deliver(reply, now)

@@ -33,7 +33,8 @@
 --             more = 1 when work is left (a full batch, or expired leases or lapsed sessions'
 --             jobs beyond this step's window; the due index then says now); stale = index
 --             entries dropped; offset = where the next step's window starts; schedules_due = 1
---             when a schedule's run is due (the service fires it: fire_schedules.lua)
+--             when a schedule's run is due (the service fires it: fire_schedules.lua);
+--             outbox = entries in the queue's outbox (the service delivers them: deliver.lua)
 -- @include base
 -- @include workers
 -- @include history
@@ -42,6 +43,7 @@
 -- @include waiting
 -- @include ledger
 -- @include schedule
+-- @include flows
 local batch, offset = tonumber(ARGV[2]), tonumber(ARGV[3])
 local LEDGER_MISS_GRACE_MS = 60000
 local LEDGER_MISS_PER_STEP = 4
@@ -222,7 +224,10 @@ for _, retention in ipairs({
 }) do
   local finished = retention[1]
   local old = redis.call('ZRANGEBYSCORE', finished, '-inf', now - retention[2], 'LIMIT', 0, batch)
-  for _, id in ipairs(old) do redis.call('DEL', job_key(id)) end
+  local keys = {}
+  for i, id in ipairs(old) do keys[i] = job_key(id) end
+  add_parents_keys(keys, old)
+  call_chunked('DEL', nil, keys)
   call_chunked('ZREM', finished, old)
   if #old == batch then more = 1 end
   deleted = deleted + #old
@@ -241,7 +246,10 @@ local function earliest(key, after_ms)
   if #first == 0 then return nil end
   return tonumber(first[2]) + after_ms
 end
-local next_at = more == 1 and now or nil
+-- Finished children whose parents this queue's calls could not reach wait in its outbox: the
+-- service delivers them after this step (deliver.lua), and the queue stays due until it did.
+local outbox = redis.call('LLEN', outbox_key())
+local next_at = (more == 1 or outbox > 0) and now or nil
 for _, due_at in ipairs({
   earliest(DEADLINES, 0) or false, earliest(SESSIONS, 0) or false, earliest(DELAYED, 0) or false,
   earliest(COMPLETED, completed_retention_ms) or false, earliest(FAILED, failed_retention_ms) or false,
@@ -256,4 +264,5 @@ else
 end
 -- Due schedules are fired by the service (fire_schedules.lua), which computes their next runs.
 local schedules_due = #redis.call('ZRANGE', TIMETABLE, '-inf', now, 'BYSCORE', 'LIMIT', 0, 1)
-return finish({reclaimed, dead_lettered, promoted, deleted, more, stale_entries, next_offset, schedules_due}, now)
+return finish_and_deliver({reclaimed, dead_lettered, promoted, deleted, more, stale_entries, next_offset, schedules_due,
+  outbox}, now)

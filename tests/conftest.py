@@ -136,15 +136,28 @@ async def redis_client(redis_url: str) -> AsyncIterator[AsyncRedis]:
     await client.aclose()
 
 
+async def remove_queue(redis_client: AsyncRedis, name: str) -> None:
+    """A test queue's keys and registry entry, removed."""
+    keys = [key async for key in redis_client.scan_iter(match=queue_prefix(name) + "*", count=1000)]
+    if keys:
+        await redis_client.delete(*keys)
+    await redis_client.srem(QUEUE_REGISTRY, name)
+
+
 @pytest.fixture
 async def queue(redis_client: AsyncRedis) -> AsyncIterator[str]:
     """A fresh queue name; its keys and registry entry are removed afterwards."""
     name = f"t-{secrets.token_hex(6)}"
     yield name
-    keys = [key async for key in redis_client.scan_iter(match=queue_prefix(name) + "*", count=1000)]
-    if keys:
-        await redis_client.delete(*keys)
-    await redis_client.srem(QUEUE_REGISTRY, name)
+    await remove_queue(redis_client, name)
+
+
+@pytest.fixture
+async def other_queue(redis_client: AsyncRedis) -> AsyncIterator[str]:
+    """A second fresh queue (a flow's children elsewhere), removed afterwards like queue's."""
+    name = f"t-{secrets.token_hex(6)}"
+    yield name
+    await remove_queue(redis_client, name)
 
 
 @pytest.fixture(scope="session")

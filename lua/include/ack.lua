@@ -4,6 +4,16 @@
 -- @include events
 -- @include retention
 -- @include ledger
+-- @include children
+
+-- META's fields an ack reads (the scripts that also lease read them with the lease's:
+-- include/lease.lua read_queue_meta): room_wanted for detach, the events', and "flows" ("1" once
+-- a job of the queue was made a flow's child: its acks then read the jobs' links).
+local function read_ack_meta()
+  local m = redis.call('HMGET', META, 'room_wanted', 'events_off', 'event_seq', 'flows')
+  note_events_meta(m[2], m[3])
+  return {room_wanted = m[1], flows = m[4]}
+end
 
 -- Each ack's job leaves the in-flight ledger (LREM) and becomes completed, if the ack's lease is
 -- the job's live lease. Acking again with the lease that completed the job answers "already
@@ -12,8 +22,12 @@
 -- "" = no result. Returns a flat array, 2 entries per ack: code (1 completed now, 2 already
 -- completed by this lease, JOB_NOT_FOUND, LEASE_LOST) and, for code 1, how long the lease was
 -- held (ms, lease to ack), else 0. Emits completed per job completed (count in the history).
--- meta, staying: as detach's (include/ledger.lua); the second value returned is detach's.
+-- meta, staying: as detach's (include/ledger.lua), meta read here when the caller did not; the
+-- second value returned is detach's.
 local function ack_jobs(acks, results_from, now, meta, staying)
+  meta = meta or read_ack_meta()
+  -- A job's flow fields are read only on a queue that has had children (META "flows").
+  local flows = meta.flows
   local now_text = text(now)
   local reply = {}
   local departures = new_departures()
@@ -22,8 +36,13 @@ local function ack_jobs(acks, results_from, now, meta, staying)
   for i, ack in ipairs(acks) do
     local id, lease_id = ack[1], ack[2]
     local key = job_key(id)
-    local job = redis.call('HMGET', key, 'state', 'worker', 'leased_at', 'done_lease', 'lease_id', 'attempt',
-      'group')
+    local job
+    if flows then
+      job = redis.call('HMGET', key, 'state', 'worker', 'leased_at', 'done_lease', 'lease_id', 'attempt', 'group',
+        'parent', 'on_failure')
+    else
+      job = redis.call('HMGET', key, 'state', 'worker', 'leased_at', 'done_lease', 'lease_id', 'attempt', 'group')
+    end
     local result = ARGV[results_from + i - 1]
     local code, held_ms = 0, 0
     if not job[1] then
@@ -43,6 +62,7 @@ local function ack_jobs(acks, results_from, now, meta, staying)
       completed[#completed + 1] = now_text
       completed[#completed + 1] = id
       if events then emit_line('completed ' .. id .. ' "worker":"' .. job[2] .. '","attempt":' .. (job[6] or '0')) end
+      if job[8] then child_finished(key, id, job[8], job[9], 'c', result ~= '' and result or 'null') end
       code = 1
     elseif job[1] == 'completed' and job[4] == lease_id then
       code = 2

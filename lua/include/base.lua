@@ -25,6 +25,7 @@ local SCHEDULE_MOVED = @SCHEDULE_MOVED@
 local NOT_DELAYED = @NOT_DELAYED@
 local WORKER_OWNED = @WORKER_OWNED@
 local NEW_QUEUE = @NEW_QUEUE@
+local JOB_EXISTS = @JOB_EXISTS@
 
 -- A job's hash leaves out fields that hold their default (absent: name "", priority 0, attempt 0,
 -- these max_attempts and backoff, updated_at = created_at): a queued job costs less memory.
@@ -53,13 +54,7 @@ end
 -- Another queue's KEYS, in this order, on a single server (its due index is the one key): what
 -- a function passes to use_keys (store/luafunctions.py) to act on that queue once it has
 -- finished with its own.
-local SCRIPT_KEY_NAMES = @SCRIPT_KEY_NAMES@
-local function queue_keys(prefix)
-  local keys = {}
-  for i, name in ipairs(SCRIPT_KEY_NAMES) do keys[i] = prefix .. name end
-  keys[#keys + 1] = '@DUE_INDEX@'
-  return keys
-end
+local function queue_keys(prefix) return {@SCRIPT_KEYS_OF_PREFIX@, '@DUE_INDEX@'} end
 
 local function job_key(id) return PREFIX .. id .. '@JOB_SUFFIX@' end
 local function lock_key(id) return PREFIX .. id .. '@LOCK_SUFFIX@' end

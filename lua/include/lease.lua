@@ -282,10 +282,11 @@ end
 -- several leases of one call (lease_merged.lua) share it too.
 local function read_queue_meta()
   local m = redis.call('HMGET', META, 'paused', 'fence', 'grouped', 'group_max_in_flight', 'parked_cap',
-    'max_in_flight', 'rate_max', 'rate_per_ms', 'events_off', 'event_seq', 'room_wanted', 'delayed_due')
+    'max_in_flight', 'rate_max', 'rate_per_ms', 'events_off', 'event_seq', 'room_wanted', 'delayed_due', 'flows')
   note_events_meta(m[9], m[10])
   return {paused = m[1], fence = number_or(m[2], 0), grouped = m[3], group_cap = m[4], parked_cap = m[5],
-    max_in_flight = m[6], rate_max = m[7], rate_per_ms = m[8], room_wanted = m[11], delayed_due = m[12]}
+    max_in_flight = m[6], rate_max = m[7], rate_per_ms = m[8], room_wanted = m[11], delayed_due = m[12],
+    flows = m[13]}
 end
 
 -- Delayed jobs due by now join their lines, when META "delayed_due" says some may be (include/

@@ -3,6 +3,7 @@
 -- @include due_index
 -- @include history
 -- @include events
+-- @include children
 
 -- The service's retention of finished jobs: for a time, and up to a count per queue.
 local COMPLETED_RETENTION_MS = @COMPLETED_RETENTION_MS@
@@ -32,6 +33,7 @@ local function keep_at_most(finished, max, allowance, size)
   local oldest = redis.call('ZRANGE', finished, 0, excess - 1)
   local keys = {}
   for i, id in ipairs(oldest) do keys[i] = job_key(id) end
+  add_parents_keys(keys, oldest)
   call_chunked('DEL', nil, keys) -- one DEL for many: a call each costs more than the deletion
   redis.call('ZREMRANGEBYRANK', finished, 0, excess - 1)
   return #oldest
@@ -57,6 +59,8 @@ local function dead_letter(id, key, now, attempt, reason, error_text)
   keep_at_most(FAILED, FAILED_MAX, 1 + TRIM_ALLOWANCE)
   emit('failed', id, '"attempt":' .. attempt .. ',"reason":"' .. reason .. '","error":' .. json_text(error_text))
   count_history('failed', 1)
+  local link = redis.call('HMGET', key, 'parent', 'on_failure')
+  if link[1] then child_finished(key, id, link[1], link[2], 'f', error_text or '') end
 end
 
 -- A job out of the ledger (or out of waiting or delayed) ends cancelled: kept like a dead letter
@@ -69,4 +73,6 @@ local function cancel_job(id, key, now, reason)
   sweep_needed_by(now + retention_ms('failed_retention_s', FAILED_RETENTION_MS))
   keep_at_most(CANCELLED, FAILED_MAX, 1 + TRIM_ALLOWANCE)
   emit('cancelled', id, '')
+  local link = redis.call('HMGET', key, 'parent', 'on_failure')
+  if link[1] then child_finished(key, id, link[1], link[2], 'x', reason or 'cancelled') end
 end

@@ -16,13 +16,20 @@ end
 -- enqueue.lua's ARGV[2] describes; payload: raw JSON; schedule: the schedule that made it, or
 -- nil. A waiting job goes in its line; an ungrouped one of priority 0 is appended to
 -- `unprioritised` instead when the caller gives that list (for one LPUSH of them all).
+-- flow: a flow's node (create_flow.lua), or nil: {fields = more field/value pairs for the hash,
+-- waiting_children = true for a parent, which waits for its children in no line (its delay_ms
+-- is for after them)}.
 -- Emits enqueued. Returns the job's state and 1 when it was stored now (0: the id was kept).
-local function store_job(id, job, payload, now, schedule, unprioritised)
+local function store_job(id, job, payload, now, schedule, unprioritised, flow)
   local key = job_key(id)
   local state = redis.call('HGET', key, 'state')
   if state then return state, 0 end
   state = job.delay_ms > 0 and 'delayed' or 'waiting'
+  if flow and flow.waiting_children then state = 'waiting_children' end
   local fields = {'payload', payload, 'state', state, 'created_at', now}
+  if flow then
+    for _, value in ipairs(flow.fields) do fields[#fields + 1] = value end
+  end
   unless_default(fields, 'name', job.name, '')
   unless_default(fields, 'priority', job.priority, 0)
   unless_default(fields, 'max_attempts', job.max_attempts, DEFAULT_MAX_ATTEMPTS)
@@ -40,6 +47,7 @@ local function store_job(id, job, payload, now, schedule, unprioritised)
   end
   redis.call('HSET', key, unpack(fields))
   emit('enqueued', id, '"state":"' .. state .. '"' .. (schedule and ',"schedule":"' .. schedule .. '"' or ''))
+  if state == 'waiting_children' then return state, 1 end
   if state == 'delayed' then
     redis.call('ZADD', DELAYED, run_at, id)
     note_delayed(run_at)

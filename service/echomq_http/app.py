@@ -41,6 +41,7 @@ from echomq_http.api.schemas.common import Health, Problem
 from echomq_http.api.webguard import AllowedHosts, WebGuard
 from echomq_http.config import Settings
 from echomq_http.core.errors import PROBLEMS, QueueError, problem_type
+from echomq_http.core.flows import Flows
 from echomq_http.core.leasing import Leasing
 from echomq_http.core.queue import JobQueues
 from echomq_http.core.schedules import Schedules
@@ -326,6 +327,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastPa
             client=client,
             queues=queues,
             schedules=schedules,
+            flows=Flows(queues),
             hub=hub,
             leasing=Leasing(queues, hub),
             events=events,

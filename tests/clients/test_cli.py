@@ -104,6 +104,7 @@ def test_enqueue_stats_pause_resume(service_url: str, queue: str) -> None:
         "completed": 0,
         "failed": 0,
         "cancelled": 0,
+        "waiting_children": 0,
     }
     table = emq("stats", url=service_url).stdout.splitlines()
     assert table[0].split() == [

@@ -16,7 +16,7 @@ from redis.asyncio import Redis as AsyncRedis
 from echomq_http.__main__ import is_loopback
 from echomq_http.api.auth import Action, Authenticator, Forbidden, Unauthorized
 from echomq_http.config import ConfigError, Settings
-from echomq_http.store.keys import QUEUE_REGISTRY, queue_prefix
+from tests.conftest import remove_queue
 from tests.support import assert_problem
 from tests.support.service import running_service
 
@@ -175,10 +175,7 @@ async def scoped_queue(redis_client: AsyncRedis) -> AsyncIterator[str]:
     """A fresh queue that the scoped token covers (sms-*); removed afterwards."""
     name = f"sms-{secrets.token_hex(6)}"
     yield name
-    keys = [key async for key in redis_client.scan_iter(match=queue_prefix(name) + "*", count=1000)]
-    if keys:
-        await redis_client.delete(*keys)
-    await redis_client.srem(QUEUE_REGISTRY, name)
+    await remove_queue(redis_client, name)
 
 
 async def work_one_job(http: httpx.AsyncClient, queue: str) -> None:

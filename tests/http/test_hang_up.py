@@ -122,6 +122,7 @@ async def test_jobs_leased_for_a_client_that_hung_up_are_given_straight_back(
         "completed": 0,
         "failed": 0,
         "cancelled": 0,
+        "waiting_children": 0,
     }
     assert (await http.get(f"/v1/queues/{queue}/active")).json() == {"jobs": []}
     assert (await http.get(f"/v1/queues/{queue}/workers")).json() == {"workers": []}

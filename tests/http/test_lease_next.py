@@ -100,6 +100,7 @@ async def test_lease_next_takes_up_to_max_jobs(client: httpx.AsyncClient, queue:
         "completed": 1,
         "failed": 0,
         "cancelled": 0,
+        "waiting_children": 0,
     }
 
 
@@ -144,6 +145,7 @@ async def test_a_repeated_call_with_a_request_id_answers_the_same_jobs(
         "completed": 1,
         "failed": 0,
         "cancelled": 0,
+        "waiting_children": 0,
     }
 
 
@@ -166,6 +168,7 @@ async def test_a_failed_ack_leases_nothing(client: httpx.AsyncClient, queue: str
         "completed": 0,
         "failed": 0,
         "cancelled": 0,
+        "waiting_children": 0,
     }
     assert (await get_job(client, queue, job["id"]))["worker"] == "w1"
 

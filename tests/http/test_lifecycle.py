@@ -36,6 +36,7 @@ async def test_enqueue_lease_heartbeat_ack(client: AsyncClient, queue: str) -> N
         "completed": 1,
         "failed": 0,
         "cancelled": 0,
+        "waiting_children": 0,
     }
 
 
@@ -226,6 +227,7 @@ async def test_redrive_of_no_ids_redrives_nothing_and_without_ids_everything(
         "completed": 0,
         "failed": 3,
         "cancelled": 0,
+        "waiting_children": 0,
     }
 
     if no_ids is None:
@@ -240,6 +242,7 @@ async def test_redrive_of_no_ids_redrives_nothing_and_without_ids_everything(
         "completed": 0,
         "failed": 0,
         "cancelled": 0,
+        "waiting_children": 0,
     }
     for job_id in ids:
         view = await get_job(client, queue, job_id)
@@ -263,6 +266,7 @@ async def test_delete(client: AsyncClient, queue: str) -> None:
         "completed": 0,
         "failed": 0,
         "cancelled": 0,
+        "waiting_children": 0,
     }
 
 
@@ -314,7 +318,15 @@ async def test_queue_listing(client: AsyncClient, queue: str) -> None:
         {
             "name": queue,
             "paused": False,
-            "counts": {"waiting": 1, "delayed": 0, "active": 0, "completed": 0, "failed": 0, "cancelled": 0},
+            "counts": {
+                "waiting": 1,
+                "delayed": 0,
+                "active": 0,
+                "completed": 0,
+                "failed": 0,
+                "cancelled": 0,
+                "waiting_children": 0,
+            },
         }
     ]
     unknown = (await client.get("/v1/queues/never-used-queue")).json()
@@ -325,6 +337,7 @@ async def test_queue_listing(client: AsyncClient, queue: str) -> None:
         "completed": 0,
         "failed": 0,
         "cancelled": 0,
+        "waiting_children": 0,
     }
 
 

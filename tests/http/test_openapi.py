@@ -26,6 +26,7 @@ COMMITTED = Path(__file__).parents[2] / "openapi" / "openapi.json"
 CONTRACT = {
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/enqueue"),
+    ("post", "/v1/flows"),  # v1.2
     ("post", "/v1/queues/{queue}/lease"),
     ("post", "/v1/queues/{queue}/jobs/{id}/heartbeat"),
     ("post", "/v1/queues/{queue}/heartbeat"),  # v1.1

@@ -74,6 +74,7 @@ async def test_an_operator_release_of_20000_jobs_releases_each_once(client, queu
         "completed": 0,
         "failed": 0,
         "cancelled": 0,
+        "waiting_children": 0,
     }
     assert (await client.get(f"/v1/queues/{queue}/workers")).json() == {"workers": []}
     again = await lease(client, queue, "next", max_jobs=3)
@@ -102,6 +103,7 @@ async def test_a_redrive_of_all_2500_dead_letters_redrives_each_once(client, que
         "completed": 0,
         "failed": 0,
         "cancelled": 0,
+        "waiting_children": 0,
     }
     assert (await client.post(f"/v1/queues/{queue}/failed/retry")).json() == {"retried": []}
     again = await lease(client, queue, "next", max_jobs=3)
@@ -131,6 +133,7 @@ async def test_a_queue_with_jobs_in_flight_is_deleted_only_with_force(client, qu
         "completed": 0,
         "failed": 0,
         "cancelled": 0,
+        "waiting_children": 0,
     }
     names = [view["name"] for view in (await client.get("/v1/queues")).json()["queues"]]
     assert queue not in names

@@ -115,6 +115,7 @@ async def test_expiry_on_the_last_attempt_dead_letters(client: httpx.AsyncClient
         "completed": 0,
         "failed": 1,
         "cancelled": 0,
+        "waiting_children": 0,
     }
 
 
@@ -144,6 +145,7 @@ async def test_concurrent_workers_never_share_a_job(client: httpx.AsyncClient, q
         "completed": total,
         "failed": 0,
         "cancelled": 0,
+        "waiting_children": 0,
     }
 
 

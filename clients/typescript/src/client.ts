@@ -29,6 +29,8 @@ export type FailResponse = Schemas["FailResponse"];
 export type ReleaseResponse = Schemas["ReleaseResponse"];
 export type CancelResponse = Schemas["CancelResponse"];
 export type PromoteResponse = Schemas["PromoteResponse"];
+export type FlowNode = Schemas["FlowNode"];
+export type FlowJob = Schemas["FlowJob"];
 export type JobView = Schemas["JobView"];
 export type JobState = JobView["state"];
 export type JobPage = Schemas["JobPage"];
@@ -48,6 +50,10 @@ export type QueueList = Schemas["QueueList"];
 export type ScheduleRequest = Schemas["ScheduleRequest"];
 export type ScheduleJob = Schemas["ScheduleJob"];
 export type ScheduleView = Schemas["ScheduleView"];
+
+function everyIdGiven(node: FlowNode): boolean {
+  return node.id != null && (node.children ?? []).every(everyIdGiven);
+}
 
 // --- types looked up in the generated document ------------------------------------------------
 
@@ -196,6 +202,21 @@ export class Client {
       headers: traceHeaders(options.traceparent),
       idempotent: job.id != null,
     });
+  }
+
+  /**
+   * Make a flow: `job` runs once all its `children` (jobs in any queues, each maybe with children
+   * of its own) have finished; answers the jobs made or found, root first. With every node's `id`
+   * given the call is idempotent (and retried safely); JobExists when a node's id is another job's
+   * (nothing is made).
+   */
+  async createFlow(job: FlowNode): Promise<FlowJob[]> {
+    const answer = await this.call("post", "/v1/flows", {
+      path: undefined,
+      body: { job },
+      idempotent: everyIdGiven(job),
+    });
+    return answer.jobs;
   }
 
   /** Add 1..1000 jobs in one request, all or none. */

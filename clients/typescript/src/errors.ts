@@ -92,6 +92,10 @@ export class JobActive extends APIError {
 export class NotDelayed extends APIError {
   override name = "NotDelayed";
 }
+/** 409 job_exists: a flow node's id names a job that is not that node of this flow; nothing made. */
+export class JobExists extends APIError {
+  override name = "JobExists";
+}
 /** 409 too_many_queues: the queue is new and the service holds EMQ_MAX_QUEUES already; nothing stored. */
 export class TooManyQueues extends APIError {
   override name = "TooManyQueues";
@@ -125,6 +129,7 @@ export const ERRORS_BY_CODE: Readonly<Record<string, APIErrorClass>> = {
   lease_lost: LeaseLost,
   job_active: JobActive,
   not_delayed: NotDelayed,
+  job_exists: JobExists,
   too_many_queues: TooManyQueues,
   request_timeout: RequestTimeout,
   payload_too_large: PayloadTooLarge,

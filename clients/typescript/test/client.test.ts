@@ -34,7 +34,7 @@ test("enqueue, enqueueMany, job and counts", async () => {
   assert.equal(job.state, "waiting");
   assert.deepEqual(job.payload, { to: "ada" });
   assert.equal(job.max_attempts, 5);
-  assert.deepEqual(await client.counts(queue), { waiting: 3, delayed: 1, active: 0, completed: 0, failed: 0, cancelled: 0 });
+  assert.deepEqual(await client.counts(queue), { waiting: 3, delayed: 1, active: 0, completed: 0, failed: 0, cancelled: 0, waiting_children: 0 });
   assert.equal((await client.queue(queue)).paused, false);
 });
 

@@ -15,6 +15,7 @@ type MethodName = {
 const METHOD_OF_OPERATION: { [Id in keyof operations]: MethodName } = {
   enqueue: "enqueue",
   enqueueMany: "enqueueMany",
+  createFlow: "createFlow",
   lease: "lease",
   heartbeat: "heartbeat",
   heartbeatMany: "heartbeatMany",

@@ -65,7 +65,7 @@ test("two workers process N jobs exactly once, each at most `concurrency` at a t
   assert.ok(stats[0]!.acked > 0 && stats[1]!.acked > 0, "one worker did it all");
   for (const s of stats) assert.deepEqual([s.failed, s.lost, s.released, s.errors], [0, 0, 0, []]);
   assert.deepEqual((await client.job(queue, "j21")).result, { double: 42, attempt: 1 });
-  assert.deepEqual(await client.counts(queue), { waiting: 0, delayed: 0, active: 0, completed: n, failed: 0, cancelled: 0 });
+  assert.deepEqual(await client.counts(queue), { waiting: 0, delayed: 0, active: 0, completed: n, failed: 0, cancelled: 0, waiting_children: 0 });
 });
 
 test("batched: one lease for the free slots, one heartbeat for every lease, ack-manies with lease_next", async () => {

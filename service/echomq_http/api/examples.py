@@ -473,6 +473,12 @@ PROBLEMS: dict[str, Example] = {
         "Job is not delayed",
         f"the job is not delayed (only a delayed job can be promoted): {JOB_ID}",
     ),
+    "job_exists": problem(
+        409,
+        "job_exists",
+        "Job exists",
+        "a job with this id exists and is not this node of the flow: report-2026-12",
+    ),
     "too_many_queues": problem(
         409,
         "too_many_queues",

@@ -22,6 +22,7 @@ from litestar.response import Stream
 from echomq_http.api.auth import Action, Authenticator, Grant
 from echomq_http.api.schemas.common import is_name
 from echomq_http.core.errors import BodyTimeout, InvalidRequest
+from echomq_http.core.flows import Flows
 from echomq_http.core.leasing import Leasing
 from echomq_http.core.queue import JobQueues
 from echomq_http.core.schedules import Schedules
@@ -254,6 +255,10 @@ def queues_of(request: Request[Any, Any, State]) -> JobQueues:
 
 def schedules_of(request: Request[Any, Any, State]) -> Schedules:
     return request.app.state.schedules  # type: ignore[no-any-return]
+
+
+def flows_of(request: Request[Any, Any, State]) -> Flows:
+    return request.app.state.flows  # type: ignore[no-any-return]
 
 
 def traceparent_of(request: Request[Any, Any, State], queues: JobQueues) -> str | None:

@@ -125,6 +125,11 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
         "the worker has no live session in the queue: none was started, or it lapsed or ended (no_session)",
     ),
     "not_delayed": (409, "the job is not delayed: it is waiting, active or finished (not_delayed)"),
+    "job_exists": (
+        409,
+        "a node's id names a job that is not that node of this flow (another job, or a flow with "
+        "another tree under this root id) (job_exists): nothing was made",
+    ),
     "too_many_queues": (
         409,
         "the queue is new and the service holds EMQ_MAX_QUEUES queues already (too_many_queues): "

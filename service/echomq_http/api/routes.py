@@ -3,6 +3,7 @@ module per tag (jobs, working, inspection, operations, schedules), plumbing in a
 
 from __future__ import annotations
 
+from echomq_http.api.flows import create_flow
 from echomq_http.api.inspection import (
     events,
     get_ledger,
@@ -49,6 +50,7 @@ from echomq_http.api.working import (
 QUEUE_HANDLERS = [
     enqueue,
     enqueue_many,
+    create_flow,
     lease,
     heartbeat,
     heartbeat_many,

@@ -556,6 +556,7 @@ class SweptStep:
     stale: int
     offset: int
     schedules_due: int
+    outbox: int
 
 
 class Sweep(Binding):
@@ -563,8 +564,8 @@ class Sweep(Binding):
 
     @staticmethod
     def reply(reply: list[Any]) -> SweptStep:
-        reclaimed, dead, promoted, deleted, more, stale, offset, schedules_due = reply
-        return SweptStep(reclaimed, dead, promoted, deleted, bool(more), stale, offset, schedules_due)
+        reclaimed, dead, promoted, deleted, more, stale, offset, schedules_due, outbox = reply
+        return SweptStep(reclaimed, dead, promoted, deleted, bool(more), stale, offset, schedules_due, outbox)
 
 
 # --- schedules (core/schedules.py) -------------------------------------------------------------
@@ -677,3 +678,76 @@ class FireSchedules(Binding):
 READ_ONLY_OPERATIONS = frozenset(
     {binding.operation for binding in Binding.__subclasses__() if binding.read_only}
 )
+
+
+# --- flows -------------------------------------------------------------------------------------
+
+
+class ScriptFlowNode(ScriptJob, omit_defaults=True):
+    """One node of a flow as lua/create_flow.lua reads it: a job's options, its link to its parent
+    ("<parent's prefix> <parent id> <token>"), its policy, its declared children
+    (["<queue> <id>", "fail"|"ignore"]) and, for a parent, the token it gets if made now."""
+
+    parent: str | None = None
+    on_failure: str | None = None
+    children: list[tuple[str, str]] | None = None
+    token: str | None = None
+
+
+class FlowNodeMade(msgspec.Struct, frozen=True):
+    """A node as the call found or made it: its state ("" when the check found no job), its
+    kids_token ("" for a leaf), and whether this call made it."""
+
+    state: str
+    token: str
+    created: bool
+
+
+CHECK_ONLY_ARG = "check"
+
+
+class CreateFlow(Binding):
+    operation = "create-flow"
+    FIELDS = 3  # per node: state, token, created
+
+    @staticmethod
+    def args(
+        nodes: Sequence[ScriptFlowNode], payloads: Sequence[bytes], check_only: bool
+    ) -> tuple[object, ...]:
+        """The nodes as one JSON array and each payload; check_only: only look (nothing written)."""
+        return (_encode(nodes), *payloads, *((CHECK_ONLY_ARG,) if check_only else ()))
+
+    @staticmethod
+    def reply(reply: list[Any], ids: Sequence[str]) -> list[FlowNodeMade]:
+        """Each node's; JobExists naming the first node whose id is another job's."""
+        if reply and reply[0] == ScriptCode.JOB_EXISTS:
+            raise_for_code(reply[0], ids[reply[1] - 1])
+        step = CreateFlow.FIELDS
+        return [
+            FlowNodeMade(reply[i].decode(), reply[i + 1].decode(), reply[i + 2] == 1)
+            for i in range(0, len(reply), step)
+        ]
+
+
+class Deliver(Binding):
+    operation = "deliver"
+
+    @staticmethod
+    def args(entries: Sequence[bytes]) -> tuple[object, ...]:
+        return tuple(entries)
+
+
+class OutboxDone(Binding):
+    operation = "outbox-done"
+
+    @staticmethod
+    def args(entries: Sequence[bytes]) -> tuple[object, ...]:
+        return tuple(entries)
+
+
+OUTBOX_FIELD_SEPARATOR = b"\n"  # include/flows.lua FIELD_SEPARATOR; the parent's prefix first
+
+
+def parent_prefix_of(entry: bytes) -> str:
+    """The key prefix of the parent an outbox entry is for."""
+    return entry.split(OUTBOX_FIELD_SEPARATOR, 1)[0].decode()

@@ -22,6 +22,7 @@ class ScriptCode(IntEnum):
     WORKER_OWNED = -8  # the worker name belongs to another token (docs/security.md, "Worker names")
     NEW_QUEUE = -9  # enqueue.lua: the queue has no keys yet, so it is admitted first (not an error)
     TOO_MANY_QUEUES = -10  # admit_queue.lua: the registry holds EMQ_MAX_QUEUES queues already
+    JOB_EXISTS = -11  # create_flow.lua: a node's id names a job outside the flow
 
 
 class QueueError(Exception):
@@ -64,6 +65,10 @@ class TooManyQueues(QueueError):
     pass
 
 
+class JobExists(QueueError):
+    """A flow node's id names a job that is not that node of this flow."""
+
+
 class BackendUnavailable(QueueError):
     pass
 
@@ -89,6 +94,7 @@ _EXCEPTION_OF_CODE: dict[ScriptCode, type[QueueError]] = {
     ScriptCode.NOT_DELAYED: NotDelayed,
     ScriptCode.WORKER_OWNED: WorkerOwned,
     ScriptCode.TOO_MANY_QUEUES: TooManyQueues,
+    ScriptCode.JOB_EXISTS: JobExists,
 }
 
 _DETAIL_OF_CODE: dict[ScriptCode, str] = {
@@ -101,6 +107,7 @@ _DETAIL_OF_CODE: dict[ScriptCode, str] = {
     ScriptCode.WORKER_OWNED: "this worker name belongs to another token while its leases or session last",
     ScriptCode.TOO_MANY_QUEUES: "the service holds EMQ_MAX_QUEUES queues already; delete one to make "
     "room for a new queue",
+    ScriptCode.JOB_EXISTS: "a job with this id exists and is not this node of the flow",
 }
 
 
@@ -132,6 +139,7 @@ PROBLEMS: dict[type[QueueError], tuple[int, str, str]] = {
     NotDelayed: (409, "not_delayed", "Job is not delayed"),
     WorkerOwned: (403, "forbidden", "Forbidden"),
     TooManyQueues: (409, "too_many_queues", "Too many queues"),
+    JobExists: (409, "job_exists", "Job exists"),
     BodyTimeout: (408, "request_timeout", "Request body too slow"),
     UnsupportedMediaType: (415, "unsupported_media_type", "Unsupported media type"),
     HostNotAllowed: (421, "misdirected_request", "Host not allowed"),

@@ -68,3 +68,8 @@ MAX_EPOCH_MS = 253_402_300_799_999
 MAX_CRON_CHARS = 256
 MAX_SCHEDULE_LIMIT = 10**12  # runs; more than a schedule every second makes in 30,000 years
 MAX_TIMEZONE_CHARS = 64
+# Flows (POST /v1/flows): nodes in one tree, its levels (the root is level 1), and the random
+# characters of a parent's kids_token (lua/include/children.lua).
+MAX_FLOW_NODES = 1000
+MAX_FLOW_DEPTH = 10
+FLOW_TOKEN_BYTES = 8

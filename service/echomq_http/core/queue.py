@@ -91,6 +91,21 @@ def new_job_id() -> str:
     return os.urandom(limits.GENERATED_ID_BYTES).hex()
 
 
+def script_job(job: EnqueueRequest, job_id: str, traceparent: str | None) -> ScriptJob:
+    """A job's options as include/store.lua reads them."""
+    return ScriptJob(
+        id=job_id,
+        name=job.name or "",
+        priority=job.priority,
+        delay_ms=job.delay_ms,
+        max_attempts=job.max_attempts,
+        backoff_type=job.backoff.type if job.backoff else "exponential",
+        backoff_ms=job.backoff.delay_ms if job.backoff else limits.DEFAULT_BACKOFF_MS,
+        traceparent=traceparent,
+        group=job.group,
+    )
+
+
 def _ack_results(acks: Sequence[AckItem], codes: Sequence[int]) -> list[AckItemResult]:
     return [
         AckItemResult(id=ack.id, ok=True, state="completed")
@@ -110,6 +125,7 @@ class SweepReport:
     promoted: int = 0
     deleted: int = 0
     schedules_due: int = 0  # queues the sweep found a schedule's run due in (fired next)
+    outbox: int = 0  # queues whose outbox holds children's outcomes to deliver (delivered next)
     runs_fired: int = 0  # schedule runs that made a job
     runs_skipped: int = 0  # schedule runs skipped (overlap "skip")
 
@@ -145,20 +161,7 @@ class JobQueues(QueueReads):
     async def enqueue(
         self, queue: str, jobs: Sequence[EnqueueRequest], traceparent: str | None = None
     ) -> list[EnqueueResponse]:
-        options = [
-            ScriptJob(
-                id=job.id or new_job_id(),
-                name=job.name or "",
-                priority=job.priority,
-                delay_ms=job.delay_ms,
-                max_attempts=job.max_attempts,
-                backoff_type=job.backoff.type if job.backoff else "exponential",
-                backoff_ms=job.backoff.delay_ms if job.backoff else limits.DEFAULT_BACKOFF_MS,
-                traceparent=traceparent,
-                group=job.group,
-            )
-            for job in jobs
-        ]
+        options = [script_job(job, job.id or new_job_id(), traceparent) for job in jobs]
         if self.merging and len(jobs) == 1:
             return [await self._merged_enqueues(queue, (jobs[0], options[0]))]
         return await self._enqueue_now(queue, jobs, options)
@@ -584,7 +587,12 @@ class JobQueues(QueueReads):
         for _ in range(max_steps):
             step = Sweep.reply(await self._call("sweep", queue, self.sweep_batch, offset))
             report += SweepReport(
-                step.reclaimed, step.dead_lettered, step.promoted, step.deleted, step.schedules_due
+                step.reclaimed,
+                step.dead_lettered,
+                step.promoted,
+                step.deleted,
+                step.schedules_due,
+                outbox=1 if step.outbox else 0,
             )
             self.telemetry.record_sweep(queue, step.reclaimed, step.dead_lettered)
             self.telemetry.record_stale(queue, step.stale)

@@ -8,13 +8,14 @@ import msgspec
 from msgspec import Raw
 
 from echomq_http.api.schemas.common import DelayReason
-from echomq_http.api.schemas.jobs import JobView
+from echomq_http.api.schemas.jobs import ChildCounts, JobRef, JobView
 from echomq_http.api.schemas.operations import QueueSettings, RateLimit
 from echomq_http.core import limits
 from echomq_http.core.bindings import (
     number,
     text,
 )
+from echomq_http.store.keys import queue_of_prefix
 
 SEARCH_STATES = ("failed", "completed", "cancelled", "delayed")  # lua/search_jobs.lua
 # Lua's string.lower folds ASCII letters only: the text is folded the same way here, so that it
@@ -65,6 +66,32 @@ def job_view(queue: str, job_id: str, fields: dict[bytes, bytes]) -> JobView:
         finished_at=number(fields.get(b"finished_at")),
         run_at=number(fields.get(b"run_at")) if delayed else None,
         delay_reason=delay_reason(attempt) if delayed else None,
+        parent=parent_of(fields.get(b"parent")),
+        children=children_of(fields),
+    )
+
+
+def parent_of(link: bytes | None) -> JobRef | None:
+    """A child's link to its parent ("<parent's prefix> <id> <token>": lua/include/children.lua)."""
+    if link is None:
+        return None
+    prefix, job_id, _ = link.decode().split(" ")
+    return JobRef(queue=queue_of_prefix(prefix), id=job_id)
+
+
+def children_of(fields: dict[bytes, bytes]) -> ChildCounts | None:
+    if b"kids_token" not in fields:
+        return None
+
+    def count(name: bytes) -> int:
+        return int(fields.get(name, 0))
+
+    return ChildCounts(
+        total=count(b"kids_total"),
+        pending=count(b"kids_pending"),
+        completed=count(b"kids_completed"),
+        failed=count(b"kids_failed"),
+        ignored=count(b"kids_ignored"),
     )
 
 

@@ -1,5 +1,6 @@
 """The stalled sweep loop: every interval, a bounded sweep of each queue the due index names,
-and the runs of its schedules that are due (echomq_http.core.schedules).
+the runs of its schedules that are due (echomq_http.core.schedules), and the outcomes in its
+outbox for flows' parents in other slots (echomq_http.core.flows).
 
 Queues are visited only when their entry in the due index (echomq_http.store.due_index) says a sweep has
 work to do, so quiet queues cost nothing. Once per process start, if the index was never
@@ -16,6 +17,7 @@ import time
 
 from redis.exceptions import RedisError
 
+from echomq_http.core.flows import Flows
 from echomq_http.core.queue import JobQueues, SweepReport
 from echomq_http.core.schedules import Schedules
 from echomq_http.runtime.background import stop_task
@@ -36,6 +38,7 @@ class Sweeper:
     def __init__(self, queues: JobQueues, schedules: Schedules, interval_ms: int) -> None:
         self._queues = queues
         self._schedules = schedules
+        self._flows = Flows(queues)
         self._index = queues.due_index
         self._interval_s = interval_ms / 1000
         self._task: asyncio.Task[None] | None = None
@@ -64,6 +67,8 @@ class Sweeper:
                 swept = await self._queues.sweep_queue(queue, MAX_STEPS_PER_QUEUE, QUEUE_BUDGET_S)
                 if swept.schedules_due:
                     swept += await self._fire_due(queue)
+                if swept.outbox:
+                    await self._deliver(queue)
                 report += swept
             if len(due) < DUE_PAGE:
                 break
@@ -83,6 +88,16 @@ class Sweeper:
         except Exception:
             log.exception("schedules of queue %r not fired", queue)
         return SweepReport()
+
+    async def _deliver(self, queue: str) -> None:
+        """The queue's finished children's outcomes to their parents (core/flows.py); a failure
+        is logged and left for the next tick (the queue stays due while its outbox holds any)."""
+        try:
+            await self._flows.deliver_outbox(queue)
+        except (RedisError, OSError, WriteNotConfirmed) as error:
+            log.warning("outbox of queue %r not delivered: %s", queue, error)
+        except Exception:
+            log.exception("outbox of queue %r not delivered", queue)
 
     async def _fill_index(self) -> None:
         """Sweep every registered queue once, unless some process has done so already."""

@@ -60,6 +60,15 @@ PARKED_NAME = "parked"  # ZSET (scores 0): groups that left RING at their cap wi
 # it makes, next_run_at, runs ...); SCHEDULES the ZSET (scores 0, so by name) of every schedule of
 # the queue; TIMETABLE the ZSET of the schedules that have a next run (not paused, not ended) by
 # that run's time (ms), which the sweep reads and the due index follows.
+# Flows (docs/FLOWS-DESIGN.md): a parent's children, "<queue> <id>" scored by the order they were
+# added (ZSET), and what each handed it, "<seq>|<status>|<policy>|<result or error>" (HASH); the
+# queue's jobs waiting for their children by when they began to (ZSET); and its finished
+# children whose parents could not be told in the same call (LIST, delivered by the sweep).
+KIDS_SUFFIX = ":kids"
+KIDRES_SUFFIX = ":kidres"
+WAITING_CHILDREN_NAME = "waiting_children"
+OUTBOX_NAME = "outbox"
+PARENTS_NAME = "parents"  # SET: the queue's jobs that have KIDS and KIDRES keys
 SCHEDULE_SUFFIX = ":sched"
 SCHEDULES_NAME = "schedules"
 TIMETABLE_NAME = "timetable"
@@ -78,6 +87,11 @@ _TAG_ALPHABET = string.digits + string.ascii_lowercase
 
 def queue_prefix(queue: str) -> str:
     return f"{KEY_ROOT}:{{{queue}}}:"
+
+
+def queue_of_prefix(prefix: str) -> str:
+    """The queue whose key prefix this is (queue_prefix's inverse)."""
+    return prefix[len(KEY_ROOT) + 2 : -2]
 
 
 # The names of a queue's script keys after its prefix, in lua/include/base.lua's KEYS order
@@ -114,6 +128,7 @@ class QueueKeys:
     parked: str  # ZSET: groups out of RING at their cap; not a script key (Lua derives it)
     schedules: str  # ZSET: the queue's schedules by name; not a script key (Lua derives it)
     timetable: str  # ZSET: schedule -> its next run (ms); not a script key (Lua derives it)
+    outbox: str  # LIST: finished children's outcomes for parents out of reach (Lua derives it)
 
     @classmethod
     def for_queue(cls, queue: str, cluster: bool = False) -> QueueKeys:
@@ -134,6 +149,7 @@ class QueueKeys:
             parked=prefix + PARKED_NAME,
             schedules=prefix + SCHEDULES_NAME,
             timetable=prefix + TIMETABLE_NAME,
+            outbox=prefix + OUTBOX_NAME,
             **named,
         )
 

@@ -17,7 +17,8 @@ it registers runs per call. So the library keeps the script's meaning with its p
   may run it again with another queue's keys and prefix (include/base.lua queue_keys) to act on
   that queue with the same helpers, once it has finished with the first (a single server only:
   keys of two queues are in two Cluster slots). Only a function has it: an EVAL script's values
-  are its top level's, made once.
+  are its top level's, made once, and its ``use_keys`` is nil (echomq_http.store.scripts
+  Rendered.text), so that the includes can tell.
 
 Includes hold only local definitions (echomq_http.store.luatrim), so this split is exact: a value is
 reassigned before any function can read it in a call, as it was when the whole text ran.
@@ -48,7 +49,7 @@ def library_name(operation: str, sha: str) -> str:
 
 def library(name: str, includes: Sequence[str], body: str, *, read_only: bool) -> str:
     """The library text of a script: its includes (as inlined, trimmed) and its own text."""
-    names: list[str] = ["KEYS", "ARGV"]
+    names: list[str] = ["KEYS", "ARGV", USE_KEYS]  # declared first: the includes may call it
     functions: list[str] = []
     values: list[tuple[str, set[str]]] = []
     for include in includes:
@@ -64,7 +65,7 @@ def library(name: str, includes: Sequence[str], body: str, *, read_only: bool) -
     for number, statements in enumerate(_binder_groups(values)):
         binders.append(f"local function bind_{number}()\n{''.join(statements)}end\n")
         calls.append(f"bind_{number}()\n")
-    binders.append(f"local function {USE_KEYS}(keys, args)\nKEYS, ARGV = keys, args\n{''.join(calls)}end\n")
+    binders.append(f"function {USE_KEYS}(keys, args)\nKEYS, ARGV = keys, args\n{''.join(calls)}end\n")
     flags = "{'no-writes'}" if read_only else "{}"
     return (
         f"#!lua name={name}\n"

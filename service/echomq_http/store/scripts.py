@@ -24,7 +24,7 @@ from echomq_http import config
 from echomq_http.core import limits
 from echomq_http.core.errors import ScriptCode
 from echomq_http.store import keys
-from echomq_http.store.luafunctions import library, library_name
+from echomq_http.store.luafunctions import USE_KEYS, library, library_name
 from echomq_http.store.luatrim import trimmed
 
 if TYPE_CHECKING:
@@ -79,10 +79,16 @@ PLACEHOLDERS: Mapping[str, str] = {
     "GROUPS_NAME": keys.GROUPS_NAME,
     "PARKED_NAME": keys.PARKED_NAME,
     "SCHEDULE_SUFFIX": keys.SCHEDULE_SUFFIX,
+    "KIDS_SUFFIX": keys.KIDS_SUFFIX,
+    "KIDRES_SUFFIX": keys.KIDRES_SUFFIX,
+    "WAITING_CHILDREN_NAME": keys.WAITING_CHILDREN_NAME,
+    "OUTBOX_NAME": keys.OUTBOX_NAME,
+    "PARENTS_NAME": keys.PARENTS_NAME,
     "SCHEDULES_NAME": keys.SCHEDULES_NAME,
     "TIMETABLE_NAME": keys.TIMETABLE_NAME,
     "QUEUE_NAME_START": str(len(keys.queue_prefix("")) - 1),  # where the name starts in the prefix
-    "SCRIPT_KEY_NAMES": "{" + ", ".join(f"'{name}'" for name in keys.SCRIPT_KEY_NAMES) + "}",
+    # A queue's script keys from its prefix (include/base.lua queue_keys), as Lua expressions.
+    "SCRIPT_KEYS_OF_PREFIX": ", ".join(f"prefix .. '{name}'" for name in keys.SCRIPT_KEY_NAMES),
     "DUE_INDEX": keys.DUE_INDEX,  # a single server's due index (include/base.lua queue_keys)
     "MAX_PRIORITY": str(limits.MAX_PRIORITY),
     "LEASE_ID_CHARS": str(limits.LEASE_ID_CHARS),
@@ -124,7 +130,8 @@ class Rendered:
     def __init__(self, includes: list[str], body: str) -> None:
         self.includes = includes  # each include as inlined (trimmed), in order
         self.body = body  # the script's own text, its include lines taken out
-        self.text = "".join(includes) + body
+        # An EVAL script cannot bind its values again for another queue (store/luafunctions.py).
+        self.text = f"local {USE_KEYS} = nil\n" + "".join(includes) + body
 
 
 def _include_order(names: Sequence[str], include_dir: Path) -> list[str]:

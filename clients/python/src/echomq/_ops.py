@@ -185,6 +185,7 @@ _read_group_limit = reader(m.GroupLimit)
 _read_group_page = reader(m.GroupPage)
 _read_cancelled = reader(m.Cancelled)
 _read_promoted = reader(m.Promoted)
+_read_flow = _field(m._Flow, "jobs")
 _read_history = _field(m._History, "minutes")
 _read_schedule = reader(m.Schedule)
 _read_schedules = _field(m._Schedules, "schedules")
@@ -222,6 +223,24 @@ def _new_job(job: Union[m.NewJob, Mapping[str, Any]]) -> m.NewJob:
     if isinstance(job, m.NewJob):
         return job
     return msgspec.convert(dict(job), m.NewJob)
+
+
+def _flow_node(node: Union[m.FlowNode, Mapping[str, Any]]) -> m.FlowNode:
+    if isinstance(node, m.FlowNode):
+        return node
+    return msgspec.convert(dict(node), m.FlowNode)
+
+
+def _every_id_given(node: m.FlowNode) -> bool:
+    return node.id is not None and all(_every_id_given(child) for child in node.children or [])
+
+
+def create_flow(job: Union[m.FlowNode, Mapping[str, Any]]) -> Op[list[m.FlowJob]]:
+    root = _flow_node(job)
+    # Repeated only when every node has its id: then the service answers a repeat as the first.
+    return Op(
+        "POST", "/v1/flows", _read_flow, idempotent=_every_id_given(root), body=_encoder.encode({"job": root})
+    )
 
 
 def _ack_item(item: Union[m.AckItem, Mapping[str, Any]]) -> m.AckItem:

@@ -133,6 +133,13 @@ class Client(_Base):
             )
         )
 
+    def create_flow(self, job: Union[m.FlowNode, Mapping[str, Any]]) -> list[m.FlowJob]:
+        """Make a flow: ``job`` runs once all its ``children`` (jobs in any queues, each maybe
+        with children of its own) have finished; the jobs made or found, root first. With every
+        node's ``id`` given the call is idempotent (and retried safely); ``JobExists`` when a
+        node's id is another job's (nothing is made)."""
+        return self._call(_ops.create_flow(job))
+
     def enqueue_many(
         self,
         queue: str,
@@ -812,6 +819,9 @@ class AsyncClient(_Base):
 
     async def promote(self, queue: str, id: str) -> m.Promoted:
         return await self._call(_ops.promote(queue, id))
+
+    async def create_flow(self, job: Union[m.FlowNode, Mapping[str, Any]]) -> list[m.FlowJob]:
+        return await self._call(_ops.create_flow(job))
 
     async def delete_job(self, queue: str, id: str) -> None:
         return await self._call(_ops.delete_job(queue, id))

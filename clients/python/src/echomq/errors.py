@@ -96,6 +96,11 @@ class NotDelayed(APIError):
     """409 not_delayed: only a delayed job can be promoted; this one is in another state."""
 
 
+class JobExists(APIError):
+    """409 job_exists: a flow node's id names a job that is not that node of this flow (another
+    job, or a flow with another tree under this root id); nothing was made."""
+
+
 class TooManyQueues(APIError):
     """409 too_many_queues: the queue is new and the service holds its most queues already
     (EMQ_MAX_QUEUES); nothing was stored."""
@@ -129,6 +134,7 @@ ERRORS_BY_CODE: dict[str, type[APIError]] = {
     "job_active": JobActive,
     "no_session": NoSession,
     "not_delayed": NotDelayed,
+    "job_exists": JobExists,
     "too_many_queues": TooManyQueues,
     "request_timeout": RequestTimeout,
     "payload_too_large": PayloadTooLarge,

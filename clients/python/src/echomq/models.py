@@ -11,7 +11,8 @@ from typing import Any, Literal, Optional
 
 import msgspec
 
-JobState = Literal["waiting", "delayed", "active", "completed", "failed", "cancelled"]
+JobState = Literal["waiting", "delayed", "active", "completed", "failed", "cancelled", "waiting_children"]
+OnFailure = Literal["fail", "ignore"]  # what a flow's child's dead letter does to its parent
 DelayReason = Literal["delay", "retry"]  # an enqueue's delay_ms, or a failed attempt's backoff
 BackoffType = Literal["fixed", "exponential"]
 Overlap = Literal["allow", "skip"]
@@ -44,6 +45,16 @@ class NewJob(_Model, omit_defaults=True):
     max_attempts: Optional[int] = None
     backoff: Optional[Backoff] = None
     group: Optional[str] = None
+
+
+class FlowNode(NewJob, omit_defaults=True, kw_only=True):
+    """A job of a flow: an enqueue's fields, the queue it goes to, and the ``children`` (in any
+    queues) that must all finish before it runs; ``on_failure`` says what this job's dead letter
+    does to its parent (``fail``, the default, fails it; ``ignore`` counts it as finished)."""
+
+    queue: str
+    children: Optional[list[FlowNode]] = None
+    on_failure: Optional[OnFailure] = None
 
 
 class ScheduleJob(_Model, omit_defaults=True):
@@ -184,6 +195,35 @@ class Released(_Model):
     state: Literal["waiting", "cancelled"]
 
 
+class JobRef(_Model):
+    """A job named by its queue and id (a flow's parent)."""
+
+    queue: str
+    id: str
+
+
+class ChildCounts(_Model):
+    """A flow's parent's children by how they stand."""
+
+    total: int
+    pending: int
+    completed: int
+    failed: int  # dead-lettered, cancelled or deleted before finishing, under on_failure fail
+    ignored: int  # the same under on_failure ignore
+
+
+class FlowJob(_Model):
+    """One job of a flow as its creation made or found it."""
+
+    queue: str
+    id: str
+    state: JobState
+
+
+class _Flow(_Model):
+    jobs: list[FlowJob]
+
+
 class Job(_Model):
     """A stored job as ``GET /v1/queues/{queue}/jobs/{id}`` shows it."""
 
@@ -209,6 +249,8 @@ class Job(_Model):
     finished_at: Optional[int] = None  # completed, failed or cancelled at
     run_at: Optional[int] = None  # only while delayed: when it becomes waiting (epoch ms)
     delay_reason: Optional[DelayReason] = None  # only while delayed: why
+    parent: Optional[JobRef] = None  # the job that waits for this one (a flow's parent)
+    children: Optional[ChildCounts] = None  # a parent's children by how they stand
 
 
 class Schedule(_Model, kw_only=True):
@@ -244,6 +286,7 @@ class Counts(_Model):
     completed: int
     failed: int
     cancelled: int = 0
+    waiting_children: int = 0  # a flow's parents waiting for their children
 
 
 class QueueInfo(_Model):
@@ -383,6 +426,7 @@ EventType = Literal[
     "cancelled",
     "promoted",
     "deleted",
+    "children_completed",
     "paused",
     "resumed",
     "resync",

@@ -41,7 +41,7 @@ LeaseId = Annotated[str, Meta(min_length=1, max_length=128)]
 EpochMs = Annotated[int, Meta(description="epoch milliseconds, Redis server clock")]
 
 
-JobState = Literal["waiting", "delayed", "active", "completed", "failed", "cancelled"]
+JobState = Literal["waiting", "delayed", "active", "completed", "failed", "cancelled", "waiting_children"]
 
 
 DelayReason = Literal["delay", "retry"]

@@ -47,6 +47,7 @@ EventType = Literal[
     "cancelled",
     "promoted",
     "deleted",
+    "children_completed",
     "paused",
     "resumed",
     "resync",
@@ -66,9 +67,10 @@ class StreamEvent(Struct, omit_defaults=True):
             description="enqueued {state} (redriven: true for a redrive); leased {worker, attempt, fence, "
             "lease_expires_at}; progress {worker, progress or progress_truncated}; completed "
             "{worker, attempt}; retrying {attempt, state, error}; failed "
-            "{attempt, reason: fail|lease_expired|stalled, error} "
+            "{attempt, reason: fail|lease_expired|stalled|child_failed, error} "
             "(dead-lettered); released {worker}; reclaimed {worker, attempt}; cancel_requested; "
-            "cancelled; promoted (a delayed job made waiting now); deleted; paused and resumed (no id); "
+            "cancelled; promoted (a delayed job made waiting now); deleted; children_completed (a flow's "
+            "parent made waiting: its children finished); paused and resumed (no id); "
             "resync {after, oldest}: events after `after` are no longer kept"
         ),
     ]
@@ -93,7 +95,8 @@ class StreamEvent(Struct, omit_defaults=True):
     ] = UNSET
     error: Annotated[str | UnsetType | None, Meta(description="retrying, failed: the error text")] = UNSET
     reason: Annotated[
-        Literal["fail", "lease_expired", "stalled"] | UnsetType, Meta(description="failed: why")
+        Literal["fail", "lease_expired", "stalled", "child_failed"] | UnsetType,
+        Meta(description="failed: why"),
     ] = UNSET
     redriven: Annotated[bool | UnsetType, Meta(description="enqueued by a redrive")] = UNSET
     after: Annotated[int | UnsetType, Meta(description="resync: the id asked to resume after")] = UNSET
@@ -125,6 +128,9 @@ class Counts(Struct):
             "EMQ_FAILED_MAX)"
         ),
     ]
+    waiting_children: Annotated[
+        int, Meta(description="waiting for their children to finish (a flow's parents)")
+    ] = 0
 
 
 class QueueView(Struct):

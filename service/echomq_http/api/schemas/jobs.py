@@ -146,6 +146,25 @@ class EnqueueManyResponse(Struct):
     jobs: Annotated[list[EnqueueResponse], Meta(description="one per job, in the order sent")]
 
 
+class JobRef(Struct):
+    """A job of another queue, or of the same one."""
+
+    queue: QueueName
+    id: JobId
+
+
+class ChildCounts(Struct):
+    """A parent's children by how they stand (a child's latest outcome replaces an earlier one)."""
+
+    total: Annotated[int, Meta(description="children declared or added")]
+    pending: Annotated[int, Meta(description="not finished yet")]
+    completed: Annotated[int, Meta(description="completed: their results are kept with the parent")]
+    failed: Annotated[
+        int, Meta(description="dead-lettered, cancelled or deleted before finishing, under on_failure fail")
+    ]
+    ignored: Annotated[int, Meta(description="the same under on_failure ignore: counted as finished")]
+
+
 class JobView(Struct):
     """A job as kept, in any state."""
 
@@ -157,7 +176,7 @@ class JobView(Struct):
         Meta(
             description="waiting: leasable; delayed: leasable later (delay_ms, or a retry's backoff); "
             "active: leased; completed: acked; failed: dead-lettered; cancelled: cancelled (never leased "
-            "again)"
+            "again); waiting_children: waits for its children (a flow's parent)"
         ),
     ]
     payload: Annotated[Raw, Meta(description="the payload, exactly as enqueued")]
@@ -222,6 +241,12 @@ class JobView(Struct):
             description="only while delayed: why; delay: the enqueue's delay_ms, retry: a failed attempt's "
             "backoff (or its retry_after_ms); else null"
         ),
+    ] = None
+    parent: Annotated[
+        JobRef | None, Meta(description="the job that waits for this one (a flow's parent), or null")
+    ] = None
+    children: Annotated[
+        ChildCounts | None, Meta(description="the job's children by how they stand, or null when it has none")
     ] = None
 
 

@@ -1,0 +1,168 @@
+"""Flows: jobs that wait for other jobs, across queues (docs/FLOWS-DESIGN.md).
+
+A flow is made top-down, one script call per level of the tree and queue (lua/create_flow.lua):
+every parent exists, waiting for all the children it declares, before any of them, so no parent
+can run early whatever order they finish in, and a creation cut short leaves nothing that runs
+too soon; the same request again makes only what is missing. Before anything is written the
+same calls look (check only), so that a node whose id is another job's refuses the request whole.
+A child's final transition tells its parent in the same script call (include/flows.lua) when
+the parent is within reach; otherwise the outcome waits in the child queue's outbox, which the
+sweep finds and this module delivers to each parent's queue (deliver.lua), then trims
+(outbox_done.lua): a crash between the two delivers again, and a repeat changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import msgspec
+from msgspec import UNSET
+
+from echomq_http.api.schemas.flows import FlowJob, FlowNode
+from echomq_http.core import limits
+from echomq_http.core.bindings import (
+    CreateFlow,
+    Deliver,
+    FlowNodeMade,
+    OutboxDone,
+    ScriptFlowNode,
+    parent_prefix_of,
+)
+from echomq_http.core.errors import InvalidRequest, JobExists
+from echomq_http.core.queue import JobQueues, new_job_id, script_job
+from echomq_http.store.keys import queue_of_prefix, queue_prefix
+
+OUTBOX_PAGE = 100  # outbox entries read and delivered per call, per queue and step
+MAX_OUTBOX_PAGES = 10  # per queue per sweep: 1,000 deliveries; more go on at the next tick
+
+
+@dataclass(eq=False)
+class _Node:
+    request: FlowNode
+    id: str
+    level: int
+    children: list[_Node] = field(default_factory=list)
+    token: str = ""  # a parent's kids_token: a new one, or the one it was made with
+    link: str | None = None  # its parent's "<prefix> <id> <token>", once the parent's token is known
+    made: FlowNodeMade | None = None
+
+    @property
+    def queue(self) -> str:
+        return self.request.queue
+
+    @property
+    def ref(self) -> str:
+        return f"{self.queue} {self.id}"
+
+    def script_node(self) -> ScriptFlowNode:
+        job = self.request
+        return ScriptFlowNode(
+            **msgspec.structs.asdict(script_job(job, self.id, None)),
+            parent=self.link,
+            on_failure="ignore" if self.link and job.on_failure == "ignore" else None,
+            children=[(child.ref, child.request.on_failure) for child in self.children] or None,
+            token=self.token or None,
+        )
+
+
+def _tree(root: FlowNode) -> list[_Node]:
+    """The nodes in pre-order, each with its id (a new one when the client gave none); 400 for a
+    tree over the limits or one that names a job twice."""
+    nodes: list[_Node] = []
+
+    def visit(request: FlowNode, level: int) -> _Node:
+        if level > limits.MAX_FLOW_DEPTH:
+            raise InvalidRequest(
+                f"a flow is at most {limits.MAX_FLOW_DEPTH} levels deep (the root is level 1)"
+            )
+        if len(nodes) >= limits.MAX_FLOW_NODES:
+            raise InvalidRequest(f"a flow has at most {limits.MAX_FLOW_NODES} jobs")
+        node = _Node(request, request.id or new_job_id(), level)
+        nodes.append(node)
+        children = request.children if request.children is not UNSET else []
+        if children:
+            node.token = os.urandom(limits.FLOW_TOKEN_BYTES).hex()
+        node.children = [visit(child, level + 1) for child in children]
+        return node
+
+    visit(root, 1)
+    seen: set[tuple[str, str]] = set()
+    for node in nodes:
+        if (node.queue, node.id) in seen:
+            raise InvalidRequest(f"the flow names the job {node.queue}/{node.id} twice")
+        seen.add((node.queue, node.id))
+    return nodes
+
+
+def _steps(nodes: list[_Node]) -> Iterator[tuple[str, list[_Node]]]:
+    """The calls of a pass, top-down: each level's nodes, by queue."""
+    for level in range(1, max(node.level for node in nodes) + 1):
+        by_queue: dict[str, list[_Node]] = {}
+        for node in nodes:
+            if node.level == level:
+                by_queue.setdefault(node.queue, []).append(node)
+        yield from by_queue.items()
+
+
+class Flows:
+    """Making flows (POST /v1/flows) on a JobQueues' scripts."""
+
+    def __init__(self, queues: JobQueues) -> None:
+        self._queues = queues
+
+    async def create(self, root: FlowNode) -> tuple[bool, list[FlowJob]]:
+        """The flow's jobs in pre-order, and whether this call made any; JobExists (nothing
+        written) when a node's id names a job outside this flow, InvalidRequest for a bad tree."""
+        nodes = _tree(root)
+        for queue in dict.fromkeys(node.queue for node in nodes):
+            await self._queues.register(queue)
+        made_now: list[_Node] = []
+        for check_only in (True, False):
+            for queue, step in _steps(nodes):
+                try:
+                    made = await self._step(queue, step, check_only)
+                except JobExists:
+                    # Only a job made with a node's id between the check and this call: what this
+                    # request made goes again, so that no parent waits for a child never made.
+                    for node in reversed(made_now):
+                        await self._queues.delete(node.queue, node.id)
+                    raise
+                made_now += [node for node, found in zip(step, made, strict=True) if found.created]
+                for node, found in zip(step, made, strict=True):
+                    node.made = found
+                    if found.token:
+                        node.token = found.token  # the token it was made with, on a repeat
+                    prefix = queue_prefix(node.queue)
+                    for child in node.children:
+                        child.link = f"{prefix} {node.id} {node.token}"
+        created = any(node.made is not None and node.made.created for node in nodes)
+        return created, [FlowJob(queue=node.queue, id=node.id, state=node.made.state) for node in nodes]  # type: ignore[union-attr,arg-type]
+
+    async def _step(self, queue: str, step: list[_Node], check_only: bool) -> list[FlowNodeMade]:
+        args = CreateFlow.args(
+            [node.script_node() for node in step], [bytes(node.request.payload) for node in step], check_only
+        )
+        reply = await self._queues.call_script(CreateFlow.operation, queue, *args)
+        return CreateFlow.reply(reply, [node.id for node in step])
+
+    async def deliver_outbox(self, queue: str) -> int:
+        """The queue's outbox delivered to the parents' queues, a page at a time (at most
+        MAX_OUTBOX_PAGES); how many entries were delivered."""
+        outbox = self._queues.keys(queue).outbox
+        delivered = 0
+        for _ in range(MAX_OUTBOX_PAGES):
+            entries: list[bytes] = await self._queues.client.lrange(outbox, 0, OUTBOX_PAGE - 1)
+            if not entries:
+                break
+            by_parent_queue: dict[str, list[bytes]] = {}
+            for entry in entries:
+                by_parent_queue.setdefault(queue_of_prefix(parent_prefix_of(entry)), []).append(entry)
+            for parent_queue, delivering in by_parent_queue.items():
+                await self._queues.call_script(Deliver.operation, parent_queue, *Deliver.args(delivering))
+            await self._queues.call_script(OutboxDone.operation, queue, *OutboxDone.args(entries))
+            delivered += len(entries)
+            if len(entries) < OUTBOX_PAGE:
+                break
+        return delivered
