@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -68,6 +69,13 @@ ENDPOINTS = [
     ("read", "GET", Q + "/schedules", None),
     ("enqueue", "POST", Q + "/schedules/s/trigger", None),
     ("enqueue", "DELETE", Q + "/schedules/s", None),
+    (
+        "enqueue",
+        "POST",
+        "/v1/flows",
+        {"job": {"queue": "{q}", "payload": 1, "children": [{"queue": "{q}", "payload": 2}]}},
+    ),
+    ("read", "GET", JOB + "/children", None),
 ]
 ALLOWED = {
     "admin": {"enqueue", "work", "read", "admin"},
@@ -103,6 +111,8 @@ async def call(
 async def test_each_role_on_each_endpoint(
     http: httpx.AsyncClient, queue: str, role: str, action: str, method: str, path: str, body: object
 ) -> None:
+    if isinstance(body, dict) and "job" in body and path == "/v1/flows":
+        body = json.loads(json.dumps(body).replace("{q}", queue))
     response = await call(http, method, path.format(q=queue), body, bearer(role))
     if action in ALLOWED[role]:
         assert response.status_code not in (401, 403), response.text
@@ -168,6 +178,21 @@ async def test_public_endpoints_and_metrics(http: httpx.AsyncClient) -> None:
     assert_problem(await http.get("/metrics"), 401, "unauthorized")
     for role in ("producer", "worker", "admin", "scoped"):
         assert (await http.get("/metrics", headers=bearer(role))).status_code == 200
+
+
+async def test_a_flow_needs_the_right_on_every_queue_it_names_and_makes_nothing_without(
+    http: httpx.AsyncClient, queue: str, scoped_queue: str
+) -> None:
+    """The scoped token covers sms-*: a flow whose child is in another queue is refused whole."""
+    await http.put(f"/v1/queues/{scoped_queue}/settings", json={}, headers=bearer("admin"))
+    flow = {
+        "job": {"queue": scoped_queue, "id": "p", "payload": 1, "children": [{"queue": queue, "payload": 2}]}
+    }
+    for role in ("scoped", "worker"):
+        assert_problem(await http.post("/v1/flows", json=flow, headers=bearer(role)), 403, "forbidden")
+    assert (await http.get(f"/v1/queues/{scoped_queue}/jobs/p", headers=bearer("admin"))).status_code == 404
+    answer = await http.post("/v1/flows", json=flow, headers=bearer("producer"))
+    assert answer.status_code == 201, answer.text
 
 
 @pytest.fixture

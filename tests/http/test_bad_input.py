@@ -86,7 +86,7 @@ def assert_problem(
 # The world every case runs against, and its snapshot
 # --------------------------------------------------------------------------------------------
 
-QUEUE = "$Q"  # placeholder in case paths for the seeded queue's name
+QUEUE = "$Q"  # placeholder in case paths (and flows' bodies) for the seeded queue's name
 LEASE = "$LEASE"  # placeholder in case bodies for the seeded job's real lease id
 HELD, WAITING, LATER, DEAD = "held-1", "waiting-1", "later-1", "dead-1"
 HOLDER = "w1"
@@ -218,7 +218,10 @@ class Case:
         raw = self.body
         if not isinstance(raw, bytes):
             raw = json.dumps(raw, ensure_ascii=False).encode()
-        return raw.replace(LEASE.encode(), world.lease_id.encode())
+        # A flow's nodes name their queue in the body: the seeded queue's, as in the paths.
+        return raw.replace(LEASE.encode(), world.lease_id.encode()).replace(
+            QUEUE.encode(), world.queue.encode()
+        )
 
     def url(self, world: World) -> str:
         return self.path.replace(QUEUE, world.queue)
@@ -276,6 +279,12 @@ ENDPOINTS: dict[str, Endpoint] = {
     "fail": Endpoint("POST", "/v1/queues/{queue}/jobs/{job}/fail", {"lease_id": LEASE, "error": "boom"}),
     "release": Endpoint("POST", "/v1/queues/{queue}/jobs/{job}/release", {"lease_id": LEASE}),
     "get_job": Endpoint("GET", "/v1/queues/{queue}/jobs/{job}"),
+    "list_children": Endpoint("GET", "/v1/queues/{queue}/jobs/{job}/children"),
+    "create_flow": Endpoint(
+        "POST",
+        "/v1/flows",
+        {"job": {"queue": QUEUE, "payload": 1, "children": [{"queue": QUEUE, "payload": 2}]}},
+    ),
     "delete_job": Endpoint("DELETE", "/v1/queues/{queue}/jobs/{job}"),
     "list_queues": Endpoint("GET", "/v1/queues"),
     "get_queue": Endpoint("GET", "/v1/queues/{queue}"),
@@ -357,6 +366,7 @@ INVALID_UTF8_BODIES = {
     "session_heartbeat": b'{"ttl_ms": "\xff"}',
     "set_group": b'{"max_in_flight": "\xff"}',
     "put_schedule": b'{"cron": "\xff", "job": {"payload": 1}}',
+    "create_flow": b'{"job": {"queue": "q1", "payload": 1, "name": "\xff"}}',
 }
 # The same strings as an unpaired UTF-16 surrogate escape: valid-looking JSON, not encodable text.
 LONE_SURROGATE_BODIES = {
@@ -384,6 +394,7 @@ FLOAT_FIRST_FIELD = {
     "session_heartbeat": "ttl_ms",
     "set_group": "max_in_flight",
     "put_schedule": "every_ms",
+    "create_flow": "job",
 }
 
 
@@ -1056,7 +1067,39 @@ def domain_cases() -> list[Case]:
             "lease",
         ),
     ]
-    for call in ("get_job", "delete_job"):
+    # A flow: the same job twice, a parent on a node, an unknown policy, too deep, too many.
+    e = ENDPOINTS["create_flow"]
+    leaf = {"queue": QUEUE, "payload": 1, "id": "twice"}
+    deep: dict[str, Any] = {"queue": QUEUE, "payload": 1}
+    for _ in range(10):
+        deep = {"queue": QUEUE, "payload": 1, "children": [deep]}
+    cases += [
+        e.case(
+            "create_flow-same-job-twice",
+            {"job": {"queue": QUEUE, "payload": 0, "children": [leaf, leaf]}},
+            hint="twice",
+        ),
+        e.case(
+            "create_flow-parent-on-a-node",
+            {"job": {**leaf, "parent": {"queue": QUEUE, "id": HELD}}},
+            hint="parent",
+        ),
+        e.case("create_flow-unknown-policy", {"job": {**leaf, "on_failure": "retry"}}, hint="on_failure"),
+        e.case("create_flow-11-levels", {"job": deep}, hint="levels"),
+        e.case(
+            "create_flow-1001-jobs",
+            {"job": {"queue": QUEUE, "payload": 0, "children": [{"queue": QUEUE, "payload": 1}] * 1000}},
+            hint="1000",
+        ),
+        e.case(
+            "create_flow-id-of-another-job",
+            {"job": {"queue": QUEUE, "payload": 0, "children": [{"queue": QUEUE, "payload": 1, "id": HELD}]}},
+            409,
+            "job_exists",
+            HELD,
+        ),
+    ]
+    for call in ("get_job", "delete_job", "list_children"):
         e = ENDPOINTS[call]
         cases.append(
             e.case(f"{call}-missing-job", status=404, code="job_not_found", hint="nope-1", job="nope-1")
@@ -1453,6 +1496,7 @@ OVERSIZED_BODIES: dict[str, Any] = {
     "session_heartbeat": {"info": {"host": OVERSIZED}},  # under 4 KiB: only the body limit is hit
     "set_group": {"max_in_flight": 2, "bogus": OVERSIZED},
     "put_schedule": {"every_ms": 60_000, "job": {"payload": OVERSIZED}},
+    "create_flow": {"job": {"queue": QUEUE, "payload": OVERSIZED}},
 }
 assert set(OVERSIZED_BODIES) == set(BODY_ENDPOINTS)
 

@@ -203,3 +203,42 @@ async def test_a_child_deleted_before_it_finished_counts_as_a_failure_for_its_po
     assert (await get_job(client, queue, "parent"))["state"] == "waiting_children"
     await ack(client, other, await lease_one(client, other))
     await parent_becomes(client, queue, "parent", "waiting")
+
+
+async def children_of(client: httpx.AsyncClient, queue: str, job_id: str, **params: Any) -> dict[str, Any]:
+    response = await client.get(f"/v1/queues/{queue}/jobs/{job_id}/children", params=params)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def test_the_children_list_page_by_page_with_what_each_handed_the_parent(
+    client: httpx.AsyncClient, queue: str, other_queue: str
+) -> None:
+    other = other_queue
+    await made(
+        client,
+        node(queue, "sum", node(other, "c1"), node(other, "c2", on_failure="ignore"), node(queue, "c3")),
+    )
+    jobs = {job["id"]: job for job in await lease(client, other, max_jobs=2)}
+    await ack(client, other, jobs["c1"], {"n": 1})
+    await fail_for_good(client, other, jobs["c2"], "bad row")
+
+    async def both_told() -> bool:
+        return (await get_job(client, queue, "sum"))["children"]["pending"] == 1
+
+    await eventually(both_told, "the parent told of c1 and c2", timeout_s=DELIVERY_S)
+    first = await children_of(client, queue, "sum", limit=2)
+    assert first["children"] == [
+        {"queue": other, "id": "c1", "state": "completed", "result": {"n": 1}},
+        {"queue": other, "id": "c2", "state": "failed", "error": "bad row"},
+    ]
+    second = await children_of(client, queue, "sum", cursor=first["next_cursor"])
+    assert second == {"children": [{"queue": queue, "id": "c3", "state": "waiting"}], "next_cursor": None}
+    # The results are the parent's: a child gone (deleted after it finished) still lists with them.
+    assert (await client.delete(f"/v1/queues/{other}/jobs/c1")).status_code == 204
+    listed = await children_of(client, queue, "sum")
+    assert listed["children"][0] == {"queue": other, "id": "c1", "state": "completed", "result": {"n": 1}}
+    assert (await children_of(client, queue, "c3")) == {"children": [], "next_cursor": None}  # a leaf
+    assert_problem(await client.get(f"/v1/queues/{queue}/jobs/nope/children"), 404, "job_not_found")
+    bad = await client.get(f"/v1/queues/{queue}/jobs/sum/children", params={"cursor": "x1"})
+    assert_problem(bad, 400, "invalid_request")

@@ -27,6 +27,7 @@ CONTRACT = {
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/enqueue"),
     ("post", "/v1/flows"),  # v1.2
+    ("get", "/v1/queues/{queue}/jobs/{id}/children"),  # v1.2
     ("post", "/v1/queues/{queue}/lease"),
     ("post", "/v1/queues/{queue}/jobs/{id}/heartbeat"),
     ("post", "/v1/queues/{queue}/heartbeat"),  # v1.1

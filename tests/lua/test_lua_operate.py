@@ -19,6 +19,7 @@ OPERATIONS = [
     "ack-lease",
     "admit-queue",
     "cancel",
+    "children",
     "counts",
     "create-flow",
     "delete",

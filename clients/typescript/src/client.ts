@@ -31,6 +31,8 @@ export type CancelResponse = Schemas["CancelResponse"];
 export type PromoteResponse = Schemas["PromoteResponse"];
 export type FlowNode = Schemas["FlowNode"];
 export type FlowJob = Schemas["FlowJob"];
+export type ChildView = Schemas["ChildView"];
+export type ChildrenPage = Schemas["ChildrenPage"];
 export type JobView = Schemas["JobView"];
 export type JobState = JobView["state"];
 export type JobPage = Schemas["JobPage"];
@@ -390,6 +392,13 @@ export class Client {
    * next page, until it is null. */
   listJobs(queue: string, options: { state: JobState; limit?: number; cursor?: string }): Promise<JobPage> {
     return this.call("get", "/v1/queues/{queue}/jobs", { path: { queue }, query: options, idempotent: true });
+  }
+
+  /** A page of the job's children in the order they were added, each with its state and what it
+   * handed the job (`result`, or `error`); pass `next_cursor` as `cursor` for the next page. */
+  children(queue: string, id: string, options: { limit?: number; cursor?: string } = {}): Promise<ChildrenPage> {
+    const query = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
+    return this.call("get", "/v1/queues/{queue}/jobs/{id}/children", { path: { queue, id }, query, idempotent: true });
   }
 
   /** Every job in one state, page after page (`limit` per page). A job that moves while the

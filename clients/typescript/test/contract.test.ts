@@ -16,6 +16,7 @@ const METHOD_OF_OPERATION: { [Id in keyof operations]: MethodName } = {
   enqueue: "enqueue",
   enqueueMany: "enqueueMany",
   createFlow: "createFlow",
+  listChildren: "children",
   lease: "lease",
   heartbeat: "heartbeat",
   heartbeatMany: "heartbeatMany",

@@ -3,7 +3,7 @@ module per tag (jobs, working, inspection, operations, schedules), plumbing in a
 
 from __future__ import annotations
 
-from echomq_http.api.flows import create_flow
+from echomq_http.api.flows import create_flow, list_children
 from echomq_http.api.inspection import (
     events,
     get_ledger,
@@ -59,6 +59,7 @@ QUEUE_HANDLERS = [
     fail,
     release,
     get_job,
+    list_children,
     cancel,
     promote,
     events,

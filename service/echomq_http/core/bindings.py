@@ -674,12 +674,6 @@ class FireSchedules(Binding):
         return (len(runs), *flat)
 
 
-# The scripts that write nothing (their functions say so; no WAIT after them in durable mode).
-READ_ONLY_OPERATIONS = frozenset(
-    {binding.operation for binding in Binding.__subclasses__() if binding.read_only}
-)
-
-
 # --- flows -------------------------------------------------------------------------------------
 
 
@@ -751,3 +745,40 @@ OUTBOX_FIELD_SEPARATOR = b"\n"  # include/flows.lua FIELD_SEPARATOR; the parent'
 def parent_prefix_of(entry: bytes) -> str:
     """The key prefix of the parent an outbox entry is for."""
     return entry.split(OUTBOX_FIELD_SEPARATOR, 1)[0].decode()
+
+
+class ChildOutcome(msgspec.Struct, frozen=True):
+    """A child as its parent knows it: its queue and id, its status (p pending, c completed, f
+    dead-lettered, x cancelled, d deleted before finishing) and what it handed the parent."""
+
+    queue: str
+    id: str
+    status: str
+    detail: bytes
+
+
+class Children(Binding):
+    operation = "children"
+    read_only = True
+
+    @staticmethod
+    def args(parent_id: str, after: int, limit: int) -> tuple[object, ...]:
+        return (parent_id, after, limit)
+
+    @staticmethod
+    def reply(reply: list[Any], parent_id: str) -> tuple[int, list[ChildOutcome]]:
+        """Where the next page starts (0: this is the last) and the page's children."""
+        if reply and reply[0] == ScriptCode.JOB_NOT_FOUND and len(reply) == 1:
+            raise_for_code(reply[0], parent_id)
+        next_after, *flat = reply
+        children = []
+        for i in range(0, len(flat), 3):
+            queue, child_id = flat[i].decode().split(" ")
+            children.append(ChildOutcome(queue, child_id, flat[i + 1].decode(), flat[i + 2]))
+        return next_after, children
+
+
+# The scripts that write nothing (their functions say so; no WAIT after them in durable mode).
+READ_ONLY_OPERATIONS = frozenset(
+    {binding.operation for binding in Binding.__subclasses__() if binding.read_only}
+)

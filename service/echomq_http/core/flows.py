@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 import msgspec
 from msgspec import UNSET
 
-from echomq_http.api.schemas.flows import FlowJob, FlowNode
+from echomq_http.api.schemas.flows import ChildView, FlowJob, FlowNode
 from echomq_http.core import limits
 from echomq_http.core.bindings import (
+    Children,
     CreateFlow,
     Deliver,
     FlowNodeMade,
@@ -33,6 +34,10 @@ from echomq_http.core.bindings import (
 from echomq_http.core.errors import InvalidRequest, JobExists
 from echomq_http.core.queue import JobQueues, new_job_id, script_job
 from echomq_http.store.keys import queue_of_prefix, queue_prefix
+
+# A finished child's status as its parent keeps it, as the state shown once the child is gone.
+FINISHED_AS = {"c": "completed", "f": "failed", "x": "cancelled", "d": "deleted", "p": "deleted"}
+MAX_CURSOR_POSITION = 2**53  # positions are counts of children added, far below
 
 OUTBOX_PAGE = 100  # outbox entries read and delivered per call, per queue and step
 MAX_OUTBOX_PAGES = 10  # per queue per sweep: 1,000 deliveries; more go on at the next tick
@@ -166,3 +171,37 @@ class Flows:
             if len(entries) < OUTBOX_PAGE:
                 break
         return delivered
+
+    async def children(
+        self, queue: str, job_id: str, limit: int, cursor: str | None
+    ) -> tuple[list[ChildView], str | None]:
+        """A page of the job's children, each with its state now (read from its own queue: another
+        slot, maybe) and what it handed the parent; JobNotFound for no such job."""
+        after = 0 if cursor is None else _position(cursor)
+        reply = await self._queues.call_script(
+            Children.operation, queue, *Children.args(job_id, after, limit)
+        )
+        next_after, outcomes = Children.reply(reply, job_id)
+        # One pipeline of reads (per node on a Cluster), at most `limit` of them.
+        pipeline = self._queues.client.pipeline(transaction=False)
+        for outcome in outcomes:
+            pipeline.hget(self._queues.keys(outcome.queue).job(outcome.id), "state")
+        states = await pipeline.execute() if outcomes else []
+        page = []
+        for outcome, live in zip(outcomes, states, strict=True):
+            state = (
+                live.decode() if live is not None and outcome.status != "d" else FINISHED_AS[outcome.status]
+            )
+            view = ChildView(queue=outcome.queue, id=outcome.id, state=state)  # type: ignore[arg-type]
+            if outcome.status == "c":
+                view.result = msgspec.Raw(outcome.detail or b"null")
+            elif outcome.status != "p":
+                view.error = outcome.detail.decode()
+            page.append(view)
+        return page, (str(next_after) if next_after else None)
+
+
+def _position(cursor: str) -> int:
+    if not cursor.isdigit() or not cursor.isascii() or len(cursor) > 16 or int(cursor) > MAX_CURSOR_POSITION:
+        raise InvalidRequest(f"query parameter cursor is not a cursor this listing made: {cursor!r}")
+    return int(cursor)

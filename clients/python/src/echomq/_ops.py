@@ -186,6 +186,7 @@ _read_group_page = reader(m.GroupPage)
 _read_cancelled = reader(m.Cancelled)
 _read_promoted = reader(m.Promoted)
 _read_flow = _field(m._Flow, "jobs")
+_read_children = reader(m.ChildPage)
 _read_history = _field(m._History, "minutes")
 _read_schedule = reader(m.Schedule)
 _read_schedules = _field(m._Schedules, "schedules")
@@ -539,6 +540,11 @@ def failed(queue: str, *, limit: Optional[int], offset: Optional[int]) -> Op[m.F
 def list_jobs(queue: str, state: str, *, limit: Optional[int], cursor: Optional[str]) -> Op[m.JobPage]:
     params = {k: v for k, v in {"state": state, "limit": limit, "cursor": cursor}.items() if v is not None}
     return Op("GET", f"{_q(queue)}/jobs", _read_job_page, idempotent=True, params=params)
+
+
+def children(queue: str, job_id: str, *, limit: Optional[int], cursor: Optional[str]) -> Op[m.ChildPage]:
+    params = {k: v for k, v in {"limit": limit, "cursor": cursor}.items() if v is not None}
+    return Op("GET", f"{_job(queue, job_id)}/children", _read_children, idempotent=True, params=params)
 
 
 def retry_failed(queue: str, ids: Optional[Iterable[str]]) -> Op[list[str]]:

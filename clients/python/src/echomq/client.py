@@ -370,6 +370,14 @@ class Client(_Base):
         the next page, until it is None."""
         return self._call(_ops.list_jobs(queue, state, limit=limit, cursor=cursor))
 
+    def children(
+        self, queue: str, id: str, *, limit: Optional[int] = None, cursor: Optional[str] = None
+    ) -> m.ChildPage:
+        """A page of the job's children in the order they were added, each with its state and
+        what it handed the job (``result``, or ``error``); pass ``next_cursor`` as ``cursor`` for
+        the next page, until it is None."""
+        return self._call(_ops.children(queue, id, limit=limit, cursor=cursor))
+
     # --- operating -----------------------------------------------------------------------------
 
     def cancel(self, queue: str, id: str, *, reason: Optional[str] = None) -> m.Cancelled:
@@ -811,6 +819,11 @@ class AsyncClient(_Base):
         self, queue: str, state: m.JobState, *, limit: Optional[int] = None, cursor: Optional[str] = None
     ) -> m.JobPage:
         return await self._call(_ops.list_jobs(queue, state, limit=limit, cursor=cursor))
+
+    async def children(
+        self, queue: str, id: str, *, limit: Optional[int] = None, cursor: Optional[str] = None
+    ) -> m.ChildPage:
+        return await self._call(_ops.children(queue, id, limit=limit, cursor=cursor))
 
     # --- operating -----------------------------------------------------------------------------
 

@@ -224,6 +224,30 @@ class _Flow(_Model):
     jobs: list[FlowJob]
 
 
+ChildState = Literal[
+    "waiting", "delayed", "active", "completed", "failed", "cancelled", "waiting_children", "deleted"
+]
+
+
+class Child(_Model, kw_only=True):
+    """One child of a job: its state now (once it is gone, the state it finished in, or
+    ``deleted``), and the ``result`` it handed its parent when it completed, or the ``error``."""
+
+    queue: str
+    id: str
+    state: ChildState
+    result: Any = None
+    error: Optional[str] = None
+
+
+class ChildPage(_Model):
+    """A page of a job's children in the order they were added; pass ``next_cursor`` as
+    ``cursor`` for the next, until it is None."""
+
+    children: list[Child]
+    next_cursor: Optional[str]
+
+
 class Job(_Model):
     """A stored job as ``GET /v1/queues/{queue}/jobs/{id}`` shows it."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from msgspec import UNSET, Meta, Struct, UnsetType
+from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
 from echomq_http.api.schemas.common import JobId, JobState, Name, QueueName
 from echomq_http.api.schemas.jobs import EnqueueRequest
@@ -54,3 +54,40 @@ class FlowResponse(Struct):
     """The jobs of a flow, in depth-first order, root first, children in the order given."""
 
     jobs: Annotated[list[FlowJob], Meta(description="every node, root first")]
+
+
+ChildState = Literal[
+    "waiting", "delayed", "active", "completed", "failed", "cancelled", "waiting_children", "deleted"
+]
+
+
+class ChildView(Struct, omit_defaults=True):
+    """One child of a job, with what it handed its parent."""
+
+    queue: QueueName
+    id: JobId
+    state: Annotated[
+        ChildState,
+        Meta(
+            description="the child's state now; once it is gone (its retention, a deletion), the state it "
+            "finished in; deleted when it was deleted before it finished"
+        ),
+    ]
+    result: Annotated[
+        Raw | UnsetType,
+        Meta(description="completed: its result (null when its ack sent none), kept with the parent"),
+    ] = UNSET
+    error: Annotated[
+        str | UnsetType,
+        Meta(description="dead-lettered, cancelled or deleted: the error handed to the parent"),
+    ] = UNSET
+
+
+class ChildrenPage(Struct):
+    """A page of a job's children, in the order they were added."""
+
+    children: Annotated[list[ChildView], Meta(description="each child once, in the order added")]
+    next_cursor: Annotated[
+        str | None,
+        Meta(description="opaque: pass it as cursor for the next page; null on the last page"),
+    ]
