@@ -13,6 +13,8 @@
 -- ARGV[2]     "1" = force (jobs in flight are deleted too), "0" = refuse while any are
 -- ARGV[3]     "1" on the first step
 -- ARGV[4]     step: at most this many jobs (and this many workers' held sets, and sessions)
+-- A job of a flow that had not finished is told to its parent as deleted (include/flows.lua);
+-- the queue's outbox outlives the deletion until the sweep has delivered it.
 -- Returns     1 the queue is gone, 0 more steps to go, -3 jobs in flight (first step, no force)
 -- @include base
 -- @include workers
@@ -21,12 +23,21 @@
 -- @include retention
 -- @include groups
 -- @include schedule
+-- @include flows
 local force, first, budget = ARGV[2] == '1', ARGV[3] == '1', tonumber(ARGV[4])
 if first and not force and redis.call('LLEN', ACTIVE) > 0 then return JOB_ACTIVE end
 
-local function delete_jobs(ids, with_locks)
+-- A job of a flow that had not finished counts as deleted for its parent (include/children.lua);
+-- a parent's children's outcomes go with it. on_flows: the queue has had flows' children (META).
+local on_flows = redis.call('HGET', META, 'flows')
+local function delete_jobs(ids, with_locks, unfinished)
   for _, id in ipairs(ids) do
-    redis.call('DEL', job_key(id))
+    if unfinished and on_flows then
+      local key = job_key(id)
+      local link = redis.call('HMGET', key, 'parent', 'on_failure')
+      if link[1] then child_finished(key, id, link[1], link[2], 'd', 'deleted') end
+    end
+    redis.call('DEL', job_keys(id))
     if with_locks then redis.call('DEL', lock_key(id)) end
   end
   budget = budget - #ids
@@ -50,21 +61,23 @@ end
 
 local in_flight = take_from_list(ACTIVE)
 call_chunked('ZREM', DEADLINES, in_flight)
-delete_jobs(in_flight, true)
-delete_jobs(take_from_zset(PRIO), false)
-delete_jobs(take_from_list(WAIT), false)
+delete_jobs(in_flight, true, true)
+delete_jobs(take_from_zset(PRIO), false, true)
+delete_jobs(take_from_list(WAIT), false, true)
+delete_jobs(take_from_zset(waiting_children_key()), false, true)
 -- Groups, one after another by name: its waiting jobs, then (once none are left) its hash.
 local g = groups()
 while budget > 0 do
   local group = redis.call('ZRANGE', g.GROUPS, 0, 0)[1]
   if not group then break end
-  delete_jobs(take_from_zset(g.wait_key(group)), false)
+  delete_jobs(take_from_zset(g.wait_key(group)), false, true)
   if redis.call('EXISTS', g.wait_key(group)) == 1 then break end
   redis.call('DEL', g.key(group))
   redis.call('ZREM', g.GROUPS, group)
   budget = budget - 1
 end
-for _, finished in ipairs({DELAYED, COMPLETED, FAILED, CANCELLED}) do delete_jobs(take_from_zset(finished), false) end
+delete_jobs(take_from_zset(DELAYED), false, true)
+for _, finished in ipairs({COMPLETED, FAILED, CANCELLED}) do delete_jobs(take_from_zset(finished), false) end
 -- Schedules: their hashes by the index of names (the jobs they made are deleted above).
 local schedule_names = take_from_zset(SCHEDULES)
 for _, name in ipairs(schedule_names) do redis.call('DEL', schedule_key(name)) end
@@ -79,11 +92,19 @@ if budget > 0 then
     redis.call('DEL', session_key(worker), owner_key(worker))
   end
 end
-for _, key in ipairs({ACTIVE, PRIO, WAIT, g.GROUPS, DELAYED, COMPLETED, FAILED, CANCELLED, SCHEDULES, WORKERS, SESSIONS}) do
-  if redis.call('EXISTS', key) == 1 then return 0 end
+for _, key in ipairs({ACTIVE, PRIO, WAIT, g.GROUPS, DELAYED, COMPLETED, FAILED, CANCELLED, SCHEDULES, WORKERS, SESSIONS,
+  waiting_children_key()}) do
+  if redis.call('EXISTS', key) == 1 then return finish_and_deliver(0, now_ms()) end
 end
 -- Nothing left but the queue's own small keys. DEADLINES can only hold entries of jobs that
--- were in the ledger, all deleted above.
-redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY, PREFIX .. '@RATE_NAME@', g.RING, g.PARKED, TIMETABLE)
-redis.call('ZREM', DUE, QUEUE)
+-- were in the ledger, all deleted above. The outbox stays until the sweep has delivered it
+-- (then it is empty, so gone): its parents live elsewhere and must hear of their children.
+redis.call('UNLINK', META, DEADLINES, EVENTS, HISTORY, PREFIX .. '@RATE_NAME@', g.RING, g.PARKED, TIMETABLE,
+  parents_key())
+finish_and_deliver(nil, now_ms())
+if redis.call('EXISTS', outbox_key()) == 1 then
+  redis.call('ZADD', DUE, now_ms(), QUEUE)
+else
+  redis.call('ZREM', DUE, QUEUE)
+end
 return 1

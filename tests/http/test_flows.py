@@ -242,3 +242,23 @@ async def test_the_children_list_page_by_page_with_what_each_handed_the_parent(
     assert_problem(await client.get(f"/v1/queues/{queue}/jobs/nope/children"), 404, "job_not_found")
     bad = await client.get(f"/v1/queues/{queue}/jobs/sum/children", params={"cursor": "x1"})
     assert_problem(bad, 400, "invalid_request")
+
+
+async def test_deleting_a_childs_queue_tells_the_parent_of_each_unfinished_child(
+    client: httpx.AsyncClient, queue: str, other_queue: str
+) -> None:
+    other = other_queue
+    await made(client, node(queue, "strict", node(other, "s1")))
+    await made(client, node(queue, "lenient", node(other, "l1", on_failure="ignore"), node(queue, "l2")))
+    await lease_one(client, other)  # one of them in flight: deleted too (force)
+    assert (await client.delete(f"/v1/queues/{other}", params={"force": "true"})).status_code == 204
+    strict = await parent_becomes(client, queue, "strict", "failed")
+    assert strict["error"] == f"child_failed: {other}/s1: deleted"
+
+    async def told() -> bool:
+        return (await get_job(client, queue, "lenient"))["children"]["ignored"] == 1
+
+    await eventually(told, "the lenient parent told", timeout_s=DELIVERY_S)
+    await ack(client, queue, await lease_one(client, queue))  # l2
+    await parent_becomes(client, queue, "lenient", "waiting")
+    assert (await children_of(client, queue, "lenient"))["children"][0]["state"] == "deleted"
