@@ -138,7 +138,8 @@ class QueueModel:
         return [job for job in self.jobs.values() if job.state in states]
 
     def counts(self) -> dict[str, int]:
-        return {state: len(self.in_state(state)) for state in STATES}
+        # No flows in this model: no job ever waits for children.
+        return {**{state: len(self.in_state(state)) for state in STATES}, "waiting_children": 0}
 
     def live_lease(self, job_id: str) -> str | None:
         job = self.jobs.get(job_id)
