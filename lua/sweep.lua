@@ -29,12 +29,15 @@
 -- ARGV[2]     batch size: at most this many jobs per kind of work (at most 5000), and this many
 --             lapsed sessions
 -- ARGV[3]     ledger offset: where this step's window starts (0, or the previous step's answer)
--- Returns     {reclaimed, dead_lettered, promoted, deleted, more, stale, offset, schedules_due}:
+-- Returns     {reclaimed, dead_lettered, promoted, deleted, more, stale, offset, schedules_due, outbox,
+--             flows_due}:
 --             more = 1 when work is left (a full batch, or expired leases or lapsed sessions'
 --             jobs beyond this step's window; the due index then says now); stale = index
 --             entries dropped; offset = where the next step's window starts; schedules_due = 1
 --             when a schedule's run is due (the service fires it: fire_schedules.lua);
---             outbox = entries in the queue's outbox (the service delivers them: deliver.lua)
+--             outbox = entries in the queue's outbox (the service delivers them: deliver.lua);
+--             flows_due = 1 when a flow's creation record is old enough to be taken for cut
+--             short (the service makes the flow again: lua/flow_record.lua)
 -- @include base
 -- @include workers
 -- @include history
@@ -254,6 +257,7 @@ for _, due_at in ipairs({
   earliest(DEADLINES, 0) or false, earliest(SESSIONS, 0) or false, earliest(DELAYED, 0) or false,
   earliest(COMPLETED, completed_retention_ms) or false, earliest(FAILED, failed_retention_ms) or false,
   earliest(CANCELLED, failed_retention_ms) or false, earliest(TIMETABLE, 0) or false,
+  earliest(flows_key(), @FLOW_REPLAY_AFTER_MS@) or false,
 }) do
   if due_at and (next_at == nil or due_at < next_at) then next_at = due_at end
 end
@@ -264,5 +268,7 @@ else
 end
 -- Due schedules are fired by the service (fire_schedules.lua), which computes their next runs.
 local schedules_due = #redis.call('ZRANGE', TIMETABLE, '-inf', now, 'BYSCORE', 'LIMIT', 0, 1)
+-- Flows whose creation was cut short: the service makes them again (core/flows.py).
+local flows_due = #redis.call('ZRANGE', flows_key(), '-inf', now - @FLOW_REPLAY_AFTER_MS@, 'BYSCORE', 'LIMIT', 0, 1)
 return finish_and_deliver({reclaimed, dead_lettered, promoted, deleted, more, stale_entries, next_offset, schedules_due,
-  outbox}, now)
+  outbox, flows_due}, now)

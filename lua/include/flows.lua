@@ -13,6 +13,9 @@ local function waiting_children_key() return PREFIX .. '@WAITING_CHILDREN_NAME@'
 -- call by EVAL: store/luafunctions.py), one entry each, delivered by the sweep (deliver.lua).
 -- (Keys made by a function when used, not by every call of every script that finishes jobs.)
 local function outbox_key() return PREFIX .. '@OUTBOX_NAME@' end
+-- Flows being made, root id -> when (ms), and each one's request (lua/flow_record.lua).
+local function flows_key() return PREFIX .. '@FLOWS_NAME@' end
+local function flow_record_key(id) return PREFIX .. id .. '@FLOW_SUFFIX@' end
 local FIELD_SEPARATOR = '\n' -- an outbox entry's fields; never in a prefix, id, token or status
 
 -- The count field of the parent's hash a child's status and policy count in.

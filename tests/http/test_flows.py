@@ -7,11 +7,14 @@ tests/http/test_auth.py."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
+from redis.asyncio import Redis as AsyncRedis
 
 from echomq_http.core import limits
+from echomq_http.store.keys import keys_of
 from tests.conftest import CLUSTER, TEST_SWEEP_INTERVAL_MS
 from tests.support import assert_problem, counts, enqueue, get_job, job_call, lease, lease_one
 from tests.support.waiting import eventually
@@ -262,3 +265,36 @@ async def test_deleting_a_childs_queue_tells_the_parent_of_each_unfinished_child
     await ack(client, queue, await lease_one(client, queue))  # l2
     await parent_becomes(client, queue, "lenient", "waiting")
     assert (await children_of(client, queue, "lenient"))["children"][0]["state"] == "deleted"
+
+
+async def test_a_creation_cut_short_is_finished_by_the_service_itself(
+    client: httpx.AsyncClient, redis_client: AsyncRedis, queue: str, other_queue: str
+) -> None:
+    """A creation that died after writing its record (and maybe some jobs): the sweep makes the
+    flow from the record once it is FLOW_REPLAY_AFTER_MS old (here: aged by hand)."""
+    other = other_queue
+    tree = node(queue, "report", node(other, "part-1"), node(other, "part-2"))
+    keys = keys_of(queue, CLUSTER)
+    seconds, _ = await redis_client.time()
+    old_ms = seconds * 1000 - limits.FLOW_REPLAY_AFTER_MS - 1000
+    await redis_client.set(keys.flow_record("report"), json.dumps(tree))
+    await redis_client.zadd(keys.flows, {"report": old_ms})
+    await redis_client.zadd(keys.due, {queue: old_ms})
+    await counts(client, queue)  # a call on the queue: on a Cluster the service learns its slot's due index
+
+    async def made_by_the_sweep() -> bool:
+        return (await client.get(f"/v1/queues/{queue}/jobs/report")).status_code == 200
+
+    await eventually(made_by_the_sweep, "the flow made by the sweep", timeout_s=DELIVERY_S + 5)
+    assert (await get_job(client, queue, "report"))["children"]["pending"] == 2
+    assert {job["id"] for job in await lease(client, other, max_jobs=5)} == {"part-1", "part-2"}
+
+    async def record_dropped() -> bool:
+        return not await redis_client.exists(keys.flow_record("report"), keys.flows)
+
+    await eventually(record_dropped, "the record dropped", timeout_s=DELIVERY_S + 5)
+    assert await made(client, tree, status=200) == [  # the request's own repeat finds it whole
+        {"queue": queue, "id": "report", "state": "waiting_children"},
+        {"queue": other, "id": "part-1", "state": "active"},
+        {"queue": other, "id": "part-2", "state": "active"},
+    ]

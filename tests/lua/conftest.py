@@ -299,7 +299,8 @@ class LuaQueue:
                 if failed_retention_ms is not None
                 else LONG_RETENTION_MS,
             )
-        *reply, stale, _, _, _ = await scripts.call(
+        # After more: stale, offset, schedules_due, outbox, flows_due.
+        *reply, stale, _, _, _, _ = await scripts.call(
             "sweep", self.keys.script_keys, (self.keys.prefix, batch, 0)
         )
         assert stale == expect_stale

@@ -31,6 +31,7 @@ OPERATIONS = [
     "fail",
     "failed-page",
     "fire-schedules",
+    "flow-record",
     "groups",
     "heartbeat",
     "job",

@@ -33,7 +33,8 @@ async def lapse(q, worker: str = "w1") -> None:
 
 
 async def sweep_step(q, batch: int = 100) -> list[int]:
-    """[reclaimed, dead_lettered, promoted, deleted, more, stale, offset, schedules_due, outbox]."""
+    """[reclaimed, dead_lettered, promoted, deleted, more, stale, offset, schedules_due, outbox,
+    flows_due]."""
     return await q.call("sweep", batch, 0)
 
 
@@ -160,7 +161,7 @@ async def test_a_lapse_takes_all_the_workers_jobs_as_expired_leases(q):
     other = await q.lease_one("w2")
     await lapse(q)
 
-    reclaimed, dead, _, _, more, stale, _, _, _ = await sweep_step(q)
+    reclaimed, dead, _, _, more, stale, _, _, _, _ = await sweep_step(q)
 
     assert (reclaimed, dead, more, stale) == (3, 1, 0, 0)
     for job in jobs:

@@ -630,10 +630,10 @@ class QueueMachine(RuleBasedStateMachine):
         args = (self.keys.prefix, self.env.settings.sweep_batch, 0)
         reply = self.env.sweep_script(keys=self.keys.script_keys, args=args)
         reclaimed, dead = self.model.sweep()
-        # {reclaimed, dead_lettered, promoted, deleted, more, stale, offset, schedules_due, outbox}:
-        # nothing is due, nothing is old, no index entry is without its job, the ledger is read
-        # whole, the queue has no schedule and no flow
-        assert reply == [reclaimed, dead, 0, 0, 0, 0, 0, 0, 0]
+        # {reclaimed, dead_lettered, promoted, deleted, more, stale, offset, schedules_due, outbox,
+        # flows_due}: nothing is due, nothing is old, no index entry is without its job, the ledger
+        # is read whole, the queue has no schedule and no flow
+        assert reply == [reclaimed, dead, 0, 0, 0, 0, 0, 0, 0, 0]
 
     # -- operating
 

@@ -557,6 +557,7 @@ class SweptStep:
     offset: int
     schedules_due: int
     outbox: int
+    flows_due: int
 
 
 class Sweep(Binding):
@@ -564,8 +565,10 @@ class Sweep(Binding):
 
     @staticmethod
     def reply(reply: list[Any]) -> SweptStep:
-        reclaimed, dead, promoted, deleted, more, stale, offset, schedules_due, outbox = reply
-        return SweptStep(reclaimed, dead, promoted, deleted, bool(more), stale, offset, schedules_due, outbox)
+        reclaimed, dead, promoted, deleted, more, stale, offset, schedules_due, outbox, flows_due = reply
+        return SweptStep(
+            reclaimed, dead, promoted, deleted, bool(more), stale, offset, schedules_due, outbox, flows_due
+        )
 
 
 # --- schedules (core/schedules.py) -------------------------------------------------------------
@@ -721,6 +724,18 @@ class CreateFlow(Binding):
             FlowNodeMade(reply[i].decode(), reply[i + 1].decode(), reply[i + 2] == 1)
             for i in range(0, len(reply), step)
         ]
+
+
+DROP_RECORD, PUT_OFF_RECORD = "", "later"
+
+
+class FlowRecord(Binding):
+    operation = "flow-record"
+
+    @staticmethod
+    def args(root_id: str, request: bytes | str) -> tuple[object, ...]:
+        """Keep the request (its ids filled in), or DROP_RECORD, or PUT_OFF_RECORD."""
+        return (root_id, request)
 
 
 class Deliver(Binding):

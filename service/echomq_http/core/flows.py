@@ -13,6 +13,7 @@ sweep finds and this module delivers to each parent's queue (deliver.lua), then 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,10 +24,13 @@ from msgspec import UNSET
 from echomq_http.api.schemas.flows import ChildView, FlowJob, FlowNode
 from echomq_http.core import limits
 from echomq_http.core.bindings import (
+    DROP_RECORD,
+    PUT_OFF_RECORD,
     Children,
     CreateFlow,
     Deliver,
     FlowNodeMade,
+    FlowRecord,
     OutboxDone,
     ScriptFlowNode,
     parent_prefix_of,
@@ -39,6 +43,10 @@ from echomq_http.store.keys import queue_of_prefix, queue_prefix
 FINISHED_AS = {"c": "completed", "f": "failed", "x": "cancelled", "d": "deleted", "p": "deleted"}
 MAX_CURSOR_POSITION = 2**53  # positions are counts of children added, far below
 
+RECORDS_PER_SWEEP = 20  # cut-short creations made again per queue per sweep
+_ENCODE = msgspec.json.Encoder().encode
+_DECODE = msgspec.json.Decoder(FlowNode).decode
+log = logging.getLogger(__name__)
 OUTBOX_PAGE = 100  # outbox entries read and delivered per call, per queue and step
 MAX_OUTBOX_PAGES = 10  # per queue per sweep: 1,000 deliveries; more go on at the next tick
 
@@ -124,15 +132,23 @@ class Flows:
         for queue in dict.fromkeys(node.queue for node in nodes):
             await self._queues.register(queue)
         made_now: list[_Node] = []
+        root = nodes[0]
         for check_only in (True, False):
+            if not check_only:
+                # Kept until the last job is made: a creation cut short is finished by the sweep.
+                record = FlowRecord.args(root.id, _ENCODE(_with_ids(root)))
+                await self._queues.call_script(FlowRecord.operation, root.queue, *record)
             for queue, step in _steps(nodes):
                 try:
                     made = await self._step(queue, step, check_only)
                 except JobExists:
                     # Only a job made with a node's id between the check and this call: what this
                     # request made goes again, so that no parent waits for a child never made.
-                    for node in reversed(made_now):
-                        await self._queues.delete(node.queue, node.id)
+                    if not check_only:
+                        for node in reversed(made_now):
+                            await self._queues.delete(node.queue, node.id)
+                        drop = FlowRecord.args(root.id, DROP_RECORD)
+                        await self._queues.call_script(FlowRecord.operation, root.queue, *drop)
                     raise
                 made_now += [node for node, found in zip(step, made, strict=True) if found.created]
                 for node, found in zip(step, made, strict=True):
@@ -142,6 +158,9 @@ class Flows:
                     prefix = queue_prefix(node.queue)
                     for child in node.children:
                         child.link = f"{prefix} {node.id} {node.token}"
+        await self._queues.call_script(
+            FlowRecord.operation, root.queue, *FlowRecord.args(root.id, DROP_RECORD)
+        )
         created = any(node.made is not None and node.made.created for node in nodes)
         return created, [FlowJob(queue=node.queue, id=node.id, state=node.made.state) for node in nodes]  # type: ignore[union-attr,arg-type]
 
@@ -151,6 +170,36 @@ class Flows:
         )
         reply = await self._queues.call_script(CreateFlow.operation, queue, *args)
         return CreateFlow.reply(reply, [node.id for node in step])
+
+    async def finish_cut_short(self, queue: str) -> int:
+        """The flows rooted in this queue whose creation records are old enough to have been cut
+        short, made again from their records (a repeat makes only what is missing); how many."""
+        keys = self._queues.keys(queue)
+        client = self._queues.client
+        now_ms = int((await client.time())[0]) * 1000
+        due = await client.zrange(
+            keys.flows,
+            "-inf",
+            now_ms - limits.FLOW_REPLAY_AFTER_MS,
+            byscore=True,
+            offset=0,
+            num=RECORDS_PER_SWEEP,
+        )
+        finished = 0
+        for raw_id in due:
+            root_id = raw_id.decode()
+            request = await client.get(keys.flow_record(root_id))
+            if request is None:  # dropped meanwhile by the creation itself
+                continue
+            try:
+                await self.create(_DECODE(request))
+                finished += 1
+            except (JobExists, InvalidRequest) as error:
+                log.warning("flow %s/%s cannot be finished: %s", queue, root_id, error)
+                await self._queues.call_script(
+                    FlowRecord.operation, queue, *FlowRecord.args(root_id, PUT_OFF_RECORD)
+                )
+        return finished
 
     async def deliver_outbox(self, queue: str) -> int:
         """The queue's outbox delivered to the parents' queues, a page at a time (at most
@@ -199,6 +248,12 @@ class Flows:
                 view.error = outcome.detail.decode()
             page.append(view)
         return page, (str(next_after) if next_after else None)
+
+
+def _with_ids(node: _Node) -> FlowNode:
+    """The node's request with its id, and its children's, filled in: what makes it again."""
+    children = [_with_ids(child) for child in node.children]
+    return msgspec.structs.replace(node.request, id=node.id, children=children or UNSET)
 
 
 def _position(cursor: str) -> int:

@@ -73,3 +73,6 @@ MAX_TIMEZONE_CHARS = 64
 MAX_FLOW_NODES = 1000
 MAX_FLOW_DEPTH = 10
 FLOW_TOKEN_BYTES = 8
+# A flow's creation record older than this is taken for cut short, and the sweep makes the flow
+# again (lua/flow_record.lua): well within the contract's minute, well past a creation's steps.
+FLOW_REPLAY_AFTER_MS = 10_000

@@ -126,6 +126,7 @@ class SweepReport:
     deleted: int = 0
     schedules_due: int = 0  # queues the sweep found a schedule's run due in (fired next)
     outbox: int = 0  # queues whose outbox holds children's outcomes to deliver (delivered next)
+    flows_due: int = 0  # queues holding a flow's creation cut short (made again next)
     runs_fired: int = 0  # schedule runs that made a job
     runs_skipped: int = 0  # schedule runs skipped (overlap "skip")
 
@@ -593,6 +594,7 @@ class JobQueues(QueueReads):
                 step.deleted,
                 step.schedules_due,
                 outbox=1 if step.outbox else 0,
+                flows_due=step.flows_due,
             )
             self.telemetry.record_sweep(queue, step.reclaimed, step.dead_lettered)
             self.telemetry.record_stale(queue, step.stale)

@@ -69,6 +69,8 @@ class Sweeper:
                     swept += await self._fire_due(queue)
                 if swept.outbox:
                     await self._deliver(queue)
+                if swept.flows_due:
+                    await self._finish_flows(queue)
                 report += swept
             if len(due) < DUE_PAGE:
                 break
@@ -98,6 +100,15 @@ class Sweeper:
             log.warning("outbox of queue %r not delivered: %s", queue, error)
         except Exception:
             log.exception("outbox of queue %r not delivered", queue)
+
+    async def _finish_flows(self, queue: str) -> None:
+        """The flows of the queue whose creation was cut short, made again (core/flows.py)."""
+        try:
+            await self._flows.finish_cut_short(queue)
+        except (RedisError, OSError, WriteNotConfirmed) as error:
+            log.warning("flows of queue %r not finished: %s", queue, error)
+        except Exception:
+            log.exception("flows of queue %r not finished", queue)
 
     async def _fill_index(self) -> None:
         """Sweep every registered queue once, unless some process has done so already."""

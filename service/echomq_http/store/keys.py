@@ -69,6 +69,10 @@ KIDRES_SUFFIX = ":kidres"
 WAITING_CHILDREN_NAME = "waiting_children"
 OUTBOX_NAME = "outbox"
 PARENTS_NAME = "parents"  # SET: the queue's jobs that have KIDS and KIDRES keys
+# Flows being made whose root is in this queue (lua/flow_record.lua): root id -> when (ms) (ZSET),
+# and each one's request, its ids filled in, under "<root id>:flow" (STRING)
+FLOWS_NAME = "flows"
+FLOW_SUFFIX = ":flow"
 SCHEDULE_SUFFIX = ":sched"
 SCHEDULES_NAME = "schedules"
 TIMETABLE_NAME = "timetable"
@@ -129,6 +133,7 @@ class QueueKeys:
     schedules: str  # ZSET: the queue's schedules by name; not a script key (Lua derives it)
     timetable: str  # ZSET: schedule -> its next run (ms); not a script key (Lua derives it)
     outbox: str  # LIST: finished children's outcomes for parents out of reach (Lua derives it)
+    flows: str  # ZSET: flows being made, by root id (Lua derives it)
 
     @classmethod
     def for_queue(cls, queue: str, cluster: bool = False) -> QueueKeys:
@@ -150,6 +155,7 @@ class QueueKeys:
             schedules=prefix + SCHEDULES_NAME,
             timetable=prefix + TIMETABLE_NAME,
             outbox=prefix + OUTBOX_NAME,
+            flows=prefix + FLOWS_NAME,
             **named,
         )
 
@@ -182,6 +188,9 @@ class QueueKeys:
 
     def group(self, group: str) -> str:
         return self.prefix + group + GROUP_SUFFIX
+
+    def flow_record(self, root_id: str) -> str:
+        return self.prefix + root_id + FLOW_SUFFIX
 
     def schedule(self, schedule: str) -> str:
         return self.prefix + schedule + SCHEDULE_SUFFIX

@@ -84,6 +84,9 @@ PLACEHOLDERS: Mapping[str, str] = {
     "WAITING_CHILDREN_NAME": keys.WAITING_CHILDREN_NAME,
     "OUTBOX_NAME": keys.OUTBOX_NAME,
     "PARENTS_NAME": keys.PARENTS_NAME,
+    "FLOWS_NAME": keys.FLOWS_NAME,
+    "FLOW_SUFFIX": keys.FLOW_SUFFIX,
+    "FLOW_REPLAY_AFTER_MS": str(limits.FLOW_REPLAY_AFTER_MS),
     "SCHEDULES_NAME": keys.SCHEDULES_NAME,
     "TIMETABLE_NAME": keys.TIMETABLE_NAME,
     "QUEUE_NAME_START": str(len(keys.queue_prefix("")) - 1),  # where the name starts in the prefix
