@@ -6,12 +6,15 @@
 --             job: its group's line), META, publishes on WAKE
 -- ARGV[1]     key prefix "emq:{queue}:"
 -- ARGV[2]     JSON array of ids to redrive (at most 1000: the API's limit); ids not in FAILED are
---             skipped. An empty array means a step of all of them, as below
+--             skipped, and so is a flow's parent failed by a child (child_failed: it would run
+--             before its children). An empty array means a step of all of them, as below
 -- ARGV[3]     limit: at most this many jobs in a step of all
 -- ARGV[4]     bound (ms, a failure time) for a step of all; "" on the first step (then: now)
+-- ARGV[5]     for a step of all: the entries kept by the steps before (they stay at the head of
+--             FAILED up to bound, so a step starts after them)
 --             Emits enqueued (with "redriven": true) per job redriven.
--- Returns     {bound, entries read (a step of all with fewer than limit is the last), redriven
---             ids...}
+-- Returns     {bound, entries read (a step of all with fewer than limit is the last), entries
+--             kept (parents failed by a child), redriven ids...}
 -- @include base
 -- @include events
 -- @include waiting
@@ -19,14 +22,18 @@ local ids = cjson.decode(ARGV[2])
 local now = now_ms()
 local bound = ARGV[4] ~= '' and ARGV[4] or tostring(now)
 if #ids == 0 then
-  ids = redis.call('ZRANGEBYSCORE', FAILED, '-inf', bound, 'LIMIT', 0, tonumber(ARGV[3]))
+  ids = redis.call('ZRANGEBYSCORE', FAILED, '-inf', bound, 'LIMIT', tonumber(ARGV[5]), tonumber(ARGV[3]))
 end
-local reply = {bound, #ids}
+local reply = {bound, #ids, 0}
 local redriven = 0
 for _, id in ipairs(ids) do
-  if redis.call('ZREM', FAILED, id) == 1 then
-    local key = job_key(id)
-    local job = redis.call('HMGET', key, 'state', 'priority', 'group')
+  local key = job_key(id)
+  local job = redis.call('HMGET', key, 'state', 'priority', 'group', 'failed_by_child')
+  -- A flow's parent failed by a child stays a dead letter: waiting again at once would run it
+  -- before its children (their redrive, and its own wait for them, are still being built).
+  if job[4] then
+    reply[3] = reply[3] + 1
+  elseif redis.call('ZREM', FAILED, id) == 1 then
     if job[1] == 'failed' then
       redis.call('HSET', key, 'state', 'waiting', 'attempt', 0, 'updated_at', now)
       redis.call('HDEL', key, 'error', 'finished_at', 'redeliver')

@@ -298,3 +298,22 @@ async def test_a_creation_cut_short_is_finished_by_the_service_itself(
         {"queue": other, "id": "part-1", "state": "active"},
         {"queue": other, "id": "part-2", "state": "active"},
     ]
+
+
+async def test_a_parent_failed_by_a_child_is_not_redriven_to_run_before_its_children(
+    client: httpx.AsyncClient, queue: str, other_queue: str
+) -> None:
+    """Its redrive (back to waiting for its children) is not built yet: until it is, a redrive
+    leaves such a parent failed rather than let it run early; other dead letters go on."""
+    other = other_queue
+    await made(client, node(queue, "parent", node(other, "breaks"), node(other, "still-running")))
+    await fail_for_good(client, other, await lease_one(client, other), "boom")
+    await parent_becomes(client, queue, "parent", "failed")
+    await enqueue(client, queue, id="plain", max_attempts=1)
+    await fail_for_good(client, queue, await lease_one(client, queue), "plain error")
+    for body in ({"ids": ["parent", "plain"]}, {}):
+        response = await client.post(f"/v1/queues/{queue}/failed/retry", json=body)
+        assert response.status_code == 200, response.text
+        assert "parent" not in response.json()["retried"]
+        assert (await get_job(client, queue, "parent"))["state"] == "failed"
+    assert (await get_job(client, queue, "plain"))["state"] in ("waiting", "active")

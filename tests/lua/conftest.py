@@ -335,7 +335,7 @@ class LuaQueue:
     async def redrive(
         self, ids: Sequence[str] = (), limit: int = limits.MAX_BATCH, bound: str = ""
     ) -> list[str]:
-        _, _, *redriven = decoded(await self.call("redrive", json.dumps(list(ids)), limit, bound))
+        _, _, _, *redriven = decoded(await self.call("redrive", json.dumps(list(ids)), limit, bound, 0))
         return redriven
 
     async def counts(self) -> list[int]:

@@ -51,7 +51,7 @@ async def test_completed_cancelled_and_delayed_jobs_are_searched_too(q):
 
 async def test_an_entry_whose_job_left_the_state_is_passed_over(q):
     await failed(q, "a", "b")
-    await q.call("redrive", json.dumps(["a"]), 0, "")
+    await q.call("redrive", json.dumps(["a"]), 0, "", 0)
     assert await search(q, "failed", "failed") == [1, 1, "b"]
 
 

@@ -533,17 +533,19 @@ class Redrive(Binding):
     operation = "redrive"
 
     @staticmethod
-    def args(ids: Sequence[str] | None, step: int, bound: bytes | str) -> tuple[object, ...]:
-        """The listed dead letters (ids), or a step of all of them from bound."""
+    def args(ids: Sequence[str] | None, step: int, bound: bytes | str, kept: int = 0) -> tuple[object, ...]:
+        """The listed dead letters (ids), or a step of all of them from bound, after the `kept`
+        entries the steps before left in place."""
         if ids is not None:
-            return (_encode(list(ids)), 0, "")
-        return (b"[]", step, bound)
+            return (_encode(list(ids)), 0, "", 0)
+        return (b"[]", step, bound, kept)
 
     @staticmethod
-    def reply(reply: list[Any]) -> tuple[bytes | str, int, list[str]]:
-        """Where the next step starts, how many entries this one read, and the ids redriven."""
-        bound, read, *redriven = reply
-        return bound, read, [job_id.decode() for job_id in redriven]
+    def reply(reply: list[Any]) -> tuple[bytes | str, int, int, list[str]]:
+        """Where the next step starts, how many entries this one read and kept, and the ids
+        redriven."""
+        bound, read, kept, *redriven = reply
+        return bound, read, kept, [job_id.decode() for job_id in redriven]
 
 
 @dataclass(frozen=True, slots=True)

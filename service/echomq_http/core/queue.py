@@ -563,13 +563,15 @@ class JobQueues(QueueReads):
         if ids is not None:
             if not ids:
                 return []
-            _, _, redriven = Redrive.reply(await self._call("redrive", queue, *Redrive.args(ids, 0, "")))
+            _, _, _, redriven = Redrive.reply(await self._call("redrive", queue, *Redrive.args(ids, 0, "")))
             return redriven
         redriven_all: list[str] = []
         bound: bytes | str = ""
+        kept = 0
         while True:
-            reply = await self._call("redrive", queue, *Redrive.args(None, REDRIVE_STEP, bound))
-            bound, read, redriven = Redrive.reply(reply)
+            reply = await self._call("redrive", queue, *Redrive.args(None, REDRIVE_STEP, bound, kept))
+            bound, read, kept_now, redriven = Redrive.reply(reply)
+            kept += kept_now
             redriven_all.extend(redriven)
             if read < REDRIVE_STEP:
                 return redriven_all
