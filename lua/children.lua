@@ -26,7 +26,7 @@ local refs = {}
 for i = 1, count do refs[i] = page[2 * i - 1] end
 local outcomes = redis.call('HMGET', kidres_key(id), unpack(refs))
 for i, ref in ipairs(refs) do
-  local _, status, _, detail = string.match(outcomes[i] or '0|p|fail|', '^(%d+)|(%a)|(%a+)|(.*)$')
+  local _, status, _, detail = kid_outcome(outcomes[i])
   reply[#reply + 1], reply[#reply + 2], reply[#reply + 3] = ref, status, detail
 end
 return reply

@@ -84,7 +84,7 @@ for i, node in ipairs(nodes) do
       local order, results = {}, {}
       for k, child in ipairs(children) do
         order[#order + 1], order[#order + 2] = k, child[1]
-        results[#results + 1], results[#results + 2] = child[1], '0|p|' .. child[2] .. '|'
+        results[#results + 1], results[#results + 2] = child[1], kid_outcome_text(0, 'p', child[2], '')
       end
       call_chunked('ZADD', kids_key(node.id), order)
       call_chunked('HSET', kidres_key(node.id), results)

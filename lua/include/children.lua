@@ -7,6 +7,15 @@
 -- x (cancelled), d (deleted before it finished), policy fail or ignore, detail the result (raw
 -- JSON) or the error handed to the parent. A job's own keys are the three of them.
 local function kids_key(id) return PREFIX .. id .. '@KIDS_SUFFIX@' end
+-- A KIDRES entry, written and read only by these two.
+local function kid_outcome_text(seq, status, policy, detail)
+  return seq .. '|' .. status .. '|' .. policy .. '|' .. detail
+end
+-- {seq, status, policy, detail} of an entry (a child not recorded: pending, its policy fail).
+local function kid_outcome(entry)
+  local seq, status, policy, detail = string.match(entry or '0|p|fail|', '^(%d+)|(%a)|(%a+)|(.*)$')
+  return tonumber(seq), status, policy, detail
+end
 local function kidres_key(id) return PREFIX .. id .. '@KIDRES_SUFFIX@' end
 local function job_keys(id) return job_key(id), kids_key(id), kidres_key(id) end
 -- The queue's jobs that have KIDS and KIDRES keys (SET): the retention's deletions of many jobs at
@@ -34,7 +43,7 @@ end
 -- token is the parent's "kids_token": a later job with the parent's id has another), its policy
 -- ("on_failure": ignore; absent: fail) and "outcome_seq", the number of its final transitions
 -- (a redriven child finishes again), by which a parent tells a repeated delivery from a new one.
--- The deliveries a call makes are kept here until it ends (include/flows.lua deliver_finished).
+-- The deliveries a call makes are kept here until it ends (include/flows.lua finish_and_deliver).
 local finished_children = {}
 local function child_finished(key, id, link, policy, status, detail)
   local seq = redis.call('HINCRBY', key, 'outcome_seq', 1)

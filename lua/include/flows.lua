@@ -46,9 +46,9 @@ local function deliver(delivery, now)
   local results = kidres_key(id)
   local recorded = redis.call('HGET', results, ref)
   if not recorded then return end
-  local recorded_seq, recorded_status, policy = string.match(recorded, '^(%d+)|(%a)|(%a+)|')
-  if tonumber(recorded_seq) >= seq then return end -- a repeat
-  redis.call('HSET', results, ref, seq .. '|' .. status .. '|' .. policy .. '|' .. detail)
+  local recorded_seq, recorded_status, policy = kid_outcome(recorded)
+  if recorded_seq >= seq then return end -- a repeat
+  redis.call('HSET', results, ref, kid_outcome_text(seq, status, policy, detail))
   local from, to = kid_count(recorded_status, policy), kid_count(status, policy)
   local pending = number_or(parent[3], 0)
   if from ~= to then

@@ -131,38 +131,41 @@ class Flows:
         nodes = _tree(root)
         for queue in dict.fromkeys(node.queue for node in nodes):
             await self._queues.register(queue)
-        made_now: list[_Node] = []
         root = nodes[0]
-        for check_only in (True, False):
-            if not check_only:
-                # Kept until the last job is made: a creation cut short is finished by the sweep.
-                record = FlowRecord.args(root.id, _ENCODE(_with_ids(root)))
-                await self._queues.call_script(FlowRecord.operation, root.queue, *record)
-            for queue, step in _steps(nodes):
-                try:
-                    made = await self._step(queue, step, check_only)
-                except JobExists:
-                    # Only a job made with a node's id between the check and this call: what this
-                    # request made goes again, so that no parent waits for a child never made.
-                    if not check_only:
-                        for node in reversed(made_now):
-                            await self._queues.delete(node.queue, node.id)
-                        drop = FlowRecord.args(root.id, DROP_RECORD)
-                        await self._queues.call_script(FlowRecord.operation, root.queue, *drop)
-                    raise
-                made_now += [node for node, found in zip(step, made, strict=True) if found.created]
-                for node, found in zip(step, made, strict=True):
-                    node.made = found
-                    if found.token:
-                        node.token = found.token  # the token it was made with, on a repeat
-                    prefix = queue_prefix(node.queue)
-                    for child in node.children:
-                        child.link = f"{prefix} {node.id} {node.token}"
-        await self._queues.call_script(
-            FlowRecord.operation, root.queue, *FlowRecord.args(root.id, DROP_RECORD)
-        )
+        await self._pass(nodes, check_only=True)
+        if not all(node.made is not None and node.made.state for node in nodes):  # else: a repeat
+            # Kept until the last job is made: a creation cut short is finished by the sweep.
+            record = FlowRecord.args(root.id, _ENCODE(_with_ids(root)))
+            await self._queues.call_script(FlowRecord.operation, root.queue, *record)
+            try:
+                await self._pass(nodes, check_only=False)
+            except JobExists:
+                # Only a job made with a node's id between the check and this call: what this
+                # request made goes again, so that no parent waits for a child never made.
+                for node in reversed(nodes):
+                    if node.made is not None and node.made.created:
+                        await self._queues.delete(node.queue, node.id)
+                await self._drop_record(root.queue, root.id)
+                raise
+            await self._drop_record(root.queue, root.id)
         created = any(node.made is not None and node.made.created for node in nodes)
         return created, [FlowJob(queue=node.queue, id=node.id, state=node.made.state) for node in nodes]  # type: ignore[union-attr,arg-type]
+
+    async def _pass(self, nodes: list[_Node], check_only: bool) -> None:
+        """One pass over the tree, top-down: each node's state and token as the call found or
+        made them, and each child's link to its parent."""
+        for queue, step in _steps(nodes):
+            made = await self._step(queue, step, check_only)
+            for node, found in zip(step, made, strict=True):
+                node.made = found
+                if found.token:
+                    node.token = found.token  # the token it was made with, on a repeat
+                prefix = queue_prefix(node.queue)
+                for child in node.children:
+                    child.link = f"{prefix} {node.id} {node.token}"
+
+    async def _drop_record(self, queue: str, root_id: str) -> None:
+        await self._queues.call_script(FlowRecord.operation, queue, *FlowRecord.args(root_id, DROP_RECORD))
 
     async def _step(self, queue: str, step: list[_Node], check_only: bool) -> list[FlowNodeMade]:
         args = CreateFlow.args(
@@ -193,6 +196,8 @@ class Flows:
                 continue
             try:
                 await self.create(_DECODE(request))
+                # Dropped here too: a creation that died after its last job left it in place.
+                await self._drop_record(queue, root_id)
                 finished += 1
             except (JobExists, InvalidRequest) as error:
                 log.warning("flow %s/%s cannot be finished: %s", queue, root_id, error)

@@ -14,6 +14,8 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from redis.exceptions import RedisError
 
@@ -25,6 +27,7 @@ from echomq_http.store.backends import WriteNotConfirmed
 from echomq_http.store.keys import DUE_INDEX_FILLED
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Per queue per tick, so one huge backlog cannot starve the other queues: steps are short (one
 # window of the ledger each), a backlog takes as many as fit in the budget.
@@ -66,11 +69,12 @@ class Sweeper:
             for queue in due:
                 swept = await self._queues.sweep_queue(queue, MAX_STEPS_PER_QUEUE, QUEUE_BUDGET_S)
                 if swept.schedules_due:
-                    swept += await self._fire_due(queue)
+                    fired = await self._after_sweep(queue, "schedules fired", self._schedules.fire_due)
+                    swept += fired or SweepReport()
                 if swept.outbox:
-                    await self._deliver(queue)
+                    await self._after_sweep(queue, "outbox delivered", self._flows.deliver_outbox)
                 if swept.flows_due:
-                    await self._finish_flows(queue)
+                    await self._after_sweep(queue, "flows cut short finished", self._flows.finish_cut_short)
                 report += swept
             if len(due) < DUE_PAGE:
                 break
@@ -80,35 +84,17 @@ class Sweeper:
         self._queues.telemetry.sweep_duration.record(self.last_duration_s)
         return report
 
-    async def _fire_due(self, queue: str) -> SweepReport:
-        """The queue's due schedule runs; a failure is logged and left for the next tick (the
-        queue stays due), never in the way of the other queues' sweeps."""
+    async def _after_sweep(self, queue: str, what: str, work: Callable[[str], Awaitable[T]]) -> T | None:
+        """The work the queue's sweep asked for: its due schedule runs, its outbox for flows'
+        parents elsewhere, its flows cut short. A failure is logged and left for the next tick
+        (the queue stays due while the work is there), never in the way of other queues' sweeps."""
         try:
-            return await self._schedules.fire_due(queue)
+            return await work(queue)
         except (RedisError, OSError, WriteNotConfirmed) as error:
-            log.warning("schedules of queue %r not fired: %s", queue, error)
+            log.warning("queue %r: not %s: %s", queue, what, error)
         except Exception:
-            log.exception("schedules of queue %r not fired", queue)
-        return SweepReport()
-
-    async def _deliver(self, queue: str) -> None:
-        """The queue's finished children's outcomes to their parents (core/flows.py); a failure
-        is logged and left for the next tick (the queue stays due while its outbox holds any)."""
-        try:
-            await self._flows.deliver_outbox(queue)
-        except (RedisError, OSError, WriteNotConfirmed) as error:
-            log.warning("outbox of queue %r not delivered: %s", queue, error)
-        except Exception:
-            log.exception("outbox of queue %r not delivered", queue)
-
-    async def _finish_flows(self, queue: str) -> None:
-        """The flows of the queue whose creation was cut short, made again (core/flows.py)."""
-        try:
-            await self._flows.finish_cut_short(queue)
-        except (RedisError, OSError, WriteNotConfirmed) as error:
-            log.warning("flows of queue %r not finished: %s", queue, error)
-        except Exception:
-            log.exception("flows of queue %r not finished", queue)
+            log.exception("queue %r: not %s", queue, what)
+        return None
 
     async def _fill_index(self) -> None:
         """Sweep every registered queue once, unless some process has done so already."""
