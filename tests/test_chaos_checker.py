@@ -1014,3 +1014,13 @@ def test_a_late_reclaim_while_every_live_worker_was_busy_passes(tmp_path: Path) 
 def test_a_reclaim_later_than_a_busy_fleet_explains_fails(tmp_path: Path) -> None:
     result = strict_verdict(late_release_run(again_ms=500 + 3200 + 2000 + 100, idle_at_ms=None), tmp_path)
     assert findings(result) == {("slow-release", C)}
+
+
+def test_a_worker_takes_a_token_that_starts_with_a_dash() -> None:
+    """token_urlsafe makes one in 64 tokens start with "-": the abuse run's workers once all
+    exited at start ("--token: expected one argument"), and every job read as lost."""
+    from bench.chaos.chaos import token_argv
+    from bench.chaos.chaos_worker import arguments
+
+    argv = ["worker", "--urls", "http://127.0.0.1:1", "--dir", ".", "--deadline", "1", *token_argv("-x_Yz")]
+    assert arguments().parse_args(argv).token == "-x_Yz"

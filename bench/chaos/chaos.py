@@ -138,6 +138,12 @@ class Profile:
     cancel_fraction: float = 0.03  # the producer cancels this share of its jobs at random times
 
 
+def token_argv(token: str) -> list[str]:
+    """A worker's --token: one argument, as a token may start with "-" (token_urlsafe), which
+    argparse would take for an option of its own."""
+    return [f"--token={token}"]
+
+
 PROFILES = {
     "short": Profile(
         jobs=1500,
@@ -426,7 +432,7 @@ class Cluster:
 
     # -- clients ------------------------------------------------------------------------------
     def _client_argv(self, role: str, seed: int, lease_ms: int = LEASE_MS) -> list[str]:
-        token = ["--token", self.tokens[role]] if role in self.tokens else []
+        token = token_argv(self.tokens[role]) if role in self.tokens else []
         return [
             sys.executable, str(WORKER_SCRIPT), role,
             "--urls", ",".join(self.urls),

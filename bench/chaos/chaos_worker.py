@@ -465,6 +465,11 @@ def run_producer(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
+    args = arguments().parse_args()
+    return run(args)
+
+
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("role", choices=["worker", "producer"])
     parser.add_argument("--urls", required=True, help="comma-separated replica base URLs")
@@ -490,7 +495,10 @@ def main() -> int:
     parser.add_argument("--max-attempts", type=int, default=100)
     parser.add_argument("--cancel-fraction", type=float, default=0.0, help="producer: jobs it cancels")
     parser.add_argument("--cancel-max-ms", type=float, default=1500, help="producer: cancel within this")
-    args = parser.parse_args()
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
     _die_with_parent()
     return run_worker(args) if args.role == "worker" else run_producer(args)
 
